@@ -1,0 +1,1 @@
+"""Shared test configuration. Transport-specific fixtures live beside their tests."""

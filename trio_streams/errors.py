@@ -1,0 +1,20 @@
+"""The exception hierarchy: every error trio-streams raises on purpose derives from one base.
+
+Errors carry context (which subscription, which file and byte offset, which server) so the
+message alone tells an operator what failed and where. Transports add their own subclasses in
+their packages (``trio_streams.file.errors``, ``trio_streams.redis.errors``).
+"""
+
+from __future__ import annotations
+
+
+class TrioStreamsError(Exception):
+    """Base class of every error trio-streams raises on purpose."""
+
+
+class ConfigurationError(TrioStreamsError, ValueError):
+    """An app, broker or subscription was declared in a way that cannot work."""
+
+
+class UnsupportedError(ConfigurationError):
+    """A transport was asked for something it cannot do; raised at mount time, never at run time."""
