@@ -16,7 +16,9 @@ Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], No
 
 
 def _registrars() -> list[Registrar]:
-    return []
+    from . import cli_run
+
+    return [cli_run.register]
 
 
 def build_parser() -> argparse.ArgumentParser:

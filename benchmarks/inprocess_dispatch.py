@@ -1,0 +1,120 @@
+"""Messages per second from publish to settled on the in-process transport, no-op handler.
+
+Cases: raw bytes and JSON into a dataclass, with workers=1 and workers=8. The peer, measured in
+the same run, is a bare Trio loop: a producer sending into a ``trio.open_memory_channel`` of the
+same capacity and a consumer awaiting a no-op per item — the floor any Trio dispatcher pays.
+Prints medians of several rounds and the ratio to the peer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import trio
+
+from trio_streams import App, MemoryBroker, MemoryStream
+
+CAPACITY = 64
+
+
+@dataclass
+class Order:
+    id: int
+    customer: str
+    amount: float
+
+
+async def bare_channel(n: int) -> float:
+    send, receive = trio.open_memory_channel[bytes](CAPACITY)
+
+    async def noop(item: bytes) -> None:
+        return None
+
+    async def produce() -> None:
+        async with send:
+            for _ in range(n):
+                await send.send(b"x" * 100)
+
+    start = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(produce)
+        async with receive:
+            async for item in receive:
+                await noop(item)
+    return n / (time.perf_counter() - start)
+
+
+def make_app(kind: str, workers: int, n: int, done: trio.Event) -> tuple[App, MemoryBroker]:
+    app = App("bench")
+    broker = app.broker(MemoryBroker(max_len=n + 1))
+    count = 0
+
+    def seen() -> None:
+        nonlocal count
+        count += 1
+        if count == n:
+            done.set()
+
+    if kind == "raw":
+
+        @broker.subscriber(MemoryStream("bench"), workers=workers, buffer=CAPACITY)
+        async def handle_raw(payload: bytes) -> None:
+            seen()
+
+    else:
+
+        @broker.subscriber(MemoryStream("bench"), workers=workers, buffer=CAPACITY)
+        async def handle_json(order: Order) -> None:
+            seen()
+
+    return app, broker
+
+
+async def framework(kind: str, workers: int, n: int) -> float:
+    done = trio.Event()
+    app, broker = make_app(kind, workers, n, done)
+    payload = (
+        b"x" * 100
+        if kind == "raw"
+        else b'{"id":12345,"customer":"customer-0042","amount":99.5,"note":"' + b"n" * 30 + b'"}'
+    )
+    async with trio.open_nursery() as nursery:
+        running = await nursery.start(app.serve)
+        transport = broker.transport
+        start = time.perf_counter()
+        for _ in range(n):
+            await transport.publish("bench", payload, {})
+        await done.wait()
+        elapsed = time.perf_counter() - start
+        await running.aclose()
+    return n / elapsed
+
+
+def median_rate(run: Callable[[], Awaitable[float]], rounds: int) -> float:
+    return statistics.median(trio.run(run) for _ in range(rounds))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("-n", type=int, default=100_000, help="messages per round")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    n = args.n
+
+    peer = median_rate(lambda: bare_channel(n), args.rounds)
+    print(f"bare trio memory channel loop: {peer:>10,.0f} msgs/s (peer)")
+    for kind, label in (("raw", "raw bytes"), ("json", "JSON -> dataclass")):
+        for workers in (1, 8):
+            rate = median_rate(lambda k=kind, w=workers: framework(k, w, n), args.rounds)
+            print(
+                f"{label:<18} workers={workers}: {rate:>10,.0f} msgs/s  "
+                f"ratio to peer {rate / peer:.2f}"
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,359 @@
+"""``App``: brokers, lifecycle hooks, shared state, and the structured way to run them.
+
+``await nursery.start(app.serve)`` mounts the app in your nursery and hands back a
+``RunningApp``; ``app.run()`` runs it standalone, draining on SIGINT/SIGTERM and cancelling at
+once on a second signal. Shutdown is always the same: stop reading, let in-flight handlers and
+pending delayed retries finish within ``shutdown_timeout`` (then cancel what is left), and close
+brokers in the reverse order they connected.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import logging
+import signal
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import trio
+from trio_util import AsyncValue
+
+from .broker import Broker
+from .dispatch import HandledMessage
+from .errors import ConfigurationError, TrioStreamsError
+from .subscription import SubscriptionRunner, SubscriptionState
+from .transport import Transport
+
+if TYPE_CHECKING:
+    from .testing.harness import TestClient
+
+__all__ = ["App", "AppFailed", "Health", "HealthState", "RunningApp", "State"]
+
+B = TypeVar("B", bound=Broker)
+Hook = Callable[..., Any]
+H = TypeVar("H", bound=Hook)
+
+DEFAULT_SHUTDOWN_TIMEOUT = 10.0
+
+
+class AppFailed(TrioStreamsError):
+    """The app stopped because a subscription or a hook failed; ``__cause__`` is the error."""
+
+
+class HealthState(enum.Enum):
+    STARTING = "starting"
+    RUNNING = "running"
+    SHUTTING_DOWN = "shutting down"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    state: HealthState
+    reason: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.state is HealthState.RUNNING
+
+    def __str__(self) -> str:
+        return f"{self.state.value}: {self.reason}" if self.reason else self.state.value
+
+
+class State:
+    """Shared state for handlers (``ctx.state``): set attributes in startup hooks."""
+
+    def __repr__(self) -> str:
+        return f"State({vars(self)!r})"
+
+
+@dataclass(slots=True)
+class _RunOptions:
+    """How one run connects brokers and who watches it (the test harness changes these)."""
+
+    connect: Callable[[Broker], AbstractAsyncContextManager[Transport]]
+    shutdown_timeout: float
+    stop_when_finished: bool = True
+    observers: tuple[Callable[[HandledMessage], None], ...] = ()
+    on_change: Callable[[], None] | None = None
+    runners: list[SubscriptionRunner] = field(default_factory=list)
+
+
+class RunningApp:
+    """The handle ``serve`` gives back: publish, watch health, and shut down."""
+
+    def __init__(self, app: App, runners: Sequence[SubscriptionRunner]) -> None:
+        self.app = app
+        self._runners = runners
+        self._stop = trio.Event()
+        self._stopped = trio.Event()
+        self._failure: BaseException | None = None
+
+    @property
+    def health(self) -> AsyncValue[Health]:
+        return self.app.health
+
+    @property
+    def subscriptions(self) -> dict[str, SubscriptionState]:
+        return {runner.label: runner.state for runner in self._runners}
+
+    async def publish(
+        self,
+        broker: Broker,
+        destination: str,
+        message: Any,
+        *,
+        headers: Mapping[str, str] | None = None,
+    ) -> Any:
+        """Publish ``message`` to ``destination`` on ``broker``; returns the transport's receipt."""
+        return await broker.publish(destination, message, headers=headers)
+
+    def request_stop(self) -> None:
+        """Begin a graceful shutdown (returns at once)."""
+        self._stop.set()
+
+    async def aclose(self) -> None:
+        """Shut down gracefully and wait until every broker has closed."""
+        self.request_stop()
+        await self._stopped.wait()
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+    async def wait_finished(self) -> None:
+        """Wait until every subscription has ended (replays finished, live ones stopped)."""
+        for runner in self._runners:
+            await runner.finished.wait()
+
+    def _fail(self, error: BaseException) -> None:
+        if self._failure is None:
+            self._failure = error
+        self._stop.set()
+
+
+class App:
+    """A service: brokers with their subscriptions, hooks, and shared state.
+
+    ``shutdown_timeout`` bounds the graceful drain. With ``stop_when_finished`` (the default) an
+    app whose subscriptions have all ended (replays that reached their end) stops by itself.
+    """
+
+    def __init__(
+        self,
+        name: str = "app",
+        *,
+        shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
+        stop_when_finished: bool = True,
+    ) -> None:
+        self.name = name
+        self.shutdown_timeout = shutdown_timeout
+        self.stop_when_finished = stop_when_finished
+        self.state = State()
+        self.health: AsyncValue[Health] = AsyncValue(Health(HealthState.STOPPED))
+        self.logger = logging.getLogger(f"trio_streams.app.{name}")
+        self._brokers: list[Broker] = []
+        self._hooks: dict[str, list[Hook]] = {
+            "on_startup": [],
+            "after_startup": [],
+            "on_shutdown": [],
+            "after_shutdown": [],
+        }
+        self._running = False
+
+    # ---- declaring ---------------------------------------------------------------------------
+
+    def broker(self, broker: B) -> B:
+        """Register ``broker``; brokers connect in this order and close in reverse."""
+        if not isinstance(broker, Broker):
+            raise ConfigurationError(f"app.broker() takes a Broker, not {broker!r}")
+        if broker in self._brokers:
+            raise ConfigurationError(f"{broker!r} is already registered on {self.name!r}")
+        self._brokers.append(broker)
+        return broker
+
+    @property
+    def brokers(self) -> list[Broker]:
+        return list(self._brokers)
+
+    def on_startup(self, hook: H) -> H:
+        """Run before brokers connect (set up ``app.state``). Takes no argument or the app."""
+        self._hooks["on_startup"].append(hook)
+        return hook
+
+    def after_startup(self, hook: H) -> H:
+        """Run once every subscription is running."""
+        self._hooks["after_startup"].append(hook)
+        return hook
+
+    def on_shutdown(self, hook: H) -> H:
+        """Run when shutdown begins, before reading stops; brokers are still connected."""
+        self._hooks["on_shutdown"].append(hook)
+        return hook
+
+    def after_shutdown(self, hook: H) -> H:
+        """Run after every broker has closed."""
+        self._hooks["after_shutdown"].append(hook)
+        return hook
+
+    # ---- running -----------------------------------------------------------------------------
+
+    async def serve(
+        self,
+        *,
+        shutdown_timeout: float | None = None,
+        task_status: trio.TaskStatus[RunningApp] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Run in the caller's nursery: ``running = await nursery.start(app.serve)``."""
+        timeout = self.shutdown_timeout if shutdown_timeout is None else shutdown_timeout
+        await self._serve(_RunOptions(connect=_connect, shutdown_timeout=timeout), task_status)
+
+    def run(self, *, shutdown_timeout: float | None = None) -> None:
+        """Run standalone until SIGINT/SIGTERM (graceful) or a second signal (at once)."""
+        trio.run(self._run_with_signals, shutdown_timeout)
+
+    def test(self, *, settle_timeout: float = 30.0) -> AbstractAsyncContextManager[TestClient]:
+        """Run this app on in-process transports: ``async with app.test() as t: ...``.
+
+        ``settle_timeout`` bounds each wait for the app to settle (on Trio's clock).
+        """
+        from .testing.harness import run_test_client
+
+        return run_test_client(self, settle_timeout=settle_timeout)
+
+    async def _run_with_signals(self, shutdown_timeout: float | None) -> None:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with trio.open_nursery() as nursery:
+                running: RunningApp = await nursery.start(
+                    lambda task_status: self.serve(
+                        shutdown_timeout=shutdown_timeout, task_status=task_status
+                    )
+                )
+                nursery.start_soon(self._watch_signals, signals, running, nursery.cancel_scope)
+                await running.wait_stopped()
+                nursery.cancel_scope.cancel()
+
+    async def _watch_signals(
+        self, signals: AsyncIterator[int], running: RunningApp, scope: trio.CancelScope
+    ) -> None:
+        received = 0
+        async for signum in signals:
+            received += 1
+            name = signal.Signals(signum).name
+            if received == 1:
+                self.logger.warning("%s: %s received, shutting down gracefully", self.name, name)
+                running.request_stop()
+            else:
+                self.logger.warning("%s: second signal (%s), cancelling now", self.name, name)
+                scope.cancel()
+                return
+
+    async def _serve(self, options: _RunOptions, task_status: trio.TaskStatus[RunningApp]) -> None:
+        if self._running:
+            raise ConfigurationError(f"app {self.name!r} is already running")
+        self._running = True
+        self.health.value = Health(HealthState.STARTING)
+        runners = options.runners
+        handle = RunningApp(self, runners)
+        try:
+            await self._run_hooks("on_startup")
+            async with AsyncExitStack() as stack:
+                for broker in self._brokers:
+                    transport = await stack.enter_async_context(options.connect(broker))
+                    broker._attach(transport)
+                    stack.callback(broker._attach, None)
+                runners.extend(self._make_runners(options))
+                async with trio.open_nursery() as nursery:
+                    for runner in runners:
+                        await nursery.start(self._supervise, runner, handle)
+                    if runners and options.stop_when_finished:
+                        nursery.start_soon(self._stop_when_finished, handle)
+                    await self._run_hooks("after_startup")
+                    self.health.value = Health(HealthState.RUNNING)
+                    task_status.started(handle)
+                    await handle._stop.wait()
+                    reason = f"{handle._failure!r}" if handle._failure else None
+                    self.health.value = Health(HealthState.SHUTTING_DOWN, reason)
+                    await self._run_hooks("on_shutdown")
+                    await self._drain(runners, options.shutdown_timeout)
+                    nursery.cancel_scope.cancel()
+            await self._run_hooks("after_shutdown")
+        except BaseException as exc:
+            self.health.value = Health(HealthState.FAILED, repr(exc))
+            raise
+        finally:
+            self._running = False
+            handle._stopped.set()
+        if handle._failure is not None:
+            self.health.value = Health(HealthState.FAILED, repr(handle._failure))
+            raise AppFailed(f"app {self.name!r} stopped: {handle._failure}") from handle._failure
+        self.health.value = Health(HealthState.STOPPED)
+
+    def _make_runners(self, options: _RunOptions) -> list[SubscriptionRunner]:
+        return [
+            SubscriptionRunner(
+                subscription,
+                broker.transport,
+                app_state=self.state,
+                logger=logging.getLogger(f"trio_streams.subscription.{subscription.name}"),
+                on_change=options.on_change,
+                observers=options.observers,
+            )
+            for broker in self._brokers
+            for subscription in broker.subscriptions
+        ]
+
+    async def _supervise(
+        self,
+        runner: SubscriptionRunner,
+        handle: RunningApp,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Run one subscription; if it fails once running, fail the app and shut down the rest."""
+        try:
+            await runner.run(task_status=task_status)
+        except Exception as exc:
+            if not runner.started:
+                raise
+            self.logger.error("%s: subscription %r failed", self.name, runner.label, exc_info=exc)
+            handle._fail(exc)
+
+    async def _stop_when_finished(self, handle: RunningApp) -> None:
+        await handle.wait_finished()
+        if handle._failure is None:
+            self.logger.info("%s: every subscription has ended; stopping", self.name)
+        handle.request_stop()
+
+    async def _drain(self, runners: Sequence[SubscriptionRunner], grace: float) -> None:
+        for runner in runners:
+            runner.stop_reading()
+        with trio.move_on_after(grace) as draining:
+            for runner in runners:
+                await runner.finished.wait()
+        if draining.cancelled_caught:
+            left = sum(runner.channel.outstanding for runner in runners)
+            self.logger.warning(
+                "%s: drain did not finish within %ss; abandoning %d delivery(ies)",
+                self.name,
+                grace,
+                left,
+            )
+            for runner in runners:
+                runner.abandon()
+            for runner in runners:
+                await runner.finished.wait()
+
+    async def _run_hooks(self, stage: str) -> None:
+        for hook in self._hooks[stage]:
+            takes_app = bool(inspect.signature(hook).parameters)
+            result = hook(self) if takes_app else hook()
+            if inspect.isawaitable(result):
+                await result
+
+
+def _connect(broker: Broker) -> AbstractAsyncContextManager[Transport]:
+    return broker.connect()

@@ -1,0 +1,114 @@
+"""``Broker``: where subscriptions are mounted, and the handle a running app publishes through.
+
+A broker is declared at import time (``FileBroker("orders.ss")``, ``RedisBroker(url)``) and
+registered on an app (``app.broker(...)``). While the app runs, the broker holds a connected
+``Transport``; under ``app.test()`` it holds an in-process one instead, so the same handlers,
+publishers and ``broker.publish`` calls run without any server.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
+from typing import Any, ClassVar
+
+from .codec import encode
+from .errors import ConfigurationError, TrioStreamsError, UnsupportedError
+from .routing import Router, Subscription, _Declared
+from .transport import Source, Transport
+
+__all__ = ["Broker", "NotConnected"]
+
+
+class NotConnected(TrioStreamsError):
+    """A broker was used to publish while its app was not running."""
+
+
+class Broker(Router):
+    """Base class of every broker. Subclasses say what they connect to and what they accept."""
+
+    #: Source types this broker can subscribe to.
+    source_types: ClassVar[tuple[type[Source], ...]] = ()
+    #: Transport-specific subscriber options this broker understands.
+    subscriber_options: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(self, *, name: str | None = None, prefix: str = "", **defaults: Any) -> None:
+        super().__init__(prefix=prefix, **defaults)
+        self.name = name or type(self).__name__
+        self._subscriptions: list[Subscription] = []
+        self._transport: Transport | None = None
+
+    # ---- what subclasses provide -------------------------------------------------------------
+
+    @abstractmethod
+    def connect(self) -> AbstractAsyncContextManager[Transport]:
+        """Connect to the real thing; the context closes it."""
+
+    def check_subscription(self, source: Source, options: Mapping[str, Any]) -> None:
+        """Refuse, with ``UnsupportedError``, what this broker's transport cannot do."""
+        if self.source_types and not isinstance(source, self.source_types):
+            accepted = ", ".join(t.__name__ for t in self.source_types)
+            raise UnsupportedError(
+                f"{self.name} cannot subscribe to {source!r}; it reads {accepted}"
+            )
+        unknown = set(options) - self.subscriber_options
+        if unknown:
+            raise UnsupportedError(
+                f"{self.name} does not understand subscriber option(s) {sorted(unknown)}"
+            )
+
+    # ---- mounting ----------------------------------------------------------------------------
+
+    @property
+    def subscriptions(self) -> list[Subscription]:
+        return list(self._subscriptions)
+
+    def broker_or_none(self) -> Broker:
+        return self
+
+    def _on_declared(self, declared: _Declared) -> None:
+        source = declared.source.with_prefix(self.prefix)
+        self.check_subscription(source, declared.transport_options)
+        if (
+            declared.options.policy.dead_letter is not None
+            and not declared.options.policy.dead_letter
+        ):
+            raise ConfigurationError("dead_letter must name a destination")
+        names = {s.name for s in self._subscriptions}
+        name = declared.name
+        if name in names:
+            suffix = 2
+            while f"{name}#{suffix}" in names:
+                suffix += 1
+            name = f"{name}#{suffix}"
+        self._subscriptions.append(
+            Subscription(
+                broker=self,
+                source=source,
+                handler=declared.handler,
+                options=declared.options,
+                transport_options=declared.transport_options,
+                name=name,
+            )
+        )
+
+    # ---- while running -----------------------------------------------------------------------
+
+    @property
+    def transport(self) -> Transport:
+        if self._transport is None:
+            raise NotConnected(f"{self.name} is not connected: is its app running?")
+        return self._transport
+
+    def _attach(self, transport: Transport | None) -> None:
+        self._transport = transport
+
+    async def publish(
+        self, destination: str, message: Any, *, headers: Mapping[str, str] | None = None
+    ) -> Any:
+        """Encode ``message`` and publish it to ``destination``; returns the transport's receipt."""
+        return await self.transport.publish(destination, encode(message), headers or {})
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"

@@ -1,0 +1,409 @@
+"""Payload encoding and decoding, driven by the handler's type annotations.
+
+A handler's first parameter says what it wants: ``bytes`` (the payload as it arrived), ``str``
+(UTF-8), JSON values (``dict``, ``list``, numbers…), a dataclass, a pydantic model or a msgspec
+Struct (the last two with their optional extras). Decoders are built once per handler, at mount
+time, so the hot path is a single call. A payload that does not fit raises ``DecodeError``, which
+names the path inside the document (``$.items[2].qty``) and what was expected.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import enum
+import json
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from functools import cache
+from typing import Any
+
+from .errors import TrioStreamsError
+
+__all__ = ["DecodeError", "Decoder", "decoder_for", "encode"]
+
+Decoder = Callable[[bytes], Any]
+#: Turns an already-parsed JSON value into the wanted type, or raises _Mismatch.
+_Convert = Callable[[Any, str], Any]
+
+_json_loads = json.loads
+_json_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+class DecodeError(TrioStreamsError):
+    """A payload could not be turned into what the handler asked for."""
+
+    def __init__(self, reason: str, *, stream: str | None = None) -> None:
+        self.reason = reason
+        self.stream = stream
+        where = f" (from {stream!r})" if stream else ""
+        super().__init__(f"cannot decode payload{where}: {reason}")
+
+
+class _Mismatch(Exception):
+    def __init__(self, path: str, expected: str, got: Any) -> None:
+        super().__init__(f"{path}: expected {expected}, got {_describe(got)}")
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "null"
+    text = repr(value)
+    if len(text) > 40:
+        text = text[:37] + "..."
+    return f"{type(value).__name__} {text}"
+
+
+# ---- decoding ----------------------------------------------------------------------------------
+
+
+def decoder_for(annotation: Any) -> Decoder:
+    """A decoder from payload bytes to ``annotation``. Raises TypeError for unsupported types."""
+    if annotation is bytes or annotation is Any or annotation is typing.Any:
+        return _identity
+    if annotation is bytearray:
+        return bytearray
+    if annotation is str:
+        return _decode_utf8
+    model_decoder = _model_decoder(annotation)
+    if model_decoder is not None:
+        return model_decoder
+    convert = _converter(annotation)
+
+    def decode_json(payload: bytes) -> Any:
+        try:
+            value = _json_loads(payload)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise DecodeError(f"not valid JSON: {exc}") from None
+        try:
+            return convert(value, "$")
+        except _Mismatch as exc:
+            raise DecodeError(str(exc)) from None
+
+    return decode_json
+
+
+def _identity(payload: bytes) -> bytes:
+    return payload
+
+
+def _decode_utf8(payload: bytes) -> str:
+    try:
+        return payload.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DecodeError(f"not valid UTF-8: {exc}") from None
+
+
+def _model_decoder(annotation: Any) -> Decoder | None:
+    """pydantic models and msgspec Structs decode with their own fast JSON parsers."""
+    if not isinstance(annotation, type):
+        return None
+    for base in annotation.__mro__:
+        module = base.__module__
+        if module.startswith("pydantic") and base.__name__ == "BaseModel":
+            return _pydantic_decoder(annotation)
+        if module.startswith("msgspec") and base.__name__ == "Struct":
+            return _msgspec_decoder(annotation)
+    return None
+
+
+def _pydantic_decoder(model: Any) -> Decoder:
+    import pydantic
+
+    validate = model.model_validate_json
+
+    def decode(payload: bytes) -> Any:
+        try:
+            return validate(payload)
+        except pydantic.ValidationError as exc:
+            raise DecodeError(_pydantic_reason(exc)) from None
+
+    return decode
+
+
+def _pydantic_reason(exc: Any) -> str:
+    parts = []
+    for error in exc.errors()[:3]:
+        loc = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error["loc"])
+        parts.append(f"{loc}: {error['msg']}")
+    return "; ".join(parts)
+
+
+def _msgspec_decoder(struct: Any) -> Decoder:
+    import msgspec
+
+    decoder = msgspec.json.Decoder(struct)
+
+    def decode(payload: bytes) -> Any:
+        try:
+            return decoder.decode(payload)
+        except msgspec.DecodeError as exc:
+            raise DecodeError(str(exc)) from None
+
+    return decode
+
+
+@cache
+def _converter(annotation: Any) -> _Convert:
+    """Build (once per type) a function checking and converting a parsed JSON value."""
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return _converter(args[0])
+    if annotation is None or annotation is type(None):
+        return _exact(type(None), "null")
+    if annotation is bool:
+        return _exact(bool, "a boolean")
+    if annotation is int:
+        return _int
+    if annotation is float:
+        return _float
+    if annotation is str:
+        return _exact(str, "a string")
+    if annotation is Any or annotation is object:
+        return _passthrough
+    if annotation in (dict, Mapping):
+        return _exact(dict, "an object")
+    if annotation in (list, Sequence):
+        return _exact(list, "an array")
+    if origin in (typing.Union, types.UnionType):
+        return _union(args)
+    if origin is typing.Literal:
+        return _literal(args)
+    if origin in (list, Sequence, typing.Sequence):
+        return _list(_converter(args[0]) if args else _passthrough)
+    if origin is tuple:
+        return _tuple(args)
+    if origin in (set, frozenset):
+        return _set(origin, _converter(args[0]) if args else _passthrough)
+    if origin in (dict, Mapping, typing.Mapping):
+        return _dict(_converter(args[1]) if len(args) == 2 else _passthrough, args)
+    if isinstance(annotation, type):
+        if dataclasses.is_dataclass(annotation):
+            return _dataclass(annotation)
+        if issubclass(annotation, enum.Enum):
+            return _enum(annotation)
+        if annotation is _dt.datetime:
+            return _datetime
+        if _model_decoder(annotation) is not None:
+            return _model_from_value(annotation)
+    raise TypeError(f"trio-streams cannot decode a payload into {annotation!r}")
+
+
+def _passthrough(value: Any, path: str) -> Any:
+    return value
+
+
+def _exact(kind: type, name: str) -> _Convert:
+    def convert(value: Any, path: str) -> Any:
+        if type(value) is not kind:
+            raise _Mismatch(path, name, value)
+        return value
+
+    return convert
+
+
+def _int(value: Any, path: str) -> int:
+    if type(value) is not int:
+        raise _Mismatch(path, "an integer", value)
+    return value
+
+
+def _float(value: Any, path: str) -> float:
+    kind = type(value)
+    if kind is float:
+        return value  # type: ignore[no-any-return]
+    if kind is int:
+        return float(value)
+    raise _Mismatch(path, "a number", value)
+
+
+def _union(options: tuple[Any, ...]) -> _Convert:
+    nullable = type(None) in options
+    rest = [_converter(o) for o in options if o is not type(None)]
+    names = " or ".join(getattr(o, "__name__", repr(o)) for o in options)
+
+    def convert(value: Any, path: str) -> Any:
+        if value is None and nullable:
+            return None
+        for option in rest:
+            try:
+                return option(value, path)
+            except _Mismatch:
+                continue
+        raise _Mismatch(path, names, value)
+
+    return convert
+
+
+def _literal(choices: tuple[Any, ...]) -> _Convert:
+    def convert(value: Any, path: str) -> Any:
+        for choice in choices:
+            if value == choice and type(value) is type(choice):
+                return value
+        raise _Mismatch(path, f"one of {list(choices)!r}", value)
+
+    return convert
+
+
+def _list(item: _Convert) -> _Convert:
+    def convert(value: Any, path: str) -> Any:
+        if type(value) is not list:
+            raise _Mismatch(path, "an array", value)
+        if item is _passthrough:
+            return value
+        return [item(v, f"{path}[{i}]") for i, v in enumerate(value)]
+
+    return convert
+
+
+def _tuple(args: tuple[Any, ...]) -> _Convert:
+    if len(args) == 2 and args[1] is Ellipsis:
+        each = _list(_converter(args[0]))
+        return lambda value, path: tuple(each(value, path))
+    items = [_converter(a) for a in args]
+
+    def convert(value: Any, path: str) -> Any:
+        if type(value) is not list or (args and len(value) != len(items)):
+            raise _Mismatch(path, f"an array of {len(items)}", value)
+        if not args:
+            return tuple(value)
+        return tuple(
+            c(v, f"{path}[{i}]") for i, (c, v) in enumerate(zip(items, value, strict=True))
+        )
+
+    return convert
+
+
+def _set(kind: type, item: _Convert) -> _Convert:
+    each = _list(item)
+    return lambda value, path: kind(each(value, path))
+
+
+def _dict(item: _Convert, args: tuple[Any, ...]) -> _Convert:
+    if args and args[0] is not str:
+        raise TypeError(f"JSON objects have string keys; cannot decode into dict[{args[0]!r}, ...]")
+
+    def convert(value: Any, path: str) -> Any:
+        if type(value) is not dict:
+            raise _Mismatch(path, "an object", value)
+        if item is _passthrough:
+            return value
+        return {k: item(v, f"{path}.{k}") for k, v in value.items()}
+
+    return convert
+
+
+def _enum(kind: type[enum.Enum]) -> _Convert:
+    def convert(value: Any, path: str) -> Any:
+        try:
+            return kind(value)
+        except ValueError:
+            raise _Mismatch(path, f"a {kind.__name__} value", value) from None
+
+    return convert
+
+
+def _datetime(value: Any, path: str) -> _dt.datetime:
+    if type(value) is not str:
+        raise _Mismatch(path, "an ISO 8601 datetime string", value)
+    try:
+        return _dt.datetime.fromisoformat(value)
+    except ValueError:
+        raise _Mismatch(path, "an ISO 8601 datetime string", value) from None
+
+
+def _model_from_value(model: Any) -> _Convert:
+    """A pydantic model or msgspec Struct nested inside a dataclass or container."""
+    if hasattr(model, "model_validate"):
+        import pydantic
+
+        def convert_pydantic(value: Any, path: str) -> Any:
+            try:
+                return model.model_validate(value)
+            except pydantic.ValidationError as exc:
+                raise _Mismatch(path, model.__name__, value) from exc
+
+        return convert_pydantic
+    import msgspec
+
+    def convert_struct(value: Any, path: str) -> Any:
+        try:
+            return msgspec.convert(value, model)
+        except msgspec.ValidationError:
+            raise _Mismatch(path, model.__name__, value) from None
+
+    return convert_struct
+
+
+def _dataclass(cls: type) -> _Convert:
+    hints = typing.get_type_hints(cls)
+    fields = [
+        (
+            f.name,
+            _converter(hints[f.name]),
+            f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+        )
+        for f in dataclasses.fields(cls)
+        if f.init
+    ]
+    name = cls.__name__
+
+    def convert(value: Any, path: str) -> Any:
+        if type(value) is not dict:
+            raise _Mismatch(path, f"an object for {name}", value)
+        kwargs = {}
+        for field, conv, required in fields:
+            if field in value:
+                kwargs[field] = conv(value[field], f"{path}.{field}")
+            elif required:
+                raise _Mismatch(f"{path}.{field}", f"a value (required by {name})", None)
+        return cls(**kwargs)
+
+    return convert
+
+
+# ---- encoding ----------------------------------------------------------------------------------
+
+
+def encode(value: Any) -> bytes:
+    """Payload bytes for ``value``: bytes as-is, str as UTF-8, models and JSON values as JSON."""
+    kind = type(value)
+    if kind is bytes:
+        return value  # type: ignore[no-any-return]
+    if kind is str:
+        return value.encode("utf-8")  # type: ignore[no-any-return]
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    dump = getattr(value, "model_dump_json", None)
+    if dump is not None:
+        return dump().encode("utf-8")  # type: ignore[no-any-return]
+    if _is_struct(kind):
+        import msgspec
+
+        return msgspec.json.encode(value)
+    try:
+        return _json_encoder.encode(_jsonable(value)).encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"cannot encode {kind.__name__} as a payload: {exc}") from None
+
+
+def _is_struct(kind: type) -> bool:
+    return any(b.__module__.startswith("msgspec") and b.__name__ == "Struct" for b in kind.__mro__)
+
+
+def _jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, _dt.datetime | _dt.date):
+        return value.isoformat()
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
+    return value

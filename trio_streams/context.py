@@ -1,0 +1,93 @@
+"""What a handler can know about the delivery it is handling, and what it can do from there."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from .delivery import Delivery
+from .errors import UnsupportedError
+from .positions import Position
+
+if TYPE_CHECKING:
+    from .app import State
+    from .broker import Broker
+    from .driver import Seeker
+    from .subscription import SubscriptionRunner
+
+__all__ = ["Context"]
+
+
+class Context:
+    """Per-delivery context; declare a parameter annotated ``Context`` to receive it.
+
+    Built only for handlers that ask for it, so handlers that do not pay nothing.
+    """
+
+    __slots__ = ("_runner", "message")
+
+    def __init__(self, runner: SubscriptionRunner, delivery: Delivery) -> None:
+        self._runner = runner
+        #: The delivery as it arrived: raw payload bytes, headers, position, attempt.
+        self.message = delivery
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        return self.message.headers
+
+    @property
+    def position(self) -> Position | None:
+        """Where this message is in its stream; seeking there delivers it again."""
+        return self.message.position
+
+    @property
+    def attempt(self) -> int:
+        """How many times this message has been delivered, this time included (1 the first time)."""
+        return self.message.attempt
+
+    @property
+    def stream(self) -> str:
+        return self.message.stream
+
+    @property
+    def subscription(self) -> str:
+        return self._runner.label
+
+    @property
+    def state(self) -> State:
+        """The app's shared state (``app.state``), set up by startup hooks."""
+        return self._runner.app_state
+
+    @property
+    def logger(self) -> logging.Logger:
+        return self._runner.logger
+
+    @property
+    def broker(self) -> Broker:
+        return self._runner.broker
+
+    @property
+    def seeker(self) -> Seeker:
+        """The seek handle of this subscription (stream files and in-process)."""
+        driver = self._runner.driver
+        if driver is None or not driver.source.seekable:
+            raise UnsupportedError(
+                f"subscription {self._runner.label!r} reads a source that cannot seek"
+            )
+        return driver.seeker
+
+    async def publish(
+        self,
+        destination: str,
+        message: Any,
+        *,
+        headers: Mapping[str, str] | None = None,
+        broker: Broker | None = None,
+    ) -> Any:
+        """Publish on this subscription's broker (or ``broker``); returns the receipt."""
+        target = broker if broker is not None else self._runner.broker
+        return await target.publish(destination, message, headers=headers)
+
+    def __repr__(self) -> str:
+        return f"<Context {self._runner.label!r} {self.message!r}>"

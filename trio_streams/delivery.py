@@ -1,0 +1,72 @@
+"""One received message as the core sees it, and the headers conventions every transport shares."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .positions import Position
+
+__all__ = ["RETRY_COUNT_HEADER", "Delivery", "attempt_from_headers", "retry_headers"]
+
+#: Carried by retry copies on transports that keep no delivery count of their own (stream files,
+#: Pub/Sub, streams where a retry is a new entry): how many times the message was tried before.
+RETRY_COUNT_HEADER = "x-ruststream-retry-count"
+
+_NO_HEADERS: Mapping[str, str] = {}
+
+
+class Delivery:
+    """A message handed out by a subscription, waiting for its outcome.
+
+    ``handle`` belongs to the transport that made the delivery (a stream entry id, a list
+    element, a file offset…): the transport gets the delivery back in ``settle``. ``generation``
+    is stamped by the delivery channel; a seek that moves the reader makes older generations stale.
+    """
+
+    __slots__ = ("attempt", "generation", "handle", "headers", "payload", "position", "stream")
+
+    def __init__(
+        self,
+        stream: str,
+        payload: bytes,
+        headers: Mapping[str, str] = _NO_HEADERS,
+        *,
+        position: Position | None = None,
+        attempt: int = 1,
+        handle: Any = None,
+    ) -> None:
+        self.stream = stream
+        self.payload = payload
+        self.headers = headers
+        self.position = position
+        #: 1 for the first delivery; counts every delivery of this message, retries included.
+        self.attempt = attempt
+        self.handle = handle
+        self.generation = 0
+
+    def __repr__(self) -> str:
+        where = f" at {self.position!r}" if self.position is not None else ""
+        return (
+            f"<Delivery {self.stream!r}{where} attempt={self.attempt} "
+            f"{len(self.payload)} bytes, {len(self.headers)} headers>"
+        )
+
+
+def attempt_from_headers(headers: Mapping[str, str]) -> int:
+    """The delivery count a retry copy carries: 1 + the retry-count header (1 when absent/bad)."""
+    raw = headers.get(RETRY_COUNT_HEADER)
+    if raw is None:
+        return 1
+    try:
+        count = int(raw)
+    except ValueError:
+        return 1
+    return count + 1 if count >= 0 else 1
+
+
+def retry_headers(delivery: Delivery) -> dict[str, str]:
+    """Headers for the retry copy of ``delivery``: as it arrived, with the retry count advanced."""
+    headers = dict(delivery.headers)
+    headers[RETRY_COUNT_HEADER] = str(delivery.attempt)
+    return headers

@@ -1,0 +1,348 @@
+"""The dispatcher: takes deliveries off a subscription's channel and runs the handler on them.
+
+decode payload → fill parameters → handler → outcome → failure policy → settle.
+
+Three shapes, all reading the one bounded channel:
+
+- ``workers=n`` (default 1): n tasks; with 1, messages are handled strictly in order;
+- ``workers=n, by_key=...``: one router task decodes each message, picks its lane from the key,
+  and n lane tasks keep per-key order (lanes are bounded channels too);
+- ``batch=n, max_wait=s``: each worker collects up to n deliveries, waiting at most s after the
+  first, and hands the handler a list; the handler answers per element.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from .codec import DecodeError
+from .context import Context
+from .delivery import Delivery
+from .failure import Verdict
+from .outcome import Outcome, OutcomeKind, ack
+
+if TYPE_CHECKING:
+    from .subscription import SubscriptionRunner
+
+__all__ = ["Dispatcher", "HandledMessage"]
+
+#: Deliveries waiting in each ordered lane.
+_LANE_BUFFER = 4
+_UNDECODED: Any = object()
+
+
+@dataclass(frozen=True, slots=True)
+class HandledMessage:
+    """One handler call as observers (the test harness, metrics) see it."""
+
+    subscription: str
+    delivery: Delivery
+    #: The decoded payload, or None when it could not be decoded.
+    message: Any
+    #: What the handler (or the failure policy, on an exception) decided.
+    outcome: Outcome
+    #: What was settled after the attempts cap, and where it was dead-lettered, if anywhere.
+    verdict: Verdict
+    error: BaseException | None = None
+
+
+class Dispatcher:
+    def __init__(self, runner: SubscriptionRunner) -> None:
+        self._runner = runner
+        subscription = runner.subscription
+        self._handler = subscription.handler
+        self._options = subscription.options
+        self._policy = subscription.options.policy
+        self._channel = runner.channel
+        self._publishers = subscription.publishers
+        self._log = runner.logger
+
+    async def run(self) -> None:
+        """Handle deliveries until the channel is closed and drained."""
+        options = self._options
+        async with trio.open_nursery() as nursery:
+            if options.batch is not None:
+                for _ in range(options.workers):
+                    nursery.start_soon(self._batch_worker, options.batch, options.max_wait)
+            elif options.by_key is not None and options.workers > 1:
+                await self._route_lanes(nursery, options.workers)
+            else:
+                for _ in range(options.workers):
+                    nursery.start_soon(self._worker)
+
+    # ---- shapes ------------------------------------------------------------------------------
+
+    async def _worker(self) -> None:
+        receive = self._channel.receive
+        process = self._process
+        while True:
+            try:
+                delivery = await receive()
+            except trio.EndOfChannel:
+                return
+            await process(delivery, _UNDECODED)
+
+    async def _route_lanes(self, nursery: trio.Nursery, lanes: int) -> None:
+        key_of = self._key_function()
+        senders = []
+        for _ in range(lanes):
+            send, receive = trio.open_memory_channel[tuple[Delivery, Any]](_LANE_BUFFER)
+            senders.append(send)
+            nursery.start_soon(self._lane_worker, receive)
+        async with contextlib.AsyncExitStack() as stack:
+            for send in senders:
+                await stack.enter_async_context(send)
+            while True:
+                try:
+                    delivery = await self._channel.receive()
+                except trio.EndOfChannel:
+                    return
+                key, message = key_of(delivery)
+                await senders[hash(key) % lanes].send((delivery, message))
+
+    def _key_function(self) -> Callable[[Delivery], tuple[Hashable, Any]]:
+        by_key = self._options.by_key
+        if isinstance(by_key, str):
+            header = by_key
+            return lambda delivery: (delivery.headers.get(header), _UNDECODED)
+        assert by_key is not None
+        decode = self._handler.decode
+        key_function = by_key
+
+        def key_of(delivery: Delivery) -> tuple[Hashable, Any]:
+            try:
+                message = decode(delivery.payload)
+            except DecodeError:
+                return None, _UNDECODED  # the lane decodes again and runs the decode policy
+            return key_function(message), message
+
+        return key_of
+
+    async def _lane_worker(self, receive: trio.MemoryReceiveChannel[tuple[Delivery, Any]]) -> None:
+        async with receive:
+            async for delivery, message in receive:
+                await self._process(delivery, message)
+
+    async def _batch_worker(self, size: int, max_wait: float) -> None:
+        channel = self._channel
+        while True:
+            try:
+                batch = [await channel.receive()]
+            except trio.EndOfChannel:
+                return
+            ended = False
+            with trio.move_on_after(max_wait):
+                while len(batch) < size:
+                    try:
+                        batch.append(channel.receive_nowait())
+                        continue
+                    except trio.WouldBlock:
+                        pass
+                    except trio.EndOfChannel:
+                        ended = True
+                        break
+                    try:
+                        batch.append(await channel.receive())
+                    except trio.EndOfChannel:
+                        ended = True
+                        break
+            await self._process_batch(batch)
+            if ended:
+                return
+
+    # ---- one delivery ------------------------------------------------------------------------
+
+    async def _process(self, delivery: Delivery, message: Any) -> None:
+        later = False
+        try:
+            if not self._channel.is_current(delivery):
+                return  # a seek made it stale before its handler started
+            later = await self._handle_one(delivery, message)
+        finally:
+            if not later:
+                self._channel.finished(delivery)
+
+    async def _handle_one(self, delivery: Delivery, message: Any) -> bool:
+        handler = self._handler
+        context = Context(self._runner, delivery) if handler.needs_context else None
+        error: BaseException | None = None
+        try:
+            if message is _UNDECODED:
+                args = await handler.arguments(delivery, context)
+            else:
+                args = [message]
+                for extract, is_async in zip(handler.extractors, handler.awaitable, strict=True):
+                    value = extract(delivery, context)
+                    args.append(await value if is_async else value)
+        except DecodeError as exc:
+            self._log.warning(
+                "%s: cannot decode the message at %r: %s",
+                self._runner.label,
+                delivery.position,
+                exc.reason,
+            )
+            verdict = self._policy.on_undecodable()
+            self._observe(delivery, None, verdict.outcome, verdict, exc)
+            return await self._settle(delivery, verdict)
+        except Exception as exc:  # noqa: BLE001 - a failing extractor runs the failure policy
+            error = exc
+            outcome = self._failed(delivery, exc)
+            args = None
+        if args is not None:
+            try:
+                result = await handler.fn(*args)
+                outcome = await self._outcome_of(result)
+            except Exception as exc:  # noqa: BLE001 - a failing handler runs the failure policy
+                error = exc
+                outcome = self._failed(delivery, exc)
+        verdict = self._policy.decide(delivery, outcome)
+        self._observe(delivery, args[0] if args else None, outcome, verdict, error)
+        return await self._settle(delivery, verdict)
+
+    def _failed(self, delivery: Delivery, exc: Exception) -> Outcome:
+        self._log.error(
+            "%s: handler failed on attempt %d of %d (message at %r)",
+            self._runner.label,
+            delivery.attempt,
+            self._policy.max_attempts,
+            delivery.position,
+            exc_info=exc,
+        )
+        return self._policy.on_exception(delivery)
+
+    async def _outcome_of(self, result: Any) -> Outcome:
+        if isinstance(result, Outcome):
+            return result
+        if result is not None:
+            for publisher in self._publishers:
+                await publisher.publish(result)
+        return ack()
+
+    # ---- batches -----------------------------------------------------------------------------
+
+    async def _process_batch(self, batch: list[Delivery]) -> None:
+        channel = self._channel
+        later: set[int] = set()
+        try:
+            current = [d for d in batch if channel.is_current(d)]
+            good: list[Delivery] = []
+            messages: list[Any] = []
+            decode = self._handler.decode
+            for delivery in current:
+                try:
+                    messages.append(decode(delivery.payload))
+                except DecodeError as exc:
+                    self._log.warning(
+                        "%s: cannot decode the message at %r: %s",
+                        self._runner.label,
+                        delivery.position,
+                        exc.reason,
+                    )
+                    verdict = self._policy.on_undecodable()
+                    self._observe(delivery, None, verdict.outcome, verdict, exc)
+                    if await self._settle(delivery, verdict):
+                        later.add(id(delivery))
+                else:
+                    good.append(delivery)
+            if not good:
+                return
+            outcomes, error = await self._call_batch(good, messages)
+            for delivery, message, outcome in zip(good, messages, outcomes, strict=True):
+                verdict = self._policy.decide(delivery, outcome)
+                self._observe(delivery, message, outcome, verdict, error)
+                if await self._settle(delivery, verdict):
+                    later.add(id(delivery))
+        finally:
+            for delivery in batch:
+                if id(delivery) not in later:
+                    channel.finished(delivery)
+
+    async def _call_batch(
+        self, deliveries: list[Delivery], messages: list[Any]
+    ) -> tuple[list[Outcome], BaseException | None]:
+        args: list[Any] = [messages]
+        if self._handler.extractors:
+            args.append([Context(self._runner, d) for d in deliveries])
+        try:
+            result = await self._handler.fn(*args)
+            return _batch_outcomes(result, len(deliveries)), None
+        except Exception as exc:  # noqa: BLE001 - a failing handler runs the failure policy
+            self._log.error(
+                "%s: batch handler failed on %d messages",
+                self._runner.label,
+                len(deliveries),
+                exc_info=exc,
+            )
+            return [self._policy.on_exception(d) for d in deliveries], exc
+
+    # ---- settling ----------------------------------------------------------------------------
+
+    async def _settle(self, delivery: Delivery, verdict: Verdict) -> bool:
+        """Carry out ``verdict``. True if a delayed retry now owns the delivery."""
+        runner = self._runner
+        if verdict.dead_letter is not None:
+            await runner.transport.publish(verdict.dead_letter, delivery.payload, delivery.headers)
+            self._log.warning(
+                "%s: message at %r dead-lettered to %r after %d attempt(s)",
+                runner.label,
+                delivery.position,
+                verdict.dead_letter,
+                delivery.attempt,
+            )
+        elif (
+            verdict.outcome.kind is OutcomeKind.DROP
+            and delivery.attempt >= self._policy.max_attempts
+        ):
+            self._log.warning(
+                "%s: message at %r dropped after %d attempt(s)",
+                runner.label,
+                delivery.position,
+                delivery.attempt,
+            )
+        outcome = verdict.outcome
+        if outcome.kind is OutcomeKind.RETRY_AFTER and not runner.source.durable_delay:
+            await runner.delayed.schedule(delivery, outcome.delay)
+            return True
+        await runner.source.settle(delivery, outcome)
+        return False
+
+    def _observe(
+        self,
+        delivery: Delivery,
+        message: Any,
+        outcome: Outcome,
+        verdict: Verdict,
+        error: BaseException | None,
+    ) -> None:
+        observers = self._runner.observers
+        if observers:
+            record = HandledMessage(self._runner.label, delivery, message, outcome, verdict, error)
+            for observer in observers:
+                observer(record)
+
+
+def _batch_outcomes(result: Any, size: int) -> list[Outcome]:
+    if result is None:
+        return [ack()] * size
+    if isinstance(result, Outcome):
+        return [result] * size
+    if isinstance(result, Sequence) and not isinstance(result, str | bytes):
+        if len(result) != size:
+            raise TypeError(f"a batch handler returned {len(result)} outcomes for {size} messages")
+        outcomes = []
+        for item in result:
+            if item is None:
+                outcomes.append(ack())
+            elif isinstance(item, Outcome):
+                outcomes.append(item)
+            else:
+                raise TypeError(f"a batch handler returned {item!r} where an outcome belongs")
+        return outcomes
+    raise TypeError(
+        f"a batch handler returns None, an outcome, or one outcome per message; got {result!r}"
+    )

@@ -1,0 +1,197 @@
+"""The subscription driver: the one task that reads from a subscription's transport.
+
+It owns the ``SubscriptionSource``: it alone calls ``read`` and ``seek``, so a seek never races
+a read. Handlers ask for seeks through ``Seeker``; requests travel on a bounded memory channel
+and wake the driver wherever it waits (inside ``read``, sending into a full delivery channel, or
+waiting for a finished replay to go idle). Each seek runs to completion in a shielded scope; one
+that moved the reader opens a new generation before the requester hears back, which purges every
+queued delivery read at the old position.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import trio
+
+from .channel import DeliveryChannel
+from .delivery import Delivery
+from .errors import UnsupportedError
+from .positions import Position
+from .transport import SeekRefused, SubscriptionSource
+
+__all__ = ["Seeker", "SubscriptionDriver"]
+
+#: Seek requests waiting for the driver; each requester waits for its answer, so few queue up.
+_SEEK_QUEUE = 16
+
+
+class _SeekRequest:
+    __slots__ = ("done", "error", "position")
+
+    def __init__(self, position: Position) -> None:
+        self.position = position
+        self.done = trio.Event()
+        self.error: BaseException | None = None
+
+    def answer(self, error: BaseException | None = None) -> None:
+        self.error = error
+        self.done.set()
+
+
+class Seeker:
+    """Moves a subscription's reader; reach it as ``ctx.seeker`` inside a handler."""
+
+    __slots__ = ("_driver",)
+
+    def __init__(self, driver: SubscriptionDriver) -> None:
+        self._driver = driver
+
+    @property
+    def generation(self) -> int:
+        """Advances each time a seek moves the reader."""
+        return self._driver.channel.generation
+
+    async def seek(self, position: Position) -> None:
+        """Move the reader to ``position`` and return once it is there.
+
+        Nothing read at the old position reaches a handler after this returns. Raises
+        ``SeekRefused`` when the transport refuses (e.g. a sequence past the next one the stream
+        will write): a replay then stays where it was; a live subscription ends. After the
+        subscription has stopped, every seek is refused.
+        """
+        await self._driver.request_seek(position)
+
+
+class SubscriptionDriver:
+    def __init__(
+        self,
+        source: SubscriptionSource,
+        channel: DeliveryChannel,
+        *,
+        label: str,
+        logger: logging.Logger,
+    ) -> None:
+        self.source = source
+        self.channel = channel
+        self.label = label
+        self._log = logger
+        self._seek_send, self._seek_receive = trio.open_memory_channel[_SeekRequest](_SEEK_QUEUE)
+        self._read_scope: trio.CancelScope | None = None
+        self._stopped = False
+        self.seeker = Seeker(self)
+        #: Why a live subscription ended after a refused seek, if it did.
+        self.ended_by: SeekRefused | None = None
+
+    # ---- requests from handlers --------------------------------------------------------------
+
+    async def request_seek(self, position: Position) -> None:
+        if not self.source.seekable:
+            raise UnsupportedError(f"subscription {self.label!r} reads a source that cannot seek")
+        if not isinstance(position, Position):
+            raise TypeError(f"seek() takes a Position, not {type(position).__name__}")
+        if self._stopped:
+            raise SeekRefused(f"subscription {self.label!r} has stopped; seek refused")
+        request = _SeekRequest(position)
+        try:
+            await self._seek_send.send(request)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            raise SeekRefused(f"subscription {self.label!r} has stopped; seek refused") from None
+        self._wake()
+        await request.done.wait()
+        if request.error is not None:
+            raise request.error
+
+    def _wake(self) -> None:
+        self.channel.interrupt()
+        if self._read_scope is not None:
+            self._read_scope.cancel()
+
+    # ---- the driver task ---------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Read until the source ends (and nothing is in flight) or the task is cancelled."""
+        try:
+            await self._read_loop()
+        finally:
+            self._stopped = True
+            self.channel.close()
+            self._refuse_waiting_seeks()
+
+    async def _read_loop(self) -> None:
+        source = self.source
+        channel = self.channel
+        while True:
+            if channel.interrupted and not await self._serve_seeks():
+                return
+            batch: Sequence[Delivery] | None = source.poll()
+            if not batch:
+                with trio.CancelScope() as scope:
+                    self._read_scope = scope
+                    try:
+                        batch = await source.read()
+                    finally:
+                        self._read_scope = None
+                if scope.cancelled_caught:
+                    continue  # woken by a seek request: serve it at the top
+            if batch is None:
+                if channel.outstanding == 0 and not channel.interrupted:
+                    return  # ended, and no handler is left that could seek
+                await channel.wait_idle_or_interrupt()
+                continue  # a seek or a retry may have given the source more to read
+            generation = channel.generation
+            sent = 0
+            while sent < len(batch):
+                queued = await channel.send_from(batch, sent)
+                if queued == sent:  # interrupted by a seek request
+                    if not await self._serve_seeks():
+                        return
+                    if channel.generation != generation:
+                        break  # the rest of this read is stale
+                sent = queued
+
+    async def _serve_seeks(self) -> bool:
+        """Run every queued seek to completion. False if the subscription must end."""
+        self.channel.clear_interrupt()
+        while True:
+            try:
+                request = self._seek_receive.receive_nowait()
+            except trio.WouldBlock:
+                return True
+            with trio.CancelScope(shield=True):
+                try:
+                    await self.source.seek(request.position)
+                except SeekRefused as refusal:
+                    request.answer(refusal)
+                    if self.source.live:
+                        self._log.warning(
+                            "%s: seek refused, live subscription ends: %s", self.label, refusal
+                        )
+                        self.ended_by = refusal
+                        return False
+                    self._log.info(
+                        "%s: seek refused, staying where it was: %s", self.label, refusal
+                    )
+                    continue
+                except BaseException as exc:
+                    request.answer(SeekRefused(f"{self.label}: seek failed: {exc!r}"))
+                    raise
+            purged = self.channel.advance_generation()
+            self._log.debug(
+                "%s: seek to %r done, %d queued deliveries dropped",
+                self.label,
+                request.position,
+                purged,
+            )
+            request.answer()
+
+    def _refuse_waiting_seeks(self) -> None:
+        refusal = SeekRefused(f"subscription {self.label!r} has stopped; seek refused")
+        while True:
+            try:
+                request = self._seek_receive.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                break
+            request.answer(refusal)
+        self._seek_receive.close()

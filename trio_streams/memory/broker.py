@@ -1,0 +1,164 @@
+"""``MemoryBroker`` and the in-process subscription reader."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+from trio.lowlevel import cancel_shielded_checkpoint, checkpoint, checkpoint_if_cancelled
+
+from .._schedule import FairShare
+from ..broker import Broker
+from ..delivery import Delivery
+from ..errors import ConfigurationError, UnsupportedError
+from ..outcome import Outcome
+from ..positions import Position, PositionKind
+from ..transport import Source, SubscriptionSource, Transport
+from .log import Cursor, Entry, MemoryHub
+from .sources import MemoryStream
+
+__all__ = ["MemoryBroker", "MemorySubscription", "MemoryTransport"]
+
+#: Messages taken per read unless the subscription says ``count=``.
+DEFAULT_COUNT = 64
+
+
+class MemoryBroker(Broker):
+    """In-process streams. Messages live as long as the broker object (``max_len`` per stream).
+
+    Subscriber option: ``count`` — messages taken per read (default 64).
+    """
+
+    source_types = (MemoryStream,)
+    subscriber_options = frozenset({"count"})
+
+    def __init__(self, *, name: str | None = None, max_len: int = 100_000, **defaults: Any) -> None:
+        super().__init__(name=name or "memory", **defaults)
+        self.hub = MemoryHub(max_len=max_len)
+
+    def check_subscription(self, source: Source, options: Mapping[str, Any]) -> None:
+        super().check_subscription(source, options)
+        _check_count(options)
+
+    @asynccontextmanager
+    async def connect(self) -> AsyncIterator[Transport]:
+        yield MemoryTransport(self.hub)
+
+
+def _check_count(options: Mapping[str, Any]) -> int:
+    count = options.get("count", DEFAULT_COUNT)
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ConfigurationError(f"count must be an int >= 1, got {count!r}")
+    return count
+
+
+class MemoryTransport(Transport):
+    """A connected in-process broker. Also what ``app.test()`` gives every broker."""
+
+    def __init__(self, hub: MemoryHub, *, strict_options: bool = True) -> None:
+        self.hub = hub
+        self._strict = strict_options
+        self._share = FairShare()
+
+    async def publish(
+        self, destination: str, payload: bytes, headers: Mapping[str, str]
+    ) -> Position:
+        if not isinstance(payload, bytes):
+            raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
+        entry = self.hub.append(destination, payload, dict(headers) if headers else {})
+        await self._share.checkpoint()
+        return Position(PositionKind.SEQUENCE, entry.seq, destination)
+
+    def open_subscription(
+        self, source: Source, options: Mapping[str, Any], *, label: str
+    ) -> SubscriptionSource:
+        stream = source if isinstance(source, MemoryStream) else source.in_process()
+        count = _check_count(options) if self._strict else DEFAULT_COUNT
+        return MemorySubscription(self.hub, stream, label=label, count=count)
+
+
+class MemorySubscription(SubscriptionSource):
+    """Reads one ``MemoryStream`` through a cursor (its own, or its consumer group's)."""
+
+    durable_delay = False
+
+    def __init__(self, hub: MemoryHub, stream: MemoryStream, *, label: str, count: int) -> None:
+        self._hub = hub
+        self._label = label
+        self._count = count
+        start = stream.start_at
+        if start is None:
+            start = Position.beginning() if stream.replaying else Position.end()
+        self.live = not stream.replaying
+        self._redeliveries: deque[Delivery]
+        if stream.group is not None:
+            group = hub.group(stream.keys, stream.group, start)
+            self._cursor: Cursor = group.cursor
+            self._redeliveries = group.redeliveries
+            self.seekable = False
+        else:
+            self._cursor = Cursor(hub, stream.keys, start)
+            self._redeliveries = deque()
+            self.seekable = True
+
+    def poll(self) -> Sequence[Delivery]:
+        return self._take()
+
+    def pending(self) -> int:
+        return self._cursor.available() + len(self._redeliveries)
+
+    async def read(self) -> Sequence[Delivery] | None:
+        await checkpoint_if_cancelled()
+        while True:
+            batch = self._take()
+            if batch:
+                await cancel_shielded_checkpoint()
+                return batch
+            if not self.live:
+                await cancel_shielded_checkpoint()
+                return None
+            await self._hub.activity.park()
+
+    def _take(self) -> list[Delivery]:
+        taken: list[Delivery] = []
+        redeliveries = self._redeliveries
+        while redeliveries and len(taken) < self._count:
+            taken.append(redeliveries.popleft())
+        if len(taken) < self._count:
+            taken.extend(_deliver(e) for e in self._cursor.take(self._count - len(taken)))
+        return taken
+
+    async def seek(self, position: Position) -> None:
+        if not self.seekable:
+            raise UnsupportedError(f"{self._label}: a consumer group member cannot seek")
+        self._cursor.move(position)
+        # Retries queued before the seek were read at the old position: they are stale too.
+        self._redeliveries.clear()
+        self._hub.wake()
+        await checkpoint()
+
+    async def settle(self, delivery: Delivery, outcome: Outcome) -> None:
+        if outcome.is_retry:
+            self._redeliveries.append(
+                Delivery(
+                    delivery.stream,
+                    delivery.payload,
+                    delivery.headers,
+                    position=delivery.position,
+                    attempt=delivery.attempt + 1,
+                    handle=delivery.handle,
+                )
+            )
+            self._hub.wake()
+
+
+def _deliver(entry: Entry) -> Delivery:
+    return Delivery(
+        entry.stream,
+        entry.payload,
+        entry.headers,
+        position=Position(PositionKind.SEQUENCE, entry.seq, entry.stream),
+        handle=entry,
+    )

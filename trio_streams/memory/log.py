@@ -1,0 +1,249 @@
+"""The in-process log: per-stream sequences from 1, a global publish order, and cursors.
+
+Every stream keeps its messages (up to ``max_len`` per stream, oldest trimmed first) so replays
+and seeks work as on a stream file. Subscriptions do not queue messages of their own: each holds
+a cursor into the log, so a slow subscriber costs nothing but its position (back-pressure comes
+from its bounded delivery channel, not from a growing queue).
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+from trio.lowlevel import ParkingLot
+
+from ..positions import Position, PositionKind
+from ..transport import SeekRefused
+
+if TYPE_CHECKING:
+    from ..delivery import Delivery
+
+__all__ = ["Cursor", "Entry", "Group", "MemoryHub", "StreamLog"]
+
+
+class Entry:
+    """One published message."""
+
+    __slots__ = ("headers", "order", "payload", "seq", "stream", "timestamp_ms")
+
+    def __init__(
+        self,
+        stream: str,
+        seq: int,
+        order: int,
+        timestamp_ms: int,
+        payload: bytes,
+        headers: Mapping[str, str],
+    ) -> None:
+        self.stream = stream
+        self.seq = seq
+        self.order = order
+        self.timestamp_ms = timestamp_ms
+        self.payload = payload
+        self.headers = headers
+
+
+class StreamLog:
+    """The retained messages of one stream; sequence numbers are contiguous from 1."""
+
+    def __init__(self, name: str, max_len: int) -> None:
+        self.name = name
+        self.max_len = max_len
+        self._entries: list[Entry] = []
+        #: Sequence number of ``_entries[0]``.
+        self.first_seq = 1
+        #: The sequence number the next message will get.
+        self.next_seq = 1
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def append(self, entry: Entry) -> None:
+        self._entries.append(entry)
+        self.next_seq = entry.seq + 1
+        excess = len(self._entries) - self.max_len
+        # Trim in chunks so appending stays amortised O(1).
+        if excess > max(64, self.max_len // 4):
+            del self._entries[:excess]
+            self.first_seq += excess
+
+    def slice(self, start_seq: int, stop_seq: int) -> list[Entry]:
+        return self._entries[start_seq - self.first_seq : stop_seq - self.first_seq]
+
+    def get(self, seq: int) -> Entry:
+        return self._entries[seq - self.first_seq]
+
+    def seq_after_timestamp(self, timestamp_ms: int) -> int | None:
+        """The first retained sequence with a timestamp strictly later, or None."""
+        i = bisect.bisect_right(self._entries, timestamp_ms, key=lambda e: e.timestamp_ms)
+        return self.first_seq + i if i < len(self._entries) else None
+
+    def seq_at_order(self, order: int) -> int:
+        """The first retained sequence published at or after global ``order`` (or next_seq)."""
+        i = bisect.bisect_left(self._entries, order, key=lambda e: e.order)
+        return self.first_seq + i
+
+
+class MemoryHub:
+    """All the in-process streams of one broker, and who waits on them."""
+
+    def __init__(self, *, max_len: int = 100_000) -> None:
+        if max_len < 1:
+            raise ValueError(f"max_len must be >= 1, got {max_len}")
+        self.max_len = max_len
+        self._logs: dict[str, StreamLog] = {}
+        self._groups: dict[tuple[tuple[str, ...], str], Group] = {}
+        self._order = 0
+        self._last_timestamp_ms = 0
+        #: Readers waiting for a publish (or a redelivery) park here.
+        self.activity = ParkingLot()
+        self._listeners: list[Callable[[], None]] = []
+
+    def log(self, stream: str) -> StreamLog:
+        log = self._logs.get(stream)
+        if log is None:
+            log = self._logs[stream] = StreamLog(stream, self.max_len)
+        return log
+
+    def streams(self) -> list[str]:
+        return sorted(self._logs)
+
+    def append(self, stream: str, payload: bytes, headers: Mapping[str, str]) -> Entry:
+        log = self.log(stream)
+        # Timestamps never go backwards, so a timestamp seek can bisect.
+        now = max(time.time_ns() // 1_000_000, self._last_timestamp_ms)
+        self._last_timestamp_ms = now
+        self._order += 1
+        entry = Entry(stream, log.next_seq, self._order, now, payload, headers)
+        log.append(entry)
+        self.wake()
+        return entry
+
+    def next_order(self) -> int:
+        return self._order + 1
+
+    def group(self, streams: tuple[str, ...], name: str, start: Position | None) -> Group:
+        key = (streams, name)
+        group = self._groups.get(key)
+        if group is None:
+            group = self._groups[key] = Group(Cursor(self, streams, start))
+        return group
+
+    def wake(self) -> None:
+        """Wake readers and anyone watching for changes (the test harness)."""
+        if self.activity:
+            self.activity.unpark_all()
+        for listener in self._listeners:
+            listener()
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Callable[[], None]) -> None:
+        self._listeners.remove(listener)
+
+
+class Group:
+    """A consumer group: one shared cursor and the redeliveries any member may take."""
+
+    def __init__(self, cursor: Cursor) -> None:
+        self.cursor = cursor
+        self.redeliveries: deque[Delivery] = deque()
+
+
+class Cursor:
+    """A reading position over one or more streams, in publish order."""
+
+    def __init__(self, hub: MemoryHub, streams: tuple[str, ...], start: Position | None) -> None:
+        self._hub = hub
+        self._logs = [hub.log(s) for s in streams]
+        self._streams = streams
+        self._next: list[int] = [log.next_seq for log in self._logs]
+        self.move(start if start is not None else Position.end())
+
+    # ---- reading -----------------------------------------------------------------------------
+
+    def available(self) -> int:
+        return sum(
+            log.next_seq - max(nxt, log.first_seq)
+            for log, nxt in zip(self._logs, self._next, strict=True)
+        )
+
+    def take(self, limit: int) -> list[Entry]:
+        if len(self._logs) == 1:
+            log = self._logs[0]
+            start = max(self._next[0], log.first_seq)
+            stop = min(start + limit, log.next_seq)
+            if stop <= start:
+                return []
+            self._next[0] = stop
+            return log.slice(start, stop)
+        taken: list[Entry] = []
+        while len(taken) < limit:
+            best = -1
+            best_order = 0
+            for i, log in enumerate(self._logs):
+                seq = max(self._next[i], log.first_seq)
+                if seq < log.next_seq:
+                    order = log.get(seq).order
+                    if best < 0 or order < best_order:
+                        best, best_order = i, order
+            if best < 0:
+                break
+            log = self._logs[best]
+            seq = max(self._next[best], log.first_seq)
+            taken.append(log.get(seq))
+            self._next[best] = seq + 1
+        return taken
+
+    # ---- moving ------------------------------------------------------------------------------
+
+    def move(self, position: Position) -> None:
+        """Move to ``position``; raise SeekRefused, moving nothing, if it is out of reach."""
+        kind = position.kind
+        if kind is PositionKind.BEGINNING:
+            self._next = [log.first_seq for log in self._logs]
+            return
+        if kind is PositionKind.END:
+            self._next = [log.next_seq for log in self._logs]
+            return
+        index = self._stream_index(position)
+        log = self._logs[index]
+        assert position.value is not None
+        if kind is PositionKind.SEQUENCE:
+            if position.value > log.next_seq:
+                raise SeekRefused(
+                    f"sequence {position.value} of stream {log.name!r} is past the next one it "
+                    f"will write ({log.next_seq})"
+                )
+            seq = max(position.value, log.first_seq)
+        else:
+            found = log.seq_after_timestamp(position.value)
+            if found is None:
+                raise SeekRefused(
+                    f"stream {log.name!r} holds no message later than {position.value} ms"
+                )
+            seq = found
+        order = log.get(seq).order if seq < log.next_seq else self._hub.next_order()
+        self._next = [
+            seq if i == index else other.seq_at_order(order) for i, other in enumerate(self._logs)
+        ]
+
+    def _stream_index(self, position: Position) -> int:
+        if position.stream is None:
+            if len(self._streams) > 1:
+                raise SeekRefused(
+                    f"{position!r} must name one of the streams {list(self._streams)}"
+                )
+            return 0
+        try:
+            return self._streams.index(position.stream)
+        except ValueError:
+            raise SeekRefused(
+                f"{position!r} names a stream this subscription does not read "
+                f"({list(self._streams)})"
+            ) from None

@@ -1,0 +1,93 @@
+"""``MemoryStream``: what an in-process subscription reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Self
+
+from ..errors import ConfigurationError
+from ..positions import Position
+from ..transport import Source
+
+__all__ = ["MemoryStream"]
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class MemoryStream(Source):
+    """One or more in-process streams.
+
+    - ``MemoryStream("orders")`` follows the live tail: only messages published from now on.
+    - ``.replay()`` reads from the beginning and ends at the tip.
+    - ``start_at=Position...`` starts somewhere else (a live subscription then keeps following).
+    - ``group="workers"``: a consumer group; each message goes to one member. Several streams
+      are read in the order they were published.
+    """
+
+    keys: tuple[str, ...]
+    replaying: bool
+    start_at: Position | None
+    group: str | None
+
+    def __init__(
+        self,
+        *streams: str,
+        group: str | None = None,
+        start_at: Position | None = None,
+        replaying: bool = False,
+    ) -> None:
+        if not streams:
+            raise ConfigurationError("MemoryStream needs at least one stream name")
+        for stream in streams:
+            if not isinstance(stream, str) or not stream:
+                raise ConfigurationError(f"stream names are non-empty strings, not {stream!r}")
+        if len(set(streams)) != len(streams):
+            raise ConfigurationError(f"stream names repeat: {streams!r}")
+        if start_at is not None and not isinstance(start_at, Position):
+            raise ConfigurationError(f"start_at takes a Position, not {start_at!r}")
+        if group is not None and (not isinstance(group, str) or not group):
+            raise ConfigurationError(f"group must be a non-empty string, not {group!r}")
+        object.__setattr__(self, "keys", tuple(streams))
+        object.__setattr__(self, "replaying", replaying)
+        object.__setattr__(self, "start_at", start_at)
+        object.__setattr__(self, "group", group)
+
+    def replay(self) -> MemoryStream:
+        """The same streams read from the beginning, ending at the tip."""
+        return self._evolve(replaying=True)
+
+    def _evolve(self, **changes: object) -> Self:
+        fields = {
+            "group": self.group,
+            "start_at": self.start_at,
+            "replaying": self.replaying,
+            **changes,
+        }
+        keys = changes.get("keys", self.keys)
+        assert isinstance(keys, tuple)
+        fields.pop("keys", None)
+        return type(self)(*keys, **fields)  # type: ignore[arg-type]
+
+    @property
+    def name(self) -> str:
+        return ",".join(self.keys)
+
+    @property
+    def streams(self) -> tuple[str, ...]:
+        return self.keys
+
+    def with_prefix(self, prefix: str) -> Self:
+        if not prefix:
+            return self
+        return self._evolve(keys=tuple(prefix + k for k in self.keys))
+
+    def in_process(self) -> MemoryStream:
+        return self
+
+    def __repr__(self) -> str:
+        parts = [repr(k) for k in self.keys]
+        if self.group is not None:
+            parts.append(f"group={self.group!r}")
+        if self.start_at is not None:
+            parts.append(f"start_at={self.start_at!r}")
+        text = f"MemoryStream({', '.join(parts)})"
+        return text + ".replay()" if self.replaying else text

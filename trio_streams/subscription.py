@@ -1,0 +1,160 @@
+"""``SubscriptionRunner``: one mounted subscription at run time — driver, dispatcher, timers.
+
+Its tasks live in one nursery, owned by the app:
+
+- the driver reads from the transport into the bounded delivery channel (back-pressure: it stops
+  reading while the channel is full);
+- the dispatcher runs the handler on what the channel holds;
+- the delayed-retry timer fires ``retry_after`` retries that the transport does not keep.
+
+Stopping is graceful by default: ``stop_reading`` ends the driver, the dispatcher drains what was
+already read, due and pending delayed retries fire at once, and only then is the transport's
+reader closed (a pipeline window flushes there). ``abandon`` cancels whatever is left: a delivery
+abandoned without an outcome is never settled, so a durable transport delivers it again.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import trio
+
+from .channel import DeliveryChannel
+from .delivery import Delivery
+from .dispatch import Dispatcher, HandledMessage
+from .driver import SubscriptionDriver
+from .errors import ConfigurationError
+from .failure import DelayedRetries
+from .outcome import retry
+from .routing import Subscription
+from .transport import SubscriptionSource, Transport
+
+if TYPE_CHECKING:
+    from .app import State
+    from .broker import Broker
+
+__all__ = ["SubscriptionRunner", "SubscriptionState"]
+
+#: How long a reader may take to close (flush) once its subscription has stopped.
+_CLOSE_TIMEOUT = 10.0
+
+
+class SubscriptionState(enum.Enum):
+    CREATED = "created"
+    RUNNING = "running"
+    DRAINING = "draining"
+    ENDED = "ended"
+    FAILED = "failed"
+
+
+class SubscriptionRunner:
+    def __init__(
+        self,
+        subscription: Subscription,
+        transport: Transport,
+        *,
+        app_state: State,
+        logger: logging.Logger,
+        on_change: Callable[[], None] | None = None,
+        observers: tuple[Callable[[HandledMessage], None], ...] = (),
+    ) -> None:
+        self.subscription = subscription
+        self.label = subscription.name
+        self.transport = transport
+        self.app_state = app_state
+        self.logger = logger
+        self.observers = observers
+        if subscription.handler.is_batch and subscription.publishers:
+            raise ConfigurationError(
+                f"{self.label}: a batch handler returns outcomes, so it cannot have publishers"
+            )
+        self.source: SubscriptionSource = transport.open_subscription(
+            subscription.source, subscription.transport_options, label=self.label
+        )
+        self.channel = DeliveryChannel(subscription.options.channel_capacity, on_idle=on_change)
+        self.driver: SubscriptionDriver | None = SubscriptionDriver(
+            self.source, self.channel, label=self.label, logger=logger
+        )
+        self.delayed = DelayedRetries(
+            self._fire_delayed,
+            capacity=subscription.options.max_delayed,
+            logger=logger,
+            on_change=on_change,
+        )
+        self.state = SubscriptionState.CREATED
+        #: True once its tasks are running (a failure after this fails the app, not its start).
+        self.started = False
+        self.error: BaseException | None = None
+        self.finished = trio.Event()
+        self._read_scope = trio.CancelScope()
+        self._scope = trio.CancelScope()
+
+    @property
+    def broker(self) -> Broker:
+        return self.subscription.broker
+
+    def quiescent(self) -> bool:
+        """Nothing to read now, nothing in flight, no retry due: the test harness's idea of done."""
+        return (
+            self.channel.outstanding == 0
+            and (self.finished.is_set() or self.source.pending() == 0)
+            and self.delayed.next_deadline() > trio.current_time()
+        )
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run until the source ends and everything is settled, or until stopped."""
+        try:
+            with self._scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._drive)
+                    nursery.start_soon(self._dispatch)
+                    nursery.start_soon(self.delayed.run)
+                    self.state = SubscriptionState.RUNNING
+                    self.started = True
+                    task_status.started()
+            if self.state is not SubscriptionState.FAILED:
+                self.state = SubscriptionState.ENDED
+        except BaseException as exc:
+            self.state = SubscriptionState.FAILED
+            self.error = exc
+            raise
+        finally:
+            with trio.move_on_after(_CLOSE_TIMEOUT, shield=True) as closing:
+                await self.source.aclose()
+            if closing.cancelled_caught:
+                self.logger.error(
+                    "%s: the reader did not close within %ss", self.label, _CLOSE_TIMEOUT
+                )
+            self.finished.set()
+
+    async def _drive(self) -> None:
+        assert self.driver is not None
+        with self._read_scope:
+            await self.driver.run()
+        # A cancelled read still closes the channel (driver.run's finally), so the
+        # dispatcher drains what was read and ends.
+
+    async def _dispatch(self) -> None:
+        await Dispatcher(self).run()
+        if self.state is SubscriptionState.RUNNING:
+            self.state = SubscriptionState.DRAINING
+        self.delayed.flush()
+
+    async def _fire_delayed(self, delivery: Delivery) -> None:
+        try:
+            await self.source.settle(delivery, retry())
+        finally:
+            self.channel.finished(delivery)
+
+    def stop_reading(self) -> None:
+        """Stop reading; what was read is still handled, then the subscription ends."""
+        if self.state is SubscriptionState.RUNNING:
+            self.state = SubscriptionState.DRAINING
+        self._read_scope.cancel()
+
+    def abandon(self) -> None:
+        """Cancel whatever is still running: handlers, delayed retries, the reader."""
+        self._scope.cancel()

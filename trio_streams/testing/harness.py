@@ -1,0 +1,273 @@
+"""``app.test()``: the production app on in-process transports, with assertions.
+
+Every broker of the app gets a fresh in-process hub, so a test sees only its own messages and a
+``FileBroker`` or ``RedisBroker`` app runs without a file or a server. ``publish`` returns once
+the whole reaction has settled: handlers, the messages they published and the handlers of those,
+and retries that are due. Time is Trio's, so under pytest-trio's ``autojump_clock`` a
+``retry_after(60)`` is tested with ``await t.wait(60)`` in no real time.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import trio
+from trio.lowlevel import ParkingLot
+
+from ..broker import Broker
+from ..codec import decoder_for
+from ..dispatch import HandledMessage
+from ..errors import ConfigurationError, TrioStreamsError
+from ..memory.broker import MemoryBroker, MemoryTransport
+from ..memory.log import MemoryHub
+from ..outcome import Outcome
+from ..transport import Transport
+
+if TYPE_CHECKING:
+    from ..app import App, RunningApp
+    from ..subscription import SubscriptionRunner
+
+__all__ = ["HandlerRecord", "NotSettled", "PublishedMessage", "TestClient", "run_test_client"]
+
+DEFAULT_SETTLE_TIMEOUT = 30.0
+
+
+class NotSettled(TrioStreamsError, TimeoutError):
+    """The app did not settle in time; the message lists what was still busy."""
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedMessage:
+    """A message as it sits in an in-process stream."""
+
+    stream: str
+    seq: int
+    payload: bytes
+    headers: Mapping[str, str]
+
+    def json(self) -> Any:
+        return json.loads(self.payload)
+
+    def decode(self, kind: Any) -> Any:
+        """The payload decoded as a handler annotated with ``kind`` would receive it."""
+        return decoder_for(kind)(self.payload)
+
+
+class HandlerRecord:
+    """What one handler was called with and what came of it, in order."""
+
+    def __init__(self, name: str, calls: list[HandledMessage]) -> None:
+        self.name = name
+        self.calls = calls
+
+    @property
+    def messages(self) -> list[Any]:
+        """The decoded payloads (None for those that could not be decoded)."""
+        return [call.message for call in self.calls]
+
+    @property
+    def outcomes(self) -> list[Outcome]:
+        """What the handler returned, or what the failure policy made of its exception."""
+        return [call.outcome for call in self.calls]
+
+    @property
+    def settled(self) -> list[Outcome]:
+        """What was settled after the attempts cap (a spent retry settles as ``drop()``)."""
+        return [call.verdict.outcome for call in self.calls]
+
+    @property
+    def dead_lettered(self) -> list[HandledMessage]:
+        return [call for call in self.calls if call.verdict.dead_letter is not None]
+
+    @property
+    def errors(self) -> list[BaseException]:
+        return [call.error for call in self.calls if call.error is not None]
+
+    @property
+    def call_count(self) -> int:
+        return len(self.calls)
+
+    def assert_called_once_with(self, message: Any) -> None:
+        assert len(self.calls) == 1, f"{self.name} was called {len(self.calls)} times, not once"
+        got = self.calls[0].message
+        assert got == message, f"{self.name} was called with {got!r}, not {message!r}"
+
+    def assert_not_called(self) -> None:
+        assert not self.calls, f"{self.name} was called {len(self.calls)} times: {self.messages!r}"
+
+    def __repr__(self) -> str:
+        return f"<HandlerRecord {self.name} {len(self.calls)} call(s)>"
+
+
+class _Changes:
+    """A wake-up for the harness whenever anything that bears on "settled" moves."""
+
+    def __init__(self) -> None:
+        self._lot = ParkingLot()
+
+    def notify(self) -> None:
+        self._lot.unpark_all()
+
+    async def wait(self) -> None:
+        await self._lot.park()
+
+
+class TestClient:
+    """The handle ``app.test()`` yields."""
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(
+        self,
+        app: App,
+        running: RunningApp,
+        hubs: Mapping[Broker, MemoryHub],
+        runners: list[SubscriptionRunner],
+        calls: dict[str, list[HandledMessage]],
+        changes: _Changes,
+        settle_timeout: float,
+    ) -> None:
+        self.app = app
+        self.settle_timeout = settle_timeout
+        self.running = running
+        self._hubs = hubs
+        self._runners = runners
+        self._calls = calls
+        self._changes = changes
+
+    # ---- acting ------------------------------------------------------------------------------
+
+    async def publish(
+        self,
+        destination: str,
+        message: Any,
+        *,
+        headers: Mapping[str, str] | None = None,
+        broker: Broker | None = None,
+    ) -> Any:
+        """Publish, then wait until the whole reaction has settled; returns the receipt."""
+        target = self._broker_for(destination, broker)
+        receipt = await target.publish(destination, message, headers=headers)
+        await self.settled()
+        return receipt
+
+    async def settled(self) -> None:
+        """Wait until nothing is left to read, nothing is in flight and no retry is due."""
+        with trio.move_on_after(self.settle_timeout) as waiting:
+            while not self._quiet():
+                with trio.move_on_at(self._next_deadline()):
+                    await self._changes.wait()
+        if waiting.cancelled_caught:
+            raise NotSettled(f"not settled after {self.settle_timeout}s: {self._busy()}")
+
+    async def wait(self, seconds: float) -> None:
+        """Let ``seconds`` pass on Trio's clock (instantly under autojump_clock), then settle."""
+        await trio.sleep(seconds)
+        await self.settled()
+
+    # ---- looking -----------------------------------------------------------------------------
+
+    def handler(self, handler: Callable[..., Any] | str) -> HandlerRecord:
+        """The record of a handler, by function or by subscription name."""
+        names = [
+            runner.label
+            for runner in self._runners
+            if handler in (runner.label, runner.subscription.handler.fn)
+        ]
+        if not names:
+            known = [runner.label for runner in self._runners]
+            raise ConfigurationError(f"no subscription runs {handler!r}; these do: {known}")
+        calls = [call for name in names for call in self._calls.get(name, [])]
+        label = names[0] if len(names) == 1 else ", ".join(names)
+        return HandlerRecord(label, calls)
+
+    def published(
+        self, destination: str, *, broker: Broker | None = None
+    ) -> list[PublishedMessage]:
+        """Every message in ``destination``, from tests and handlers alike, in order."""
+        hub = self._hubs[self._broker_for(destination, broker)]
+        log = hub.log(destination)
+        return [
+            PublishedMessage(destination, e.seq, e.payload, e.headers)
+            for e in log.slice(log.first_seq, log.next_seq)
+        ]
+
+    def hub(self, broker: Broker) -> MemoryHub:
+        return self._hubs[broker]
+
+    # ---- internals ---------------------------------------------------------------------------
+
+    def _broker_for(self, destination: str, broker: Broker | None) -> Broker:
+        if broker is not None:
+            if broker not in self._hubs:
+                raise ConfigurationError(f"{broker!r} is not a broker of app {self.app.name!r}")
+            return broker
+        brokers = list(self._hubs)
+        if len(brokers) == 1:
+            return brokers[0]
+        reading = [
+            b for b in brokers if any(destination in s.source.streams for s in b.subscriptions)
+        ]
+        if len(reading) == 1:
+            return reading[0]
+        raise ConfigurationError(
+            f"{destination!r} could be on any of {brokers}; say which with broker="
+        )
+
+    def _quiet(self) -> bool:
+        return all(runner.quiescent() for runner in self._runners)
+
+    def _next_deadline(self) -> float:
+        return min((r.delayed.next_deadline() for r in self._runners), default=float("inf"))
+
+    def _busy(self) -> str:
+        busy = [
+            f"{r.label} (in flight {r.channel.outstanding}, unread {r.source.pending()}, "
+            f"delayed {len(r.delayed)})"
+            for r in self._runners
+            if not r.quiescent()
+        ]
+        return "; ".join(busy) or "nothing (it settled just now)"
+
+
+@asynccontextmanager
+async def run_test_client(
+    app: App, *, settle_timeout: float = DEFAULT_SETTLE_TIMEOUT
+) -> AsyncIterator[TestClient]:
+    from ..app import _RunOptions
+
+    hubs = {broker: MemoryHub() for broker in app.brokers}
+    changes = _Changes()
+    calls: dict[str, list[HandledMessage]] = {}
+
+    def record(call: HandledMessage) -> None:
+        calls.setdefault(call.subscription, []).append(call)
+
+    def connect(broker: Broker) -> AbstractAsyncContextManager[Transport]:
+        return _in_process(hubs[broker], strict=isinstance(broker, MemoryBroker))
+
+    for hub in hubs.values():
+        hub.add_listener(changes.notify)
+    options = _RunOptions(
+        connect=connect,
+        shutdown_timeout=app.shutdown_timeout,
+        stop_when_finished=False,
+        observers=(record,),
+        on_change=changes.notify,
+    )
+    async with trio.open_nursery() as nursery:
+        running: RunningApp = await nursery.start(app._serve, options)
+        client = TestClient(app, running, hubs, options.runners, calls, changes, settle_timeout)
+        try:
+            yield client
+        finally:
+            await running.aclose()
+
+
+@asynccontextmanager
+async def _in_process(hub: MemoryHub, *, strict: bool) -> AsyncIterator[Transport]:
+    yield MemoryTransport(hub, strict_options=strict)
