@@ -24,7 +24,7 @@ from trio_util import AsyncValue
 from .broker import Broker
 from .dispatch import HandledMessage
 from .errors import ConfigurationError, TrioStreamsError
-from .subscription import SubscriptionRunner, SubscriptionState
+from .subscription import SubscriptionRunner, SubscriptionState, SubscriptionStats
 from .transport import Transport
 
 if TYPE_CHECKING:
@@ -100,6 +100,10 @@ class RunningApp:
     @property
     def subscriptions(self) -> dict[str, SubscriptionState]:
         return {runner.label: runner.state for runner in self._runners}
+
+    def stats(self) -> dict[str, SubscriptionStats]:
+        """A snapshot of every subscription: queued, outstanding, delayed, unread, stale."""
+        return {runner.label: runner.stats() for runner in self._runners}
 
     async def publish(
         self,
@@ -275,7 +279,7 @@ class App:
                     self.health.value = Health(HealthState.RUNNING)
                     task_status.started(handle)
                     await handle._stop.wait()
-                    reason = f"{handle._failure!r}" if handle._failure else None
+                    reason = str(handle._failure) if handle._failure else None
                     self.health.value = Health(HealthState.SHUTTING_DOWN, reason)
                     await self._run_hooks("on_shutdown")
                     await self._drain(runners, options.shutdown_timeout)
@@ -288,8 +292,9 @@ class App:
             self._running = False
             handle._stopped.set()
         if handle._failure is not None:
-            self.health.value = Health(HealthState.FAILED, repr(handle._failure))
-            raise AppFailed(f"app {self.name!r} stopped: {handle._failure}") from handle._failure
+            failure = handle._failure
+            self.health.value = Health(HealthState.FAILED, str(failure))
+            raise AppFailed(f"app {self.name!r} stopped: {failure}") from failure.__cause__
         self.health.value = Health(HealthState.STOPPED)
 
     def _make_runners(self, options: _RunOptions) -> list[SubscriptionRunner]:
@@ -319,8 +324,11 @@ class App:
         except Exception as exc:
             if not runner.started:
                 raise
-            self.logger.error("%s: subscription %r failed", self.name, runner.label, exc_info=exc)
-            handle._fail(exc)
+            cause = _single_cause(exc)
+            self.logger.error("%s: subscription %r failed", self.name, runner.label, exc_info=cause)
+            failure = TrioStreamsError(f"subscription {runner.label!r} failed: {cause!r}")
+            failure.__cause__ = cause
+            handle._fail(failure)
 
     async def _stop_when_finished(self, handle: RunningApp) -> None:
         await handle.wait_finished()
@@ -353,6 +361,13 @@ class App:
             result = hook(self) if takes_app else hook()
             if inspect.isawaitable(result):
                 await result
+
+
+def _single_cause(error: BaseException) -> BaseException:
+    """The one error inside nested exception groups, or the group itself if there are more."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error
 
 
 def _connect(broker: Broker) -> AbstractAsyncContextManager[Transport]:

@@ -1,8 +1,9 @@
 """Payload encoding and decoding, driven by the handler's type annotations.
 
-A handler's first parameter says what it wants: ``bytes`` (the payload as it arrived), ``str``
-(UTF-8), JSON values (``dict``, ``list``, numbers…), a dataclass, a pydantic model or a msgspec
-Struct (the last two with their optional extras). Decoders are built once per handler, at mount
+A handler's first parameter says what it wants: ``bytes`` (the payload as it arrived; also what
+an unannotated parameter gets), ``str`` (UTF-8), JSON values (``dict``, ``list``, numbers,
+``Any``…), a dataclass, a pydantic model or a msgspec Struct (the last two with their optional
+extras). Decoders are built once per handler, at mount
 time, so the hot path is a single call. A payload that does not fit raises ``DecodeError``, which
 names the path inside the document (``$.items[2].qty``) and what was expected.
 """
@@ -60,7 +61,7 @@ def _describe(value: Any) -> str:
 
 def decoder_for(annotation: Any) -> Decoder:
     """A decoder from payload bytes to ``annotation``. Raises TypeError for unsupported types."""
-    if annotation is bytes or annotation is Any or annotation is typing.Any:
+    if annotation is bytes:
         return _identity
     if annotation is bytearray:
         return bytearray

@@ -81,6 +81,8 @@ class SubscriptionDriver:
         self._read_scope: trio.CancelScope | None = None
         self._stopped = False
         self.seeker = Seeker(self)
+        #: Deliveries read but not yet in the channel (the test harness counts them as busy).
+        self.holding = 0
         #: Why a live subscription ended after a refused seek, if it did.
         self.ended_by: SeekRefused | None = None
 
@@ -136,20 +138,29 @@ class SubscriptionDriver:
                 if scope.cancelled_caught:
                     continue  # woken by a seek request: serve it at the top
             if batch is None:
-                if channel.outstanding == 0 and not channel.interrupted:
-                    return  # ended, and no handler is left that could seek
-                await channel.wait_idle_or_interrupt()
-                continue  # a seek or a retry may have given the source more to read
+                if channel.outstanding or channel.interrupted:
+                    await channel.wait_idle_or_interrupt()
+                    continue  # a seek or a retry may give the source more to read
+                # Ended, and no handler is left that could seek or retry. Poll once more,
+                # synchronously: a retry settled while ``read`` was returning is not lost.
+                batch = source.poll()
+                if not batch:
+                    return
             generation = channel.generation
             sent = 0
-            while sent < len(batch):
-                queued = await channel.send_from(batch, sent)
-                if queued == sent:  # interrupted by a seek request
-                    if not await self._serve_seeks():
-                        return
-                    if channel.generation != generation:
-                        break  # the rest of this read is stale
-                sent = queued
+            self.holding = len(batch)
+            try:
+                while sent < len(batch):
+                    queued = await channel.send_from(batch, sent)
+                    if queued == sent:  # interrupted by a seek request
+                        if not await self._serve_seeks():
+                            return
+                        if channel.generation != generation:
+                            break  # the rest of this read is stale
+                    sent = queued
+                    self.holding = len(batch) - sent
+            finally:
+                self.holding = 0
 
     async def _serve_seeks(self) -> bool:
         """Run every queued seek to completion. False if the subscription must end."""

@@ -111,6 +111,8 @@ class DelayedRetries:
         entry = (trio.current_time() + delay, next(self._order), delivery)
         heapq.heappush(self._heap, entry)
         self._changed.unpark_all()
+        if self._on_change is not None:
+            self._on_change()
 
     def flush(self) -> None:
         """Fire every pending retry now, and any scheduled from here on without waiting."""

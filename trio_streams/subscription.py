@@ -18,6 +18,7 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import trio
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     from .app import State
     from .broker import Broker
 
-__all__ = ["SubscriptionRunner", "SubscriptionState"]
+__all__ = ["SubscriptionRunner", "SubscriptionState", "SubscriptionStats"]
 
 #: How long a reader may take to close (flush) once its subscription has stopped.
 _CLOSE_TIMEOUT = 10.0
@@ -48,6 +49,28 @@ class SubscriptionState(enum.Enum):
     DRAINING = "draining"
     ENDED = "ended"
     FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionStats:
+    """A snapshot of one subscription, for health endpoints, metrics and tests."""
+
+    name: str
+    state: SubscriptionState
+    #: Deliveries waiting in the bounded channel (never more than ``capacity``).
+    queued: int
+    capacity: int
+    #: Deliveries read and not yet settled: queued, in a handler, or waiting out a delay.
+    outstanding: int
+    #: Read from the transport, not yet queued: the rest of the driver's current read.
+    held: int
+    #: Retries waiting out ``retry_after`` in this process.
+    delayed: int
+    #: Messages the transport could hand out right now without waiting (where it can tell).
+    unread: int
+    #: Deliveries dropped unhandled because a seek made them stale.
+    stale: int
+    generation: int
 
 
 class SubscriptionRunner:
@@ -96,10 +119,27 @@ class SubscriptionRunner:
     def broker(self) -> Broker:
         return self.subscription.broker
 
+    def stats(self) -> SubscriptionStats:
+        channel = self.channel
+        return SubscriptionStats(
+            name=self.label,
+            state=self.state,
+            queued=channel.queued,
+            capacity=channel.capacity,
+            outstanding=channel.outstanding,
+            held=self.driver.holding if self.driver is not None else 0,
+            delayed=len(self.delayed),
+            unread=self.source.pending(),
+            stale=channel.stale_count,
+            generation=channel.generation,
+        )
+
     def quiescent(self) -> bool:
         """Nothing to read now, nothing in flight, no retry due: the test harness's idea of done."""
+        # Deliveries waiting out a delay count as outstanding until they fire.
         return (
-            self.channel.outstanding == 0
+            self.channel.outstanding == len(self.delayed)
+            and (self.driver is None or self.driver.holding == 0)
             and (self.finished.is_set() or self.source.pending() == 0)
             and self.delayed.next_deadline() > trio.current_time()
         )

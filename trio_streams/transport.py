@@ -85,7 +85,9 @@ class SubscriptionSource(ABC):
         """Deliveries available right now, without waiting (empty if none or if unknown).
 
         The driver tries this before ``read``, so a busy subscription reads without paying for
-        a cancellable wait each time.
+        a cancellable wait each time, and once more before it ends a subscription whose
+        ``read`` returned None: a source that can be given more after its end (a retry copy
+        appended to a replayed file) must return it here.
         """
         return ()
 

@@ -110,11 +110,12 @@ class MemorySubscription(SubscriptionSource):
         return self._cursor.available() + len(self._redeliveries)
 
     async def read(self) -> Sequence[Delivery] | None:
+        # Take, then return without a schedule point: deliveries are never held across a
+        # yield here, so "nothing unread and nothing in flight" is always observable exactly.
         await checkpoint_if_cancelled()
         while True:
             batch = self._take()
             if batch:
-                await cancel_shielded_checkpoint()
                 return batch
             if not self.live:
                 await cancel_shielded_checkpoint()

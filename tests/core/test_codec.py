@@ -1,0 +1,137 @@
+import datetime as dt
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import msgspec
+import pydantic
+import pytest
+
+from trio_streams.codec import DecodeError, decoder_for, encode
+
+
+@dataclass
+class Item:
+    sku: str
+    qty: int
+
+
+@dataclass
+class Order:
+    id: int
+    amount: float
+    items: list[Item] = field(default_factory=list)
+    note: str | None = None
+
+
+class Colour(enum.Enum):
+    RED = "red"
+
+
+class Model(pydantic.BaseModel):
+    id: int
+    name: str
+
+
+class Struct(msgspec.Struct):
+    id: int
+    tags: list[str]
+
+
+def test_bytes_are_passed_as_they_arrived() -> None:
+    assert decoder_for(bytes)(b"\xff\x00") == b"\xff\x00"
+
+
+def test_str_is_utf8_and_bad_utf8_is_a_decode_error() -> None:
+    assert decoder_for(str)("héllo".encode()) == "héllo"
+    with pytest.raises(DecodeError, match="UTF-8"):
+        decoder_for(str)(b"\xff")
+
+
+def test_json_into_a_nested_dataclass() -> None:
+    order = decoder_for(Order)(b'{"id": 1, "amount": 2, "items": [{"sku": "a", "qty": 3}]}')
+    assert order == Order(1, 2.0, [Item("a", 3)])
+    assert isinstance(order.amount, float)
+
+
+def test_a_mismatch_names_the_path_and_what_was_expected() -> None:
+    with pytest.raises(DecodeError, match=r"\$\.items\[1\]\.qty: expected an integer, got str"):
+        decoder_for(Order)(
+            b'{"id": 1, "amount": 2, "items": [{"sku": "a", "qty": 3}, {"sku": "b", "qty": "x"}]}'
+        )
+
+
+def test_a_missing_required_field_is_named() -> None:
+    with pytest.raises(DecodeError, match=r"\$\.amount: expected a value \(required by Order\)"):
+        decoder_for(Order)(b'{"id": 1}')
+
+
+def test_invalid_json_is_a_decode_error() -> None:
+    with pytest.raises(DecodeError, match="not valid JSON"):
+        decoder_for(dict)(b"{nope")
+
+
+def test_booleans_are_not_integers() -> None:
+    with pytest.raises(DecodeError, match="expected an integer"):
+        decoder_for(int)(b"true")
+
+
+@pytest.mark.parametrize(
+    ("annotation", "payload", "expected"),
+    [
+        (dict, b'{"a": 1}', {"a": 1}),
+        (list[int], b"[1, 2]", [1, 2]),
+        (dict[str, float], b'{"a": 1}', {"a": 1.0}),
+        (tuple[int, str], b'[1, "x"]', (1, "x")),
+        (tuple[int, ...], b"[1, 2, 3]", (1, 2, 3)),
+        (set[str], b'["a", "a"]', {"a"}),
+        (Literal["x", "y"], b'"y"', "y"),
+        (Colour, b'"red"', Colour.RED),
+        (
+            dt.datetime,
+            b'"2024-01-02T03:04:05+00:00"',
+            dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.UTC),
+        ),
+        (int | None, b"null", None),
+        (Any, b'{"x": [1]}', {"x": [1]}),
+    ],
+)
+def test_json_values(annotation: Any, payload: bytes, expected: Any) -> None:
+    assert decoder_for(annotation)(payload) == expected
+
+
+def test_pydantic_models_decode_with_pydantic() -> None:
+    assert decoder_for(Model)(b'{"id": 1, "name": "x"}') == Model(id=1, name="x")
+    with pytest.raises(DecodeError, match=r"\$\.id"):
+        decoder_for(Model)(b'{"id": "nope", "name": "x"}')
+
+
+def test_msgspec_structs_decode_with_msgspec() -> None:
+    assert decoder_for(Struct)(b'{"id": 1, "tags": ["a"]}') == Struct(1, ["a"])
+    with pytest.raises(DecodeError, match="Expected `int`"):
+        decoder_for(Struct)(b'{"id": "x", "tags": []}')
+
+
+def test_unsupported_annotations_are_refused_when_the_decoder_is_built() -> None:
+    with pytest.raises(TypeError, match="cannot decode"):
+        decoder_for(complex)
+    with pytest.raises(TypeError, match="string keys"):
+        decoder_for(dict[int, str])
+
+
+def test_encode_round_trips_each_kind() -> None:
+    order = Order(1, 2.5, [Item("a", 1)])
+    assert decoder_for(Order)(encode(order)) == order
+    assert encode(b"raw") == b"raw"
+    assert encode("text") == b"text"
+    assert encode({"é": [1, None]}) == '{"é":[1,null]}'.encode()
+    assert decoder_for(Model)(encode(Model(id=1, name="n"))) == Model(id=1, name="n")
+    assert decoder_for(Struct)(encode(Struct(2, ["t"]))) == Struct(2, ["t"])
+    assert encode(Colour.RED) == b'"red"'
+
+
+def test_encode_refuses_what_json_cannot_hold() -> None:
+    with pytest.raises(TypeError, match="cannot encode object"):
+        encode(object())
+    with pytest.raises(TypeError, match="cannot encode float"):
+        encode(float("nan"))

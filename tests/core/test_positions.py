@@ -1,0 +1,52 @@
+import datetime as dt
+
+import pytest
+
+from trio_streams import InvalidPosition, Position
+from trio_streams.positions import MAX_SEQUENCE, MAX_TIMESTAMP_MS, PositionKind
+
+
+def test_position_kinds() -> None:
+    assert Position.beginning().kind is PositionKind.BEGINNING
+    assert Position.end().kind is PositionKind.END
+    assert Position.sequence(5) == Position(PositionKind.SEQUENCE, 5)
+    assert Position.timestamp(7, stream="s") == Position(PositionKind.TIMESTAMP, 7, "s")
+
+
+@pytest.mark.parametrize("bad", [-1, MAX_SEQUENCE + 1])
+def test_an_out_of_range_sequence_is_refused_before_any_client_sees_it(bad: int) -> None:
+    with pytest.raises(InvalidPosition, match="outside"):
+        Position.sequence(bad)
+
+
+@pytest.mark.parametrize("bad", [-1, MAX_TIMESTAMP_MS + 1])
+def test_an_out_of_range_timestamp_is_refused(bad: int) -> None:
+    with pytest.raises(InvalidPosition, match="outside"):
+        Position.timestamp(bad)
+
+
+@pytest.mark.parametrize("bad", [1.5, "3", True, None])
+def test_positions_take_whole_numbers_only(bad: object) -> None:
+    with pytest.raises(InvalidPosition, match="takes an int"):
+        Position.timestamp(bad)  # type: ignore[arg-type]
+
+
+def test_datetimes_convert_to_milliseconds_without_loss() -> None:
+    instant = dt.datetime(2024, 5, 6, 7, 8, 9, 123_000, tzinfo=dt.UTC)
+    assert Position.after(instant) == Position.timestamp(1_714_979_289_123)
+    late = dt.datetime(9999, 12, 31, 23, 59, 59, 999_000, tzinfo=dt.UTC)
+    assert Position.after(late).value == MAX_TIMESTAMP_MS
+
+
+def test_sub_millisecond_or_naive_datetimes_are_refused() -> None:
+    with pytest.raises(InvalidPosition, match="sub-millisecond"):
+        Position.after(dt.datetime(2024, 1, 1, microsecond=1, tzinfo=dt.UTC))
+    with pytest.raises(InvalidPosition, match="naive"):
+        Position.after(dt.datetime(2024, 1, 1))
+
+
+def test_for_stream_binds_only_unbound_sequence_and_timestamp_positions() -> None:
+    assert Position.sequence(3).for_stream("a") == Position.sequence(3, stream="a")
+    assert Position.sequence(3, stream="b").for_stream("a").stream == "b"
+    assert Position.end().for_stream("a") == Position.end()
+    assert repr(Position.sequence(3, stream="a")) == "Position.sequence(3, stream='a')"
