@@ -87,3 +87,7 @@ class SeekError(StreamFileError):
 
 class SeekOutOfRangeError(SeekError):
     """The seek target lies past the end of the file; the reader is back where it was."""
+
+
+class StreamFileNotFoundError(StreamFileError):
+    """The stream file does not exist (or cannot be opened)."""
