@@ -125,7 +125,7 @@ class FrameDecoder:
             self.eos = None
 
     def check_finished(self) -> None:
-        """Declare that no more bytes will come; raise :class:`TruncatedError` if a frame was cut."""
+        """Declare that no more bytes will come; raise :class:`TruncatedError` if one was cut."""
         if self.pending and self.eos is None:
             what = "beacon" if self.offset == self._next_beacon else "frame"
             raise TruncatedError(

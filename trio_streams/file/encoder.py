@@ -15,6 +15,7 @@ from __future__ import annotations
 import bisect
 import struct
 
+from .decoder import first_beacon_at_or_after
 from .errors import StreamFormatError, TimestampRangeError
 from .format import (
     EOS_PAYLOAD,
@@ -29,7 +30,6 @@ from .format import (
     encode_key,
     markers_per_beacon,
 )
-from .decoder import first_beacon_at_or_after
 
 _pack_fixed = FRAME_FIXED.pack
 _pack_tail = struct.Struct(">HB").pack
@@ -137,7 +137,7 @@ class FrameEncoder:
         return seq, offset
 
     def write(self, key: str, shard: int, seq: int, timestamp_ms: int, payload: bytes) -> int:
-        """Encode a message with the given shard and seq (the low-level sink); returns its offset."""
+        """Encode a message with the given shard and seq (low-level sink); returns its offset."""
         if not 0 <= timestamp_ms <= MAX_TIMESTAMP_MS:
             raise TimestampRangeError(
                 f"timestamp {timestamp_ms} ms outside 0..{MAX_TIMESTAMP_MS}", path=self.path
@@ -145,7 +145,9 @@ class FrameEncoder:
         if not (0 <= shard <= MAX_U64 and 0 <= seq <= MAX_U64):
             raise StreamFormatError(f"shard {shard} or seq {seq} outside u64", path=self.path)
         if len(payload) > MAX_PAYLOAD_BYTES:
-            raise StreamFormatError(f"payload of {len(payload)} bytes exceeds 4 GiB", path=self.path)
+            raise StreamFormatError(
+                f"payload of {len(payload)} bytes exceeds 4 GiB", path=self.path
+            )
         state = self.stream(key, shard)
         state.seq = max(state.seq, seq)
         state.ts = max(state.ts, timestamp_ms)

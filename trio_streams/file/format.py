@@ -228,7 +228,9 @@ def encode_beacon(remaining: int, markers: list[tuple[bytes, int, int, int, int]
     return b"".join(parts)
 
 
-def decode_beacon(data: bytes, pos: int, offset: int, path: str | None) -> tuple[Beacon, int] | None:
+def decode_beacon(
+    data: bytes, pos: int, offset: int, path: str | None
+) -> tuple[Beacon, int] | None:
     """Parse the beacon at ``data[pos:]`` (file offset ``offset``); None when its bytes are short.
 
     Returns the beacon and its size in bytes.

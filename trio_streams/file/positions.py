@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from .format import MAX_TIMESTAMP_MS, MAX_U64
 
 
-class PositionKind(enum.Enum):
+class PositionKind(enum.StrEnum):
     BEGINNING = "beginning"
     END = "end"
     SEQUENCE = "seq"
@@ -63,4 +63,4 @@ class FilePosition:
     def __str__(self) -> str:
         if self.kind in (PositionKind.BEGINNING, PositionKind.END):
             return self.kind.value
-        return f"{self.kind.value}:{self.value}"
+        return f"{self.kind.value!s}:{self.value}"

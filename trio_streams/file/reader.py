@@ -299,9 +299,7 @@ class FileReader:
         offset = start
         beacon_bytes = max_beacon_bytes(interval)
         while offset > 0 and offset % interval == 0:
-            parsed = decode_beacon(
-                os.pread(self._fd, beacon_bytes, offset), 0, offset, self.path
-            )
+            parsed = decode_beacon(os.pread(self._fd, beacon_bytes, offset), 0, offset, self.path)
             if parsed is None:
                 return None
             beacon, size_of_beacon = parsed
