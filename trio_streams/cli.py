@@ -16,7 +16,9 @@ Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], No
 
 
 def _registrars() -> list[Registrar]:
-    return []
+    from .file.cli import register as register_file
+
+    return [register_file]
 
 
 def build_parser() -> argparse.ArgumentParser:
