@@ -50,9 +50,9 @@ def test_worked_example_bytes() -> None:
     header = encode_header(Header("t.ss", 1_700_000_000_000, 1024))
     frame = encode_frame(encode_key("k"), 0, 1, 1_700_000_000_001, b"hi")
     assert len(header) == 128
-    assert header[:0x18].hex() == "5373 0104 742e 7373 0000 018b cfe5 6800 0000 0400 0000 0000".replace(
-        " ", ""
-    )
+    assert header[
+        :0x18
+    ].hex() == "5373 0104 742e 7373 0000 018b cfe5 6800 0000 0400 0000 0000".replace(" ", "")
     assert header[127] == 0x0D
     assert set(header[0x14:127]) == {0}
     assert frame.hex() == (

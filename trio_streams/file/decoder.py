@@ -132,6 +132,19 @@ class FrameDecoder:
                 f"file ends {self.pending} bytes into a {what}", path=self.path, offset=self.offset
             )
 
+    def pending_frame_size(self) -> int | None:
+        """The size the undecoded frame declares (key, header, payload, checksum), if its
+        header is held; None otherwise (or if a beacon is due first)."""
+        buf, p, off, nb = self._buf, self._pos, self.offset, self._next_beacon
+        if off == nb or p >= len(buf):
+            return None
+        head_len = buf[p] + _HEAD_FIXED
+        got = self._gather(buf, p, off, nb, head_len)
+        if got is None:
+            return None
+        plen: int = _unpack_fixed(got[0], head_len - FRAME_FIXED.size)[3]
+        return head_len + plen + 3
+
     @property
     def stopped(self) -> bool:
         """Whether the decoder stopped at an end-of-stream message."""

@@ -107,10 +107,6 @@ class FileSource:
         """Replay only: every message has been returned (end of file or end-of-stream)."""
         return self._ended
 
-    @property
-    def at_eos(self) -> bool:
-        """Whether the reader stands at an end-of-stream message."""
-        return self._reader.eos is not None
 
     @property
     def backoff_ms(self) -> int:

@@ -27,12 +27,13 @@ from typing import Any
 
 import trio
 
-from .decoder import FrameDecoder
+from .decoder import FrameDecoder, first_beacon_at_or_after
 from .encoder import FrameEncoder, StreamState
 from .errors import (
     FileRemovedError,
     StreamFileError,
     StreamFileNotFoundError,
+    StreamFormatError,
     WriterClosedError,
     WriterLockedError,
 )
@@ -41,10 +42,11 @@ from .format import (
     HEADER_SIZE,
     Header,
     crc16,
+    decode_beacon,
     decode_header,
     encode_header,
 )
-from .reader import READ_CHUNK
+from .reader import READ_CHUNK, max_beacon_bytes
 
 #: Buffered bytes that trigger a write without an explicit flush (as upstream: 1 MiB).
 AUTO_FLUSH_BYTES = 1 << 20
@@ -133,8 +135,8 @@ class StreamWriter:
                 state.seq = max(state.seq, message.seq)
                 state.ts = max(state.ts, message.timestamp_ms)
                 state.crcs.append(crc16(message.payload))
-            if len(batch) == 4096:
-                continue
+            if batch:
+                continue  # until a call returns nothing: that call raises on corruption
             if at >= size:
                 break
             data = os.pread(self._fd, READ_CHUNK, at)
@@ -144,7 +146,10 @@ class StreamWriter:
             decoder.feed(data)
         position = decoder.offset
         if size > position:
-            # A frame or beacon cut short by a crash: never leave it behind as garbage.
+            # A frame or beacon cut short by a crash: never leave it behind as garbage. But a
+            # corrupt size field also looks like a cut frame: truncate only when every beacon in
+            # the tail agrees with the length the frame declares.
+            self._check_cut_tail(position, size, decoder.pending_frame_size())
             os.ftruncate(self._fd, position)
         if trailing_eos is not None:
             position, before = trailing_eos
@@ -158,6 +163,30 @@ class StreamWriter:
         encoder = FrameEncoder(interval, position, path=self.path)
         encoder.restore(list(states.values()))
         return encoder
+
+    def _check_cut_tail(self, start: int, size: int, declared: int | None) -> None:
+        interval = self.header.beacon_interval
+        boundary = first_beacon_at_or_after(start, interval)
+        written = 0  # frame bytes between start and the boundary being checked
+        at = start
+        while boundary < size:
+            written += boundary - at
+            parsed = decode_beacon(
+                os.pread(self._fd, max_beacon_bytes(interval), boundary), 0, boundary, self.path
+            )
+            if parsed is None:
+                return  # the cut falls inside this beacon
+            beacon, beacon_size = parsed
+            if declared is not None and beacon.remaining != declared - written:
+                raise StreamFormatError(
+                    f"frame at byte {start} declares {declared} bytes but the beacon at byte "
+                    f"{boundary} says {beacon.remaining} remain: corrupt, not cut; "
+                    "refusing to truncate it",
+                    path=self.path,
+                    offset=start,
+                )
+            at = boundary + beacon_size
+            boundary += interval
 
     # -- writing ---------------------------------------------------------------------------------
 
