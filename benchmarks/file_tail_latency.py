@@ -83,7 +83,7 @@ def main() -> None:
         return
     print("pacing   messages   p50 ms (x aim, x Rust)        p99 ms (x aim, x Rust)      runs")
     with tempfile.TemporaryDirectory() as tmp:
-        for pace_ms, count in ((5.0, 400), (200.0, 50)):
+        for pace_ms, count in ((5.0, 400), (200.0, 60)):
             p50s, p99s = [], []
             for _ in range(options.repeats):
                 latencies = run_once(Path(tmp) / "tail.ss", count, pace_ms)
