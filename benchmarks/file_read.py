@@ -7,7 +7,6 @@ msgs/s) and the aim (300k msgs/s).
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from pathlib import Path
@@ -16,11 +15,11 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _common import MESSAGES, median_rate, row  # noqa: E402
-from file_write import write_file  # noqa: E402
+from _common import median_rate, parse_args, row
+from file_write import write_file
 
-from trio_streams.file.follower import FileSource  # noqa: E402
-from trio_streams.file.reader import FileReader  # noqa: E402
+from trio_streams.file.follower import FileSource
+from trio_streams.file.reader import FileReader
 
 RUST_READER = 145_000
 AIM = 300_000
@@ -50,10 +49,7 @@ def read_trio(path: Path) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--messages", type=int, default=MESSAGES)
-    parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args()
+    args = parse_args(__doc__)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.ss"
         write_file(path, args.messages)

@@ -4,7 +4,7 @@ The writer appends one message (its payload: the wall-clock ns just before ``app
 flushes, every 5 ms or 200 ms; the reader, a live ``FileSource`` in another process woken by
 inotify, notes the wall-clock ns when ``read_available`` hands the message over. Prints p50/p99
 (medians over runs) against the aims (p50 ≤ 0.5 ms, p99 ≤ 2 ms) and the Rust follower's figures
-on this machine class (p50 0.3–0.6 ms, p99 0.7–3 ms; ratios use the middle of each range).
+on this machine class (p50 0.3 to 0.6 ms, p99 0.7 to 3 ms; ratios use the middle of each range).
 """
 
 from __future__ import annotations

@@ -7,7 +7,6 @@ aim (400k msgs/s), then the CRC16/CDMA2000 candidates measured on 1M 100-byte pa
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -17,9 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _common import MESSAGES, PAYLOAD, median_rate, row  # noqa: E402
+from _common import PAYLOAD, median_rate, parse_args, row
 
-from trio_streams.file.writer import StreamWriter  # noqa: E402
+from trio_streams.file.writer import StreamWriter
 
 RUST_WRITER = 380_000
 AIM = 400_000
@@ -78,22 +77,19 @@ def crc_candidates(count: int) -> None:
         times = []
         for _ in range(3):
             start = time.perf_counter()
-            for i in range(n // 1000):
+            for _round in range(n // 1000):
                 for p in payloads:
                     fn(p)
             times.append((time.perf_counter() - start) / n)
         results[name] = statistics.median(times)
     best = min(results.values())
-    print(f"\nCRC16/CDMA2000 of 100-byte payloads (median of 3, ns per call; x = vs fastest)")
+    print("\nCRC16/CDMA2000 of 100-byte payloads (median of 3, ns per call; x = vs fastest)")
     for name, per_call in sorted(results.items(), key=lambda kv: kv[1]):
         print(f"  {name:<28} {per_call * 1e9:8.0f} ns   x{per_call / best:6.1f}")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--messages", type=int, default=MESSAGES)
-    parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args()
+    args = parse_args(__doc__)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.ss"
         rate, rates = median_rate(lambda: write_file(path, args.messages), args.repeats)

@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Collection
-from types import TracebackType
 from typing import Literal
 
 import trio
 
+from ._closing import AsyncClosing
 from .errors import FileRemovedError
 from .format import Header, Message
 from .positions import FilePosition
@@ -42,7 +42,7 @@ MIN_BACKOFF_MS = 1
 MAX_BACKOFF_MS = 1024
 
 
-class FileSource:
+class FileSource(AsyncClosing):
     """Messages of one stream file, read in batches; see the module docstring for the loop.
 
     ``live``: starts after the last complete message and follows the file as it grows; a
@@ -106,7 +106,6 @@ class FileSource:
     def ended(self) -> bool:
         """Replay only: every message has been returned (end of file or end-of-stream)."""
         return self._ended
-
 
     @property
     def backoff_ms(self) -> int:
@@ -195,14 +194,3 @@ class FileSource:
             self._reader.close()
             self._registry.release(self._watch)
         await trio.lowlevel.checkpoint()
-
-    async def __aenter__(self) -> FileSource:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()

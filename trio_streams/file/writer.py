@@ -22,11 +22,11 @@ import fcntl
 import os
 import time
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
 import trio
 
+from ._closing import AsyncClosing
 from .decoder import FrameDecoder, first_beacon_at_or_after
 from .encoder import FrameEncoder, StreamState
 from .errors import (
@@ -313,7 +313,7 @@ class StreamWriter:
         self.close()
 
 
-class WriterHandle:
+class WriterHandle(AsyncClosing):
     """One publisher's share of a :class:`StreamWriter`; close it once when done.
 
     For a hot loop, call :attr:`writer`'s methods directly; the handle only adds reference
@@ -364,17 +364,6 @@ class WriterHandle:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-    async def __aenter__(self) -> WriterHandle:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
 
 @dataclass
