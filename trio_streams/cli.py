@@ -17,8 +17,9 @@ Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], No
 
 def _registrars() -> list[Registrar]:
     from . import cli_run
+    from .file.cli import register as register_file
 
-    return [cli_run.register]
+    return [cli_run.register, register_file]
 
 
 def build_parser() -> argparse.ArgumentParser:

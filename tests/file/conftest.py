@@ -1,0 +1,64 @@
+"""Vectors written by the Rust writer, and helpers to read their ndjson descriptions."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+VECTORS = Path(__file__).parent.parent / "data" / "vectors"
+CREATED_AT_MS = 1_700_000_000_000
+EOS_TIMESTAMP_MS = 1_700_000_999_999
+
+
+@dataclass(frozen=True)
+class Vector:
+    name: str
+    path: Path
+    beacon_interval: int
+    eos: bool
+
+    @property
+    def ndjson(self) -> Path:
+        return self.path.with_suffix(".ndjson")
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.ndjson.read_text().splitlines() if line]
+
+    def messages(self) -> list[tuple[str, int, int, int, bytes]]:
+        return [as_tuple(row) for row in self.rows()]
+
+
+def as_tuple(row: dict[str, Any]) -> tuple[str, int, int, int, bytes]:
+    payload = (
+        row["payload"].encode() if row["encoding"] == "utf8" else base64.b64decode(row["payload"])
+    )
+    return (row["stream_key"], row["shard"], row["seq"], row["timestamp_ms"], payload)
+
+
+def _interval(name: str) -> int:
+    return int(next(part for part in name.split("-") if part.isdigit()))
+
+
+#: Vectors with an ndjson description (written by the Rust writer from it).
+DESCRIBED = [
+    Vector(p.stem, p.with_suffix(".ss"), _interval(p.stem), "noeos" not in p.stem)
+    for p in sorted(VECTORS.glob("*.ndjson"))
+]
+#: Every .ss vector, including the upstream samples without a description.
+ALL_SS = sorted(VECTORS.glob("*.ss"))
+
+
+@pytest.fixture
+def copy_vector(tmp_path: Path) -> Any:
+    def copy(path: Path) -> Path:
+        target = tmp_path / path.name
+        shutil.copyfile(path, target)
+        return target
+
+    return copy

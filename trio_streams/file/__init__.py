@@ -1,0 +1,51 @@
+"""SeaStreamer stream files (``.ss``): a byte-compatible codec, reader, writer and Trio follower.
+
+The pieces, from the bottom up: :mod:`.format` (pure codec and CRC), :mod:`.decoder` and
+:mod:`.encoder` (sans-io cores), :mod:`.survey` (beacon search), :mod:`.reader` (synchronous
+reads, rewinds and seeks over one open file), :mod:`.watch` (one inotify watch per file per
+process), :mod:`.follower` (the Trio source) and :mod:`.writer` (the locked, shared writer).
+"""
+
+from .errors import (
+    ChecksumError,
+    FileRemovedError,
+    SeekError,
+    SeekOutOfRangeError,
+    StreamFileError,
+    StreamFileNotFoundError,
+    StreamFormatError,
+    TruncatedError,
+    WriterClosedError,
+    WriterLockedError,
+)
+from .follower import FileSource
+from .format import Header, Message
+from .positions import FilePosition
+from .reader import FileReader
+from .watch import FileWatch, WatchRegistry, watches
+from .writer import StreamWriter, WriterHandle, WriterRegistry, writers
+
+__all__ = [
+    "ChecksumError",
+    "FilePosition",
+    "FileReader",
+    "FileRemovedError",
+    "FileSource",
+    "FileWatch",
+    "Header",
+    "Message",
+    "SeekError",
+    "SeekOutOfRangeError",
+    "StreamFileError",
+    "StreamFileNotFoundError",
+    "StreamFormatError",
+    "StreamWriter",
+    "TruncatedError",
+    "WatchRegistry",
+    "WriterClosedError",
+    "WriterHandle",
+    "WriterLockedError",
+    "WriterRegistry",
+    "watches",
+    "writers",
+]

@@ -1,0 +1,275 @@
+"""``trio-streams file decode|tail|stat|write``: look into stream files and make fixtures.
+
+``decode --format ndjson`` prints, and ``write`` reads, one message a line as
+``{"stream_key", "shard", "seq", "timestamp_ms", "payload", "encoding"}`` with ``encoding``
+``utf8`` (the payload is the text) or ``base64``, so the two round-trip byte for byte.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import binascii
+import json
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+import trio
+
+from ..errors import TrioStreamsError
+from .follower import FileSource
+from .format import DEFAULT_BEACON_INTERVAL, HEADER_SIZE, Message
+from .positions import FilePosition
+from .reader import FileReader
+from .writer import StreamWriter
+
+#: Files at least this large show a progress bar on ``stat`` (when stderr is a terminal).
+_PROGRESS_FROM_BYTES = 32 << 20
+
+
+def message_to_json(message: Message) -> dict[str, Any]:
+    """The ndjson object of one message (UTF-8 payloads as text, anything else as base64)."""
+    try:
+        payload, encoding = message.payload.decode("utf-8"), "utf8"
+    except UnicodeDecodeError:
+        payload, encoding = base64.b64encode(message.payload).decode("ascii"), "base64"
+    return {
+        "stream_key": message.stream_key,
+        "shard": message.shard,
+        "seq": message.seq,
+        "timestamp_ms": message.timestamp_ms,
+        "payload": payload,
+        "encoding": encoding,
+    }
+
+
+def payload_from_json(row: dict[str, Any]) -> bytes:
+    """The payload bytes of an ndjson object."""
+    encoding = row.get("encoding", "utf8")
+    text = row["payload"]
+    if encoding == "utf8":
+        return str(text).encode("utf-8")
+    if encoding == "base64":
+        return base64.b64decode(text, validate=True)
+    raise ValueError(f"encoding must be utf8 or base64, not {encoding!r}")
+
+
+def format_log(message: Message) -> str:
+    """A human-readable line: time, stream, seq, shard, offset, then the payload."""
+    when = datetime.fromtimestamp(message.timestamp_ms / 1000, UTC)
+    stamp = when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{message.timestamp_ms % 1000:03d}Z"
+    row = message_to_json(message)
+    shown = row["payload"] if row["encoding"] == "utf8" else f"base64:{row['payload']}"
+    return (
+        f"{stamp} {message.stream_key} #{message.seq} shard={message.shard} "
+        f"@{message.offset} {shown}"
+    )
+
+
+def _printer(fmt: str, out: TextIO) -> Any:
+    if fmt == "ndjson":
+        return lambda m: out.write(json.dumps(message_to_json(m)) + "\n")
+    return lambda m: out.write(format_log(m) + "\n")
+
+
+def _one_key(keys: list[str] | None, position: FilePosition) -> str | None:
+    if position.kind.value in ("seq", "ts"):
+        if not keys or len(keys) != 1:
+            raise SystemExit(f"error: --from {position} needs exactly one --key")
+        return keys[0]
+    return None
+
+
+def _decode(args: argparse.Namespace) -> int:
+    position = FilePosition.parse(args.start)
+    key = _one_key(args.key, position)
+    emit = _printer(args.format, sys.stdout)
+    with FileReader(args.file, keys=args.key) as reader:
+        if position != FilePosition.beginning():
+            reader.seek(position, key=key)
+        for message in reader:
+            emit(message)
+    return 0
+
+
+async def _follow(args: argparse.Namespace) -> None:
+    position = FilePosition.parse(args.start)
+    key = _one_key(args.key, position)
+    emit = _printer(args.format, sys.stdout)
+    async with await FileSource.open(args.file, mode="live", keys=args.key) as source:
+        if position != FilePosition.end():
+            await source.seek(position, key=key)
+        while True:
+            batch = source.read_available(1024)
+            for message in batch:
+                emit(message)
+            if batch:
+                sys.stdout.flush()
+            else:
+                await source.wait()
+
+
+def _tail(args: argparse.Namespace) -> int:
+    try:
+        trio.run(_follow, args)
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+@dataclass
+class _StreamStats:
+    count: int = 0
+    first_seq: int = 0
+    last_seq: int = 0
+    first_ts: int = 0
+    last_ts: int = 0
+    bytes: int = 0
+
+
+def _stat(args: argparse.Namespace) -> int:
+    out = sys.stdout
+    with FileReader(args.file, internal=True, on_eos="include") as reader:
+        header = reader.header
+        size = reader.file_size()
+        show_progress = args.progress or (size >= _PROGRESS_FROM_BYTES and sys.stderr.isatty())
+        streams: dict[tuple[str, int], _StreamStats] = {}
+        beacons = 0
+        last_beacon = None
+        eos_count = 0
+        shown = -1
+        while True:
+            batch = reader.read_messages(8192)
+            for m in batch:
+                if m.is_eos:
+                    eos_count += 1
+                    continue
+                stats = streams.get((m.stream_key, m.shard))
+                if stats is None:
+                    stats = streams[(m.stream_key, m.shard)] = _StreamStats(
+                        first_seq=m.seq, first_ts=m.timestamp_ms
+                    )
+                stats.count += 1
+                stats.last_seq = max(stats.last_seq, m.seq)
+                stats.first_seq = min(stats.first_seq, m.seq)
+                stats.first_ts = min(stats.first_ts, m.timestamp_ms)
+                stats.last_ts = max(stats.last_ts, m.timestamp_ms)
+                stats.bytes += len(m.payload)
+            if reader.decoder.last_beacon is not last_beacon:
+                last_beacon = reader.decoder.last_beacon
+            if show_progress:
+                percent = reader.offset * 100 // max(size, 1)
+                if percent != shown:
+                    shown = percent
+                    bar = "#" * (percent // 4)
+                    sys.stderr.write(f"\rscanning [{bar:<25}] {percent:3d}%")
+                    sys.stderr.flush()
+            if not batch and reader.at_eof:
+                break
+        if show_progress:
+            sys.stderr.write("\n")
+        reader.check_finished()
+        beacons = max(0, size - 1) // header.beacon_interval if size > HEADER_SIZE else 0
+        out.write(f"file:             {reader.path}\n")
+        out.write(f"header name:      {header.file_name}\n")
+        out.write(f"created at:       {header.created_at_ms} ms\n")
+        out.write(f"beacon interval:  {header.beacon_interval} bytes\n")
+        out.write(f"size:             {size} bytes\n")
+        out.write(f"beacons:          {beacons}\n")
+        out.write(f"end of stream:    {'yes' if eos_count else 'no'}\n")
+        out.write(f"messages:         {sum(s.count for s in streams.values())}\n")
+        for (key, shard), s in sorted(streams.items()):
+            out.write(
+                f"  {key} shard {shard}: {s.count} messages, seq {s.first_seq}..{s.last_seq}, "
+                f"ts {s.first_ts}..{s.last_ts} ms, {s.bytes} payload bytes\n"
+            )
+    return 0
+
+
+def _rows(lines: Iterable[str]) -> Iterable[tuple[int, dict[str, Any]]]:
+    for number, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                yield number, json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise SystemExit(f"error: line {number}: not JSON ({exc})") from None
+
+
+def _write(args: argparse.Namespace) -> int:
+    writer = StreamWriter(
+        args.file, beacon_interval=args.beacon_interval, created_at_ms=args.created_at_ms
+    )
+    try:
+        for number, row in _rows(sys.stdin):
+            try:
+                payload = payload_from_json(row)
+                writer.write_message(
+                    row["stream_key"],
+                    int(row.get("shard", 0)),
+                    int(row["seq"]),
+                    int(row["timestamp_ms"]),
+                    payload,
+                )
+            except (KeyError, ValueError, TypeError, binascii.Error) as exc:
+                if isinstance(exc, TrioStreamsError):
+                    raise
+                raise SystemExit(f"error: line {number}: bad message ({exc!r})") from None
+    finally:
+        writer.close(eos=args.eos, eos_timestamp_ms=args.eos_timestamp_ms)
+    return 0
+
+
+def _guarded(handler: Any) -> Any:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return int(handler(args))
+        except TrioStreamsError as exc:
+            sys.stdout.flush()
+            sys.stderr.write(f"error: {exc}\n")
+            return 1
+        except ValueError as exc:
+            sys.stderr.write(f"error: {exc}\n")
+            return 2
+
+    return run
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``file`` and its subcommands to the ``trio-streams`` parser."""
+    parser = commands.add_parser("file", help="inspect and write SeaStreamer stream files (.ss)")
+    sub = parser.add_subparsers(dest="file_command", metavar="SUBCOMMAND", required=True)
+
+    def reading(name: str, help_text: str, default_from: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("file")
+        p.add_argument("--format", choices=("log", "ndjson"), default="log")
+        p.add_argument("--key", action="append", help="only this stream key (repeatable)")
+        p.add_argument(
+            "--from",
+            dest="start",
+            default=default_from,
+            metavar="POS",
+            help=f"beginning, end, seq:N or ts:MS (default {default_from})",
+        )
+        return p
+
+    reading("decode", "print the messages of a file", "beginning").set_defaults(
+        handler=_guarded(_decode)
+    )
+    reading("tail", "follow a file live, printing new messages", "end").set_defaults(
+        handler=_guarded(_tail)
+    )
+    stat = sub.add_parser("stat", help="header, streams, counts, sequence ranges, beacons")
+    stat.add_argument("file")
+    stat.add_argument("--progress", action="store_true", help="always show the progress bar")
+    stat.set_defaults(handler=_guarded(_stat))
+    write = sub.add_parser("write", help="write ndjson messages from stdin into a file")
+    write.add_argument("file")
+    write.add_argument("--beacon-interval", type=int, default=DEFAULT_BEACON_INTERVAL)
+    write.add_argument("--created-at-ms", type=int, default=None)
+    write.add_argument("--eos", action="store_true", help="end with an end-of-stream message")
+    write.add_argument("--eos-timestamp-ms", type=int, default=None)
+    write.set_defaults(handler=_guarded(_write))

@@ -1,0 +1,314 @@
+"""The sans-io core of the reader: feed it file bytes, take decoded messages out.
+
+Like h11, it does no I/O. It keeps a logical file offset, steps over the beacon found at every
+multiple of the interval, joins a frame that beacons split, checks each payload's checksum and
+each key, and hands back whole messages with the offset of their frame. When the bytes it holds
+end inside a frame it simply returns what it has: the caller decides whether that means "not
+written yet" (a live file) or corruption (a finished file, see :meth:`FrameDecoder.check_finished`).
+
+The common case, a frame that lies wholly inside one beacon page, is decoded inline with
+``struct.unpack_from`` and one slice per field; only split frames take the slower gathering path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Literal
+
+from .errors import (
+    ChecksumError,
+    InvalidStreamKeyError,
+    StreamFormatError,
+    TimestampRangeError,
+    TruncatedError,
+)
+from .format import (
+    EOS_PAYLOAD,
+    FRAME_FIXED,
+    HEADER_SIZE,
+    INTERNAL_KEY,
+    MAX_TIMESTAMP_MS,
+    Beacon,
+    Message,
+    crc16,
+    decode_beacon,
+    key_is_valid,
+)
+
+#: What to do on reaching an end-of-stream message:
+#: ``stop`` — consume it, remember it in :attr:`FrameDecoder.eos` and decode nothing more (replay);
+#: ``hold`` — if it is the last thing in the file, stop *before* it and remember it, so a writer
+#: that reopens the file and overwrites it is read correctly; an EOS followed by more frames
+#: (left by older writers) is skipped (live);
+#: ``include`` — treat it as an ordinary message of the internal key (scans).
+EosPolicy = Literal["stop", "hold", "include"]
+
+_unpack_fixed = FRAME_FIXED.unpack_from
+_new_message = tuple.__new__
+_EOS_KEY = INTERNAL_KEY.encode()
+#: Bytes of a frame before its payload, beyond the key: key length, shard, seq, ts, size.
+_HEAD_FIXED = 1 + FRAME_FIXED.size
+
+
+def first_beacon_at_or_after(offset: int, interval: int) -> int:
+    """The offset of the first beacon at or after ``offset`` (beacons sit at k·interval, k ≥ 1)."""
+    if offset > 0 and offset % interval == 0:
+        return offset
+    return (offset // interval + 1) * interval
+
+
+class FrameDecoder:
+    """Decodes frames from bytes fed in file order, starting at a frame or beacon boundary.
+
+    ``keys`` limits the messages returned to those stream keys (None: every key but the internal
+    one); ``internal=True`` also returns messages of the internal key. Frames of other keys are
+    still checked, so corruption anywhere is reported.
+    """
+
+    def __init__(
+        self,
+        beacon_interval: int,
+        offset: int = HEADER_SIZE,
+        *,
+        keys: Collection[str] | None = None,
+        internal: bool = False,
+        on_eos: EosPolicy = "stop",
+        path: str | None = None,
+    ) -> None:
+        self.beacon_interval = beacon_interval
+        #: File offset of the first byte not yet decoded: always a frame or beacon start.
+        self.offset = offset
+        self.path = path
+        self._keys = None if keys is None else frozenset(keys)
+        self._internal = internal
+        self._on_eos = on_eos
+        self._buf = b""
+        self._pos = 0
+        self._next_beacon = first_beacon_at_or_after(offset, beacon_interval)
+        self._key_info: dict[bytes, tuple[str, bool, bool]] = {}
+        #: The last beacon stepped over: (index = offset // interval, beacon).
+        self.last_beacon: tuple[int, Beacon] | None = None
+        #: The end-of-stream message reached (``stop``) or waiting at the tip (``hold``).
+        self.eos: Message | None = None
+
+    # -- feeding ---------------------------------------------------------------------------------
+
+    def feed(self, data: bytes) -> None:
+        """Append bytes that follow, in the file, the bytes fed so far."""
+        if not data:
+            return
+        if self._pos >= len(self._buf):
+            self._buf = data
+        else:
+            self._buf = self._buf[self._pos :] + data
+        self._pos = 0
+
+    @property
+    def fed_end(self) -> int:
+        """The file offset just past the last byte fed."""
+        return self.offset + len(self._buf) - self._pos
+
+    @property
+    def pending(self) -> int:
+        """Bytes fed but not yet decoded (a frame or beacon still being written, or cut)."""
+        return len(self._buf) - self._pos
+
+    def discard_pending(self) -> None:
+        """Forget undecoded bytes so they are fed again from :attr:`offset`.
+
+        A live reader does this when it found the file's end inside a frame: the writer that
+        finishes (or, after a crash, rewrites) that frame may change those bytes.
+        """
+        self._buf = b""
+        self._pos = 0
+        if self._on_eos == "hold":
+            self.eos = None
+
+    def check_finished(self) -> None:
+        """Declare that no more bytes will come; raise :class:`TruncatedError` if one was cut."""
+        if self.pending and self.eos is None:
+            what = "beacon" if self.offset == self._next_beacon else "frame"
+            raise TruncatedError(
+                f"file ends {self.pending} bytes into a {what}", path=self.path, offset=self.offset
+            )
+
+    def pending_frame_size(self) -> int | None:
+        """The size the undecoded frame declares (key, header, payload, checksum), if its
+        header is held; None otherwise (or if a beacon is due first)."""
+        buf, p, off, nb = self._buf, self._pos, self.offset, self._next_beacon
+        if off == nb or p >= len(buf):
+            return None
+        head_len = buf[p] + _HEAD_FIXED
+        got = self._gather(buf, p, off, nb, head_len)
+        if got is None:
+            return None
+        plen: int = _unpack_fixed(got[0], head_len - FRAME_FIXED.size)[3]
+        return head_len + plen + 3
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the decoder stopped at an end-of-stream message."""
+        return self.eos is not None and self._on_eos == "stop"
+
+    # -- decoding --------------------------------------------------------------------------------
+
+    def next_messages(self, max_n: int) -> list[Message]:
+        """Decode up to ``max_n`` wanted messages from the bytes held; fewer when bytes run out.
+
+        A corrupt frame raises its typed error, but only once the messages before it have been
+        returned: the decoder stays at the bad frame, so the next call raises.
+        """
+        out: list[Message] = []
+        if self.eos is not None:
+            return out
+        buf = self._buf
+        p = self._pos
+        off = self.offset
+        nb = self._next_beacon
+        end = len(buf)
+        interval = self.beacon_interval
+        key_info = self._key_info
+        append = out.append
+        try:
+            while len(out) < max_n:
+                if off == nb:
+                    parsed = decode_beacon(buf, p, off, self.path)
+                    if parsed is None:
+                        break
+                    beacon, size = parsed
+                    self.last_beacon = (off // interval, beacon)
+                    p += size
+                    off += size
+                    nb += interval
+                    continue
+                if p >= end:
+                    break
+                klen = buf[p]
+                head_len = klen + _HEAD_FIXED
+                last_beacon = None
+                if off + head_len <= nb:
+                    if p + head_len > end:
+                        break
+                    shard, seq, ts, plen = _unpack_fixed(buf, p + 1 + klen)
+                    flen = head_len + plen + 3
+                    if off + flen <= nb:
+                        # Fast path: the whole frame lies inside this beacon page.
+                        if p + flen > end:
+                            break
+                        kb = buf[p + 1 : p + 1 + klen]
+                        ps = p + head_len
+                        pe = ps + plen
+                        payload = buf[ps:pe]
+                        received = (buf[pe] << 8) | buf[pe + 1]
+                        np, noff, nnb = p + flen, off + flen, nb
+                    else:
+                        got = self._gather(buf, p, off, nb, flen)
+                        if got is None:
+                            break
+                        frame, np, noff, nnb, last_beacon = got
+                        kb = frame[1 : 1 + klen]
+                        payload = frame[head_len : head_len + plen]
+                        received = (frame[-3] << 8) | frame[-2]
+                else:
+                    got = self._gather(buf, p, off, nb, head_len)
+                    if got is None:
+                        break
+                    head, hp, hoff, hnb, hbeacon = got
+                    shard, seq, ts, plen = _unpack_fixed(head, 1 + klen)
+                    got = self._gather(buf, hp, hoff, hnb, plen + 3)
+                    if got is None:
+                        break
+                    rest, np, noff, nnb, last_beacon = got
+                    last_beacon = last_beacon or hbeacon
+                    kb = head[1 : 1 + klen]
+                    payload = rest[:plen]
+                    received = (rest[-3] << 8) | rest[-2]
+                info = key_info.get(kb)
+                if info is None:
+                    info = self._learn_key(kb, off)
+                if ts > MAX_TIMESTAMP_MS:
+                    raise TimestampRangeError(
+                        f"message timestamp {ts} ms lies after the year 9999",
+                        path=self.path,
+                        offset=off,
+                    )
+                computed = crc16(payload)
+                if computed != received:
+                    raise ChecksumError(
+                        received=received, computed=computed, path=self.path, offset=off
+                    )
+                if info[2] and payload == EOS_PAYLOAD and self._on_eos != "include":
+                    eos = _new_message(Message, (info[0], shard, seq, ts, payload, off))
+                    if self._on_eos == "stop" or not self._more_after(buf, np, noff, nnb):
+                        self.eos = eos
+                        if self._on_eos == "stop":
+                            p, off, nb = np, noff, nnb
+                        break
+                elif info[1]:
+                    append(_new_message(Message, (info[0], shard, seq, ts, payload, off)))
+                if last_beacon is not None:
+                    self.last_beacon = last_beacon
+                p, off, nb = np, noff, nnb
+        except StreamFormatError:
+            if not out:
+                self._commit(p, off, nb)
+                raise
+        self._commit(p, off, nb)
+        return out
+
+    def _commit(self, p: int, off: int, nb: int) -> None:
+        self._pos = p
+        self.offset = off
+        self._next_beacon = nb
+
+    def _learn_key(self, kb: bytes, offset: int) -> tuple[str, bool, bool]:
+        if not key_is_valid(kb):
+            raise InvalidStreamKeyError(
+                f"frame has invalid stream key {bytes(kb)!r}", path=self.path, offset=offset
+            )
+        name = kb.decode("ascii")
+        internal = kb == _EOS_KEY
+        wanted = self._internal if internal else (self._keys is None or name in self._keys)
+        info = (name, wanted, internal)
+        self._key_info[bytes(kb)] = info
+        return info
+
+    def _gather(
+        self, buf: bytes, p: int, off: int, nb: int, n: int
+    ) -> tuple[bytes, int, int, int, tuple[int, Beacon] | None] | None:
+        """Collect ``n`` frame bytes from ``buf[p:]`` (offset ``off``), stepping over beacons.
+
+        Returns the bytes, the new buffer index, offset and next-beacon offset, and the last
+        beacon stepped over; None if the buffer ends first.
+        """
+        parts = []
+        end = len(buf)
+        last = None
+        while n > 0:
+            if off == nb:
+                parsed = decode_beacon(buf, p, off, self.path)
+                if parsed is None:
+                    return None
+                beacon, size = parsed
+                last = (off // self.beacon_interval, beacon)
+                p += size
+                off += size
+                nb += self.beacon_interval
+                continue
+            take = min(n, nb - off)
+            if p + take > end:
+                return None
+            parts.append(buf[p : p + take])
+            p += take
+            off += take
+            n -= take
+        return b"".join(parts), p, off, nb, last
+
+    def _more_after(self, buf: bytes, p: int, off: int, nb: int) -> bool:
+        """Whether frame bytes follow position ``p`` in the buffer (past a beacon due there)."""
+        if off == nb:
+            parsed = decode_beacon(buf, p, off, self.path)
+            if parsed is None:
+                return False
+            p += parsed[1]
+        return p < len(buf)

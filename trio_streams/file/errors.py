@@ -1,0 +1,93 @@
+"""Errors of the stream-file transport, each naming the file and, where it applies, the byte offset.
+
+Corruption gets its own class per cause so callers (and tests) can tell a checksum failure from a
+file cut short; all of them derive from :class:`StreamFormatError`.
+"""
+
+from __future__ import annotations
+
+from ..errors import TrioStreamsError
+
+
+class StreamFileError(TrioStreamsError):
+    """Base of every stream-file error; carries the file and the byte offset it concerns."""
+
+    def __init__(self, message: str, *, path: str | None = None, offset: int | None = None):
+        self.path = path
+        self.offset = offset
+        self.reason = message
+        where = path if path is not None else "<stream>"
+        if offset is not None:
+            where = f"{where} at byte {offset}"
+        super().__init__(f"{where}: {message}")
+
+
+class StreamFormatError(StreamFileError, ValueError):
+    """The bytes are not a valid SeaStreamer stream file."""
+
+
+class BadMagicError(StreamFormatError):
+    """The file does not start with the ``Ss`` byte mark."""
+
+
+class UnsupportedVersionError(StreamFormatError):
+    """The header names a format version other than 1."""
+
+
+class BeaconIntervalError(StreamFormatError):
+    """The header's beacon interval is below the minimum of 128 bytes."""
+
+
+class FileNameError(StreamFormatError):
+    """The header's file name is not valid UTF-8, or too long to write."""
+
+
+class InvalidStreamKeyError(StreamFormatError):
+    """A stream key is longer than 249 bytes or has a character outside ``[A-Za-z0-9._-]``."""
+
+
+class TimestampRangeError(StreamFormatError):
+    """A timestamp lies after the year 9999, which the Rust reader rejects."""
+
+
+class ChecksumError(StreamFormatError):
+    """A frame's payload does not match its CRC16/CDMA2000 checksum."""
+
+    def __init__(
+        self, *, received: int, computed: int, path: str | None = None, offset: int | None = None
+    ):
+        self.received = received
+        self.computed = computed
+        super().__init__(
+            f"payload checksum mismatch: frame says {received:#06x}, payload gives {computed:#06x}",
+            path=path,
+            offset=offset,
+        )
+
+
+class TruncatedError(StreamFormatError):
+    """A finished file ends in the middle of a header, frame or beacon."""
+
+
+class FileRemovedError(StreamFileError):
+    """The file was removed from disk while it was being followed or written."""
+
+
+class WriterLockedError(StreamFileError):
+    """Another process (or another open file description) already writes this file."""
+
+
+class WriterClosedError(StreamFileError):
+    """The writer was used after it was closed."""
+
+
+class SeekError(StreamFileError):
+    """A seek could not be carried out; the reader is back where it was."""
+
+
+class SeekOutOfRangeError(SeekError):
+    """The seek target lies past the end of the file; the reader is back where it was."""
+
+
+class StreamFileNotFoundError(StreamFileError):
+    """The stream file does not exist (or cannot be opened)."""
