@@ -67,6 +67,15 @@ class Health:
 class State:
     """Shared state for handlers (``ctx.state``): set attributes in startup hooks."""
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only called for attributes that were never set.
+        raise AttributeError(
+            f"app.state has no {name!r}; set it in an on_startup hook (app.state.{name} = ...)"
+        )
+
     def __repr__(self) -> str:
         return f"State({vars(self)!r})"
 

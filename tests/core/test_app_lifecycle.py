@@ -244,7 +244,7 @@ async def test_a_failing_subscription_fails_the_app_with_its_reason() -> None:
         async with trio.open_nursery() as nursery:
             running = await nursery.start(app.serve)
             runner = running._runners[0]
-            runner.source.settle = broken_settle  # type: ignore[method-assign]
+            runner.source.settle = broken_settle
             await running.publish(broker, "s", 1)
             await running.wait_stopped()
     error = failure.value.exceptions[0]

@@ -1,5 +1,7 @@
 """The generation-stamped delivery channel between a driver and its dispatcher."""
 
+import itertools
+
 import pytest
 import trio
 import trio.testing
@@ -128,7 +130,7 @@ async def test_receive_yields_to_the_scheduler_regularly_even_when_never_waiting
             await channel.receive()
             received += 1
         nursery.cancel_scope.cancel()
-    gaps = [b - a for a, b in zip(seen_at, seen_at[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(seen_at)]
     # The receiver yields every 32 receives; Trio may run the other task first in one batch and
     # last in the next, so between two of its runs there are at most 2 x 32 receives.
     assert max(gaps) <= 64

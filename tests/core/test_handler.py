@@ -22,8 +22,10 @@ class Order:
     id: int
 
 
-def delivery(payload: bytes = b'{"id": 1}', **headers: str) -> Delivery:
-    return Delivery("orders", payload, headers, position=Position.sequence(4, stream="orders"))
+def delivery(payload: bytes = b'{"id": 1}', headers: dict[str, str] | None = None) -> Delivery:
+    return Delivery(
+        "orders", payload, headers or {}, position=Position.sequence(4, stream="orders")
+    )
 
 
 async def test_payload_is_decoded_by_its_annotation() -> None:
@@ -51,7 +53,7 @@ async def test_headers_convert_to_their_annotation() -> None:
 
     handler = analyse(handle)
     args = await handler.arguments(
-        delivery(**{"x-count": "3", "x-flag": "yes", "x-raw": "é"}), None
+        delivery(headers={"x-count": "3", "x-flag": "yes", "x-raw": "é"}), None
     )
     assert args == [Order(1), 3, True, None, "é".encode()]
 
@@ -67,7 +69,7 @@ async def test_a_header_that_does_not_convert_fails_decoding() -> None:
     async def handle(order: Order, count: Annotated[int, Header("x-count")]) -> None: ...
 
     with pytest.raises(DecodeError, match="header 'x-count'"):
-        await analyse(handle).arguments(delivery(**{"x-count": "many"}), None)
+        await analyse(handle).arguments(delivery(headers={"x-count": "many"}), None)
 
 
 async def test_all_headers_position_and_user_extractors() -> None:
@@ -87,7 +89,7 @@ async def test_all_headers_position_and_user_extractors() -> None:
 
     handler = analyse(handle)
     assert handler.needs_context
-    d = delivery(tenant="acme")
+    d = delivery(headers={"tenant": "acme"})
 
     class FakeContext:
         headers = d.headers
