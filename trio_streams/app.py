@@ -224,9 +224,13 @@ class App:
         timeout = self.shutdown_timeout if shutdown_timeout is None else shutdown_timeout
         await self._serve(_RunOptions(connect=_connect, shutdown_timeout=timeout), task_status)
 
-    def run(self, *, shutdown_timeout: float | None = None) -> None:
-        """Run standalone until SIGINT/SIGTERM (graceful) or a second signal (at once)."""
-        trio.run(self._run_with_signals, shutdown_timeout)
+    def run(self, *, shutdown_timeout: float | None = None) -> bool:
+        """Run standalone until SIGINT/SIGTERM (graceful) or a second signal (at once).
+
+        Returns True after a graceful stop, False when a second signal cut the drain short.
+        Raises ``AppFailed`` when a subscription failed.
+        """
+        return trio.run(self._run_with_signals, shutdown_timeout)
 
     def test(self, *, settle_timeout: float = 30.0) -> AbstractAsyncContextManager[TestClient]:
         """Run this app on in-process transports: ``async with app.test() as t: ...``.
@@ -237,7 +241,8 @@ class App:
 
         return run_test_client(self, settle_timeout=settle_timeout)
 
-    async def _run_with_signals(self, shutdown_timeout: float | None) -> None:
+    async def _run_with_signals(self, shutdown_timeout: float | None) -> bool:
+        forced = trio.Event()
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
                 running: RunningApp = await nursery.start(
@@ -245,12 +250,17 @@ class App:
                         shutdown_timeout=shutdown_timeout, task_status=task_status
                     )
                 )
-                nursery.start_soon(self._watch_signals, signals, running, nursery.cancel_scope)
+                nursery.start_soon(self._watch_signals, signals, running, forced, nursery)
                 await running.wait_stopped()
                 nursery.cancel_scope.cancel()
+        return not forced.is_set()
 
     async def _watch_signals(
-        self, signals: AsyncIterator[int], running: RunningApp, scope: trio.CancelScope
+        self,
+        signals: AsyncIterator[int],
+        running: RunningApp,
+        forced: trio.Event,
+        nursery: trio.Nursery,
     ) -> None:
         received = 0
         async for signum in signals:
@@ -261,7 +271,8 @@ class App:
                 running.request_stop()
             else:
                 self.logger.warning("%s: second signal (%s), cancelling now", self.name, name)
-                scope.cancel()
+                forced.set()
+                nursery.cancel_scope.cancel()
                 return
 
     async def _serve(self, options: _RunOptions, task_status: trio.TaskStatus[RunningApp]) -> None:
@@ -294,6 +305,9 @@ class App:
                     await self._drain(runners, options.shutdown_timeout)
                     nursery.cancel_scope.cancel()
             await self._run_hooks("after_shutdown")
+        except trio.Cancelled:
+            self.health.value = Health(HealthState.STOPPED, "cancelled")
+            raise
         except BaseException as exc:
             self.health.value = Health(HealthState.FAILED, repr(exc))
             raise

@@ -6,6 +6,7 @@ import argparse
 import importlib
 import logging
 import os
+import signal
 import sys
 from typing import Any
 
@@ -52,11 +53,11 @@ def _run(args: argparse.Namespace) -> int:
         print(f"trio-streams run: {exc}", file=sys.stderr)
         return 2
     try:
-        app.run(shutdown_timeout=args.shutdown_timeout)
+        graceful = app.run(shutdown_timeout=args.shutdown_timeout)
     except AppFailed as exc:
         print(f"trio-streams run: {exc}", file=sys.stderr)
         return 1
-    return 0
+    return 0 if graceful else 128 + signal.SIGINT
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

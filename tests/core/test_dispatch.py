@@ -18,6 +18,7 @@ class Event:
 
 
 async def test_sequential_by_default_in_order(autojump_clock: trio.abc.Clock) -> None:
+    rng = random.Random(1)
     app = App("svc")
     broker = app.broker(MemoryBroker())
     seen: list[int] = []
@@ -29,7 +30,7 @@ async def test_sequential_by_default_in_order(autojump_clock: trio.abc.Clock) ->
         nonlocal active, most
         active += 1
         most = max(most, active)
-        await trio.sleep(random.random())
+        await trio.sleep(rng.random() / 10)
         seen.append(n)
         active -= 1
 
@@ -98,10 +99,11 @@ async def test_lanes_can_key_on_a_header(autojump_clock: trio.abc.Clock) -> None
     app = App("svc")
     broker = app.broker(MemoryBroker())
     order: dict[str | None, list[int]] = defaultdict(list)
+    rng = random.Random(2)
 
     @broker.subscriber(MemoryStream("s"), workers=3, by_key="tenant")
     async def handle(n: int, ctx: Context) -> None:
-        await trio.sleep(random.random() / 10)
+        await trio.sleep(rng.random() / 10)
         order[ctx.headers.get("tenant")].append(n)
 
     async with app.test() as t:

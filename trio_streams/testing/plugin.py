@@ -1,1 +1,40 @@
-"""The pytest plugin (entry point ``trio_streams``): fixtures for testing trio-streams apps."""
+"""The pytest plugin (entry point ``trio_streams``), loaded wherever trio-streams is installed.
+
+Define an ``app`` fixture returning your App and ask for ``app_client``: each test gets the app
+running on in-process transports, shut down gracefully afterwards. Tests run under pytest-trio
+(``trio_mode = true``), so ``autojump_clock`` makes ``retry_after`` and timeouts instant::
+
+    @pytest.fixture
+    def app() -> App:
+        return myservice.app
+
+    async def test_totals(app_client: TestClient) -> None:
+        await app_client.publish("orders", Order(1, 2.0))
+        assert app_client.handler(total).outcomes == [ack()]
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from ..app import App
+from .harness import TestClient
+
+pytest.register_assert_rewrite("trio_streams.testing.harness")
+
+
+@pytest.fixture
+async def app_client(request: pytest.FixtureRequest) -> AsyncIterator[TestClient]:
+    """The ``app`` fixture's App, running on in-process transports for one test."""
+    try:
+        app = request.getfixturevalue("app")
+    except pytest.FixtureLookupError:
+        raise pytest.UsageError(
+            "app_client needs an `app` fixture that returns your trio_streams.App"
+        ) from None
+    if not isinstance(app, App):
+        raise pytest.UsageError(f"the `app` fixture returned {app!r}, not a trio_streams.App")
+    async with app.test() as client:
+        yield client
