@@ -31,6 +31,13 @@ class FairShare:
             self._count = 0
             await cancel_shielded_checkpoint()
 
+    async def after_progress(self) -> None:
+        """For a caller that already passed a cancel point: a schedule point now and then."""
+        self._count += 1
+        if self._count >= self._every:
+            self._count = 0
+            await cancel_shielded_checkpoint()
+
     def reset(self) -> None:
         """The caller just yielded anyway (it waited); start counting again."""
         self._count = 0

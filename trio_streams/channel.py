@@ -118,7 +118,7 @@ class DeliveryChannel:
         if parked:
             self._send_share.reset()
         else:
-            await self._send_share.checkpoint()
+            await self._send_share.after_progress()
         return end
 
     def interrupt(self) -> None:
@@ -170,7 +170,7 @@ class DeliveryChannel:
             delivery = self._buffer.popleft()
             if self._send_waiters:
                 self._send_waiters.unpark()
-            await self._receive_share.checkpoint()
+            await self._receive_share.after_progress()
             return delivery
         self._receive_share.reset()
         while not self._buffer:

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Dispatcher", "HandledMessage"]
 
+_ACK = ack()
 #: Deliveries waiting in each ordered lane.
 _LANE_BUFFER = 4
 _UNDECODED: Any = object()
@@ -200,6 +201,10 @@ class Dispatcher:
             except Exception as exc:  # noqa: BLE001 - a failing handler runs the failure policy
                 error = exc
                 outcome = self._failed(delivery, exc)
+        if outcome is _ACK and not self._runner.observers:
+            # The common case, without building a verdict.
+            await self._runner.source.settle(delivery, outcome)
+            return False
         verdict = self._policy.decide(delivery, outcome)
         self._observe(delivery, args[0] if args else None, outcome, verdict, error)
         return await self._settle(delivery, verdict)
@@ -216,12 +221,13 @@ class Dispatcher:
         return self._policy.on_exception(delivery)
 
     async def _outcome_of(self, result: Any) -> Outcome:
+        if result is None:
+            return _ACK
         if isinstance(result, Outcome):
             return result
-        if result is not None:
-            for publisher in self._publishers:
-                await publisher.publish(result)
-        return ack()
+        for publisher in self._publishers:
+            await publisher.publish(result)
+        return _ACK
 
     # ---- batches -----------------------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import trio
 
 from .delivery import Delivery
-from .outcome import Outcome, drop, retry, retry_after
+from .outcome import Outcome, OutcomeKind, drop, retry, retry_after
 
 __all__ = ["DelayedRetries", "FailurePolicy", "Verdict"]
 
@@ -66,7 +66,10 @@ class FailurePolicy:
 
     def decide(self, delivery: Delivery, outcome: Outcome) -> Verdict:
         """Apply the attempts cap: a retry of a delivery tried max_attempts times is spent."""
-        if outcome.is_retry and delivery.attempt >= self.max_attempts:
+        kind = outcome.kind
+        if (
+            kind is OutcomeKind.RETRY or kind is OutcomeKind.RETRY_AFTER
+        ) and delivery.attempt >= self.max_attempts:
             return Verdict(drop(), self.dead_letter)
         return Verdict(outcome)
 

@@ -128,7 +128,7 @@ class MemorySubscription(SubscriptionSource):
         while redeliveries and len(taken) < self._count:
             taken.append(redeliveries.popleft())
         if len(taken) < self._count:
-            taken.extend(_deliver(e) for e in self._cursor.take(self._count - len(taken)))
+            taken.extend([_deliver(e) for e in self._cursor.take(self._count - len(taken))])
         return taken
 
     async def seek(self, position: Position) -> None:
@@ -141,7 +141,7 @@ class MemorySubscription(SubscriptionSource):
         await checkpoint()
 
     async def settle(self, delivery: Delivery, outcome: Outcome) -> None:
-        if outcome.is_retry:
+        if not outcome.consumes:
             self._redeliveries.append(
                 Delivery(
                     delivery.stream,
