@@ -49,3 +49,8 @@ def test_the_tutorial_runs_as_written(tmp_path: Path) -> None:
 @pytest.mark.parametrize("page", sorted(p.name for p in DOCS.glob("*.md")))
 def test_pages_are_not_empty(page: str) -> None:
     assert (DOCS / page).read_text().strip()
+
+
+def test_the_home_page_is_the_readme() -> None:
+    readme = (DOCS.parent / "README.md").read_text()
+    assert (DOCS / "index.md").read_text() == readme.replace("](docs/", "](")
