@@ -181,15 +181,7 @@ class Dispatcher:
                     value = extract(delivery, context)
                     args.append(await value if is_async else value)
         except DecodeError as exc:
-            self._log.warning(
-                "%s: cannot decode the message at %r: %s",
-                self._runner.label,
-                delivery.position,
-                exc.reason,
-            )
-            verdict = self._policy.on_undecodable()
-            self._observe(delivery, None, verdict.outcome, verdict, exc)
-            return await self._settle(delivery, verdict)
+            return await self._undecodable(delivery, exc)
         except Exception as exc:  # noqa: BLE001 - a failing extractor runs the failure policy
             error = exc
             outcome = self._failed(delivery, exc)
@@ -207,6 +199,18 @@ class Dispatcher:
             return False
         verdict = self._policy.decide(delivery, outcome)
         self._observe(delivery, args[0] if args else None, outcome, verdict, error)
+        return await self._settle(delivery, verdict)
+
+    async def _undecodable(self, delivery: Delivery, exc: DecodeError) -> bool:
+        """Run the decode policy; True if a delayed retry now owns the delivery."""
+        self._log.warning(
+            "%s: cannot decode the message at %r: %s",
+            self._runner.label,
+            delivery.position,
+            exc.reason,
+        )
+        verdict = self._policy.on_undecodable()
+        self._observe(delivery, None, verdict.outcome, verdict, exc)
         return await self._settle(delivery, verdict)
 
     def _failed(self, delivery: Delivery, exc: Exception) -> Outcome:
@@ -243,15 +247,7 @@ class Dispatcher:
                 try:
                     messages.append(decode(delivery.payload))
                 except DecodeError as exc:
-                    self._log.warning(
-                        "%s: cannot decode the message at %r: %s",
-                        self._runner.label,
-                        delivery.position,
-                        exc.reason,
-                    )
-                    verdict = self._policy.on_undecodable()
-                    self._observe(delivery, None, verdict.outcome, verdict, exc)
-                    if await self._settle(delivery, verdict):
+                    if await self._undecodable(delivery, exc):
                         later.add(id(delivery))
                 else:
                     good.append(delivery)
