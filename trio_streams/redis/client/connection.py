@@ -249,7 +249,9 @@ async def open_connection(address: Address, options: ConnectionOptions) -> Conne
         ) from None
     except (OSError, trio.BrokenResourceError, ssl.SSLError) as exc:
         cause = exc.__cause__ if isinstance(exc, trio.BrokenResourceError) else None
-        if isinstance(cause, ssl.SSLError):
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            reason = f"TLS handshake failed: {cause.reason}: {cause.verify_message}"
+        elif isinstance(cause, ssl.SSLError):
             reason = f"TLS handshake failed: {cause.reason or cause}"
         elif isinstance(exc, OSError) and exc.strerror:
             reason = exc.strerror
