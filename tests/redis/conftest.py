@@ -19,8 +19,11 @@ from trio_streams.testing.redis_servers import (
     RedisClusterServers,
     RedisSentinelServers,
     RedisServer,
+)
+from trio_streams.testing.redis_servers import (
     redis_server as start_redis_server,
 )
+
 
 @pytest.fixture
 def redis_server() -> Iterator[RedisServer]:

@@ -137,10 +137,9 @@ async def test_resp2_fallback_when_the_server_has_no_hello() -> None:
 
 
 async def test_resp2_can_be_forced(redis_server: RedisServer) -> None:
-    async with connect(redis_server.url, protocol=2) as client:
-        async with client.connection() as connection:
-            assert connection.protocol == 2
-            assert await connection.execute("PING") == b"PONG"
+    async with connect(redis_server.url, protocol=2) as client, client.connection() as conn:
+        assert conn.protocol == 2
+        assert await conn.execute("PING") == b"PONG"
 
 
 async def test_acl_user_authenticates_and_is_limited(acl_redis_server: RedisServer) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -108,7 +109,7 @@ def parse_all(data: bytes, cuts: list[int]) -> list[Any]:
     parser = ReplyParser()
     out: list[Any] = []
     points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
-    for start, end in zip(points, points[1:], strict=False):
+    for start, end in itertools.pairwise(points):
         parser.feed(data[start:end])
         while (reply := parser.next_reply()) is not NEED_DATA:
             out.append(reply)
@@ -192,7 +193,7 @@ def test_malformed_bytes_raise_a_protocol_error() -> None:
 
 def test_unsendable_argument_is_refused_before_anything_is_sent() -> None:
     with pytest.raises(CommandEncodingError, match="type dict in command SET k"):
-        pack_command(("SET", "k", {"a": 1}))
+        pack_command(("SET", "k", {"a": 1}))  # type: ignore[arg-type]
 
 
 def test_replies_raise_first_error_in_place() -> None:

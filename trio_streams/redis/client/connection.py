@@ -243,6 +243,8 @@ async def open_connection(address: Address, options: ConnectionOptions) -> Conne
     try:
         with trio.fail_after(options.connect_timeout):
             return await _connect(address, options)
+    except RedisConnectionError:
+        raise
     except trio.TooSlowError:
         raise RedisTimeoutError(
             f"connect and handshake took longer than {options.connect_timeout}s", address=address
