@@ -257,6 +257,8 @@ async def open_connection(address: Address, options: ConnectionOptions) -> Conne
             reason = f"TLS handshake failed: {cause.reason or cause}"
         elif isinstance(exc, OSError) and exc.strerror:
             reason = exc.strerror
+        elif isinstance(exc.__cause__, OSError) and exc.__cause__.strerror:
+            reason = exc.__cause__.strerror  # trio's "all attempts failed" wraps the reason
         else:
             reason = str(exc)
         raise RedisConnectionError(

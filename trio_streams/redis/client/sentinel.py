@@ -72,7 +72,11 @@ class SentinelLocator:
     async def open_primary(self) -> Connection:
         """A connection to the primary, verified with ``ROLE``."""
         address = self._primary or await self.discover()
-        connection = await open_connection(address, self._node_options)
+        try:
+            connection = await open_connection(address, self._node_options)
+        except BaseException:
+            self._primary = None  # dead or unreachable: ask the sentinels next time
+            raise
         try:
             role = await connection.execute("ROLE")
         except BaseException:
