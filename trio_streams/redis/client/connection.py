@@ -122,13 +122,17 @@ class Connection:
 
     # -- state ------------------------------------------------------------------------------
 
+    def is_in_sync(self) -> bool:
+        """True when not broken, not in use, and no unread reply bytes are buffered."""
+        return not (self.broken or self._busy or self._parser.has_buffered_data())
+
     def is_reusable(self) -> bool:
         """True when the connection is idle, in sync, and the server sent nothing unasked.
 
         An idle connection that is readable has either been closed by the server or received
         bytes nobody asked for; either way it cannot be trusted with the next command.
         """
-        if self.broken or self._busy or self._parser.has_buffered_data():
+        if not self.is_in_sync():
             return False
         if isinstance(self._stream, trio.SSLStream):
             try:

@@ -101,8 +101,12 @@ class ConnectionPool:
         return connection
 
     def release(self, connection: Connection) -> None:
-        """Give a connection back; a broken or out-of-sync one is closed instead of kept."""
-        if self._closed or not connection.is_reusable():
+        """Give a connection back; a broken or out-of-sync one is closed instead of kept.
+
+        The cheap in-sync check runs here; the socket readability check waits until the
+        connection is checked out again, when it matters (and costs one syscall, not two).
+        """
+        if self._closed or not connection.is_in_sync():
             connection.close()
         else:
             self._idle.append(connection)
