@@ -4,7 +4,7 @@ refusals, MULTI/EXEC pinned to one slot, sharded Pub/Sub."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import trio
@@ -14,6 +14,7 @@ from trio_streams.redis.client import (
     CrossSlotError,
     Message,
     RedisCluster,
+    RedisConnectionError,
     ReplyError,
     connect,
     key_slot,
@@ -21,6 +22,8 @@ from trio_streams.redis.client import (
 from trio_streams.redis.client.cluster import parse_cluster_shards, parse_cluster_slots
 from trio_streams.redis.client.keys import KeyFinder, parse_command_table
 from trio_streams.testing.redis_servers import RedisClusterServers
+
+from .redis_waits import eventually
 
 _prefixes = itertools.count()
 
@@ -234,3 +237,45 @@ async def test_dedicated_connection_goes_to_the_keys_node(
         await connection.execute("XADD", key, "*", "f", "v")
     async with cluster.connection(key) as connection:
         assert await connection.execute("XLEN", key) == 1
+
+
+@pytest.fixture(scope="module")
+def own_cluster() -> Iterator[RedisClusterServers]:
+    """A cluster this module may crash (the shared one stays whole for other tests)."""
+    with RedisClusterServers(primaries=3) as servers:
+        yield servers
+
+
+async def test_node_crash_is_a_typed_error_and_the_restarted_node_serves_again(
+    own_cluster: RedisClusterServers,
+) -> None:
+    async with connect(own_cluster.url, backoff_initial=0.01, backoff_cap=0.1) as client:
+        assert isinstance(client, RedisCluster)
+        key = "crash:key"
+        await client.execute("SET", key, "v")
+        victim = own_cluster.node_for_slot(key_slot(key))
+        await trio.to_thread.run_sync(victim.kill)
+        with pytest.raises(RedisConnectionError) as caught:
+            await client.execute("GET", key)
+        assert caught.value.address == victim.address
+        # The other nodes keep serving keys of their own slots.
+        elsewhere = next(
+            f"crash:{n}" for n in range(1000)
+            if client.node_for_slot(key_slot(f"crash:{n}")) != victim.address
+        )  # fmt: skip
+        assert await client.execute("SET", elsewhere, 1) == b"OK"
+        # Restarted with its nodes.conf, the node rejoins with its slots (data is gone: no
+        # persistence). The client reconnects on the next command; nothing was re-sent.
+        mark = victim.log_mark()
+        await trio.to_thread.run_sync(victim.start)
+        await trio.to_thread.run_sync(
+            lambda: victim.wait_for_log("Cluster state changed: ok", since=mark)
+        )
+
+        async def served() -> bool:
+            try:
+                return await client.execute("GET", key) is None
+            except RedisConnectionError:
+                return False
+
+        await eventually(served, what="the restarted node to serve its slots")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .backoff import Backoff
 from .client import Redis, RedisClient
 from .cluster import RedisCluster
 from .config import ClientConfig, ConnectionOptions, make_ssl_context, parse_url
@@ -69,6 +70,7 @@ def from_config(config: ClientConfig) -> RedisClient:
 __all__ = [
     "AskError",
     "AuthenticationError",
+    "Backoff",
     "ClientConfig",
     "ClusterDownError",
     "ClusterError",

@@ -205,13 +205,20 @@ class Redis(RedisClient):
     @asynccontextmanager
     async def connection(self, key: Arg | None = None) -> AsyncIterator[Connection]:
         async with self._pool.connection() as connection:
-            yield connection
+            try:
+                yield connection
+            except (RedisConnectionError, ReadOnlyError):
+                self._node_failed()
+                raise
 
     @asynccontextmanager
     async def dedicated_connection(self, key: Arg | None = None) -> AsyncIterator[Connection]:
         connection = await self._open_node()
         try:
             yield connection
+        except (RedisConnectionError, ReadOnlyError):
+            self._node_failed()
+            raise
         finally:
             connection.close()
 

@@ -276,7 +276,11 @@ class RedisCluster(RedisClient):
 
     async def _execute_at(self, address: Address, args: Command, *, asking: bool) -> Any:
         pool = self._pool(address)
-        connection = await pool.acquire()
+        try:
+            connection = await pool.acquire()
+        except RedisConnectionError:
+            self._node_lost(address)
+            raise
         try:
             if not asking:
                 return await connection.execute_command(args)
@@ -374,14 +378,25 @@ class RedisCluster(RedisClient):
     async def connection(self, key: Arg | None = None) -> AsyncIterator[Connection]:
         address = await self._address_for_key(key)
         async with self._pool(address).connection() as connection:
-            yield connection
+            try:
+                yield connection
+            except RedisConnectionError:
+                self._node_lost(address)
+                raise
 
     @asynccontextmanager
     async def dedicated_connection(self, key: Arg | None = None) -> AsyncIterator[Connection]:
         address = await self._address_for_key(key)
-        connection = await open_connection(address, self.config.connection)
+        try:
+            connection = await open_connection(address, self.config.connection)
+        except RedisConnectionError:
+            self._node_lost(address)
+            raise
         try:
             yield connection
+        except RedisConnectionError:
+            self._node_lost(address)
+            raise
         finally:
             connection.close()
 

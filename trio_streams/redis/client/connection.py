@@ -226,13 +226,11 @@ class Connection:
                 exc.address = self.address
             return exc
         if isinstance(exc, (trio.BrokenResourceError, trio.ClosedResourceError, OSError)):
-            error = RedisConnectionError(
+            return RedisConnectionError(
                 f"connection lost: {exc or type(exc).__name__}",
                 address=self.address,
                 command=describe,
             )
-            error.__cause__ = exc
-            return error
         return exc
 
 

@@ -56,7 +56,8 @@ class RedisConnectionError(RedisError, ConnectionError):
 
     def __str__(self) -> str:
         what = f" during {self.command}" if self.command else ""
-        return f"redis {format_address(self.address)}{what}: {self.reason}"
+        where = f" {format_address(self.address)}" if self.address else ""
+        return f"redis{where}{what}: {self.reason}"
 
 
 class RedisTimeoutError(RedisConnectionError, TimeoutError):
@@ -79,8 +80,9 @@ class CrossSlotError(RedisError, ValueError):
     """A command or transaction names keys of different cluster slots. Nothing was sent."""
 
 
-class ClusterError(RedisError):
-    """The cluster's slot map could not be read, or a slot has no serving node."""
+class ClusterError(RedisConnectionError):
+    """The cluster's slot map could not be read, a slot has no serving node, or redirects
+    did not settle: no node could be reached for the command (it was not run)."""
 
 
 class SentinelError(RedisConnectionError):
