@@ -327,7 +327,7 @@ class RedisCluster(RedisClient):
                     nursery.start_soon(run_group, address, indexes)
         if lost:
             # Other nodes' replies are attached; which of the lost node's commands ran is unknown.
-            lost[0].partial_replies = Replies(results)  # type: ignore[attr-defined]
+            lost[0].partial_replies = Replies(results)
             raise lost[0]
         for index, reply in enumerate(results):
             if isinstance(reply, ClusterRedirect):

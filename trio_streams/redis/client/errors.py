@@ -8,6 +8,8 @@ re-sends such a command by itself.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ...errors import TrioStreamsError
 
 Address = tuple[str, int]
@@ -47,6 +49,10 @@ class RedisConnectionError(RedisError, ConnectionError):
     Anything sent and not yet answered may or may not have run on the server: the client never
     re-sends it; the caller decides whether a retry is safe.
     """
+
+    #: For a cluster pipeline that lost one node: every reply, in order, with this error in
+    #: the places of the lost node's commands (whose outcome is unknown).
+    partial_replies: list[Any] | None = None
 
     def __init__(self, reason: str, *, address: Address | None = None, command: str = "") -> None:
         super().__init__(reason)
