@@ -72,22 +72,25 @@ async def prefill(client: RedisClient, total: int) -> None:
     await client.execute("XGROUP", "CREATE", "bench:consume", "g", "0")
 
 
-async def ours_consume(client: RedisClient, total: int) -> float:
-    await prefill(client, total)
+async def drain_two_round_trips(client: RedisClient) -> int:
+    """Read COUNT 100, then XACK those ids, until the stream is drained; entries consumed."""
     consumed = 0
-    start = time.perf_counter()
     async with client.connection() as connection:
         while True:
             reply = await connection.execute(
                 "XREADGROUP", "GROUP", "g", "c", "COUNT", PIPELINE, "STREAMS", "bench:consume", ">"
             )
             if not reply:
-                break
+                return consumed
             entries = reply[b"bench:consume"] if isinstance(reply, dict) else reply[0][1]
-            if not entries:
-                break
             await connection.execute("XACK", "bench:consume", "g", *[e[0] for e in entries])
             consumed += len(entries)
+
+
+async def ours_consume(client: RedisClient, total: int) -> float:
+    await prefill(client, total)
+    start = time.perf_counter()
+    consumed = await drain_two_round_trips(client)
     elapsed = time.perf_counter() - start
     assert consumed == total, (consumed, total)
     return consumed / elapsed
@@ -233,17 +236,7 @@ async def server_time_per_entry(client: RedisClient, total: int) -> float:
     """
     await prefill(client, total)
     await client.execute("CONFIG", "RESETSTAT")
-    consumed = 0
-    async with client.connection() as connection:
-        while True:
-            reply = await connection.execute(
-                "XREADGROUP", "GROUP", "g", "c", "COUNT", PIPELINE, "STREAMS", "bench:consume", ">"
-            )
-            if not reply:
-                break
-            entries = reply[b"bench:consume"]
-            await connection.execute("XACK", "bench:consume", "g", *[e[0] for e in entries])
-            consumed += len(entries)
+    consumed = await drain_two_round_trips(client)
     stats = (await client.execute("INFO", "commandstats")).decode()
     usec = 0.0
     for line in stats.splitlines():

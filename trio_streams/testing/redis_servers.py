@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from ..errors import TrioStreamsError
 
@@ -348,6 +348,20 @@ class _Group:
         self.servers.append(server)
         return server
 
+    def start(self) -> Self:
+        """Start every server of the group and wait until the group is ready."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def stop(self) -> None:
         for server in reversed(self.servers):
             with contextlib.suppress(OSError):
@@ -406,7 +420,7 @@ class RedisClusterServers(_Group):
             )
         )
 
-    def start(self) -> RedisClusterServers:
+    def start(self) -> Self:
         self.primaries = [self._node("primary") for _ in range(self._primary_count)]
         self.replicas = [
             self._node("replica") for _ in range(self._primary_count * self._replica_count)
@@ -463,16 +477,6 @@ class RedisClusterServers(_Group):
         for server in self.primaries:
             server.command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
 
-    def __enter__(self) -> RedisClusterServers:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
 
 class RedisSentinelServers(_Group):
     """A primary, ``replicas`` replicas and ``sentinels`` sentinels watching service ``name``."""
@@ -500,7 +504,7 @@ class RedisSentinelServers(_Group):
                 return server
         raise ServerLaunchError(f"sentinels name unknown primary {host!r}:{port!r}")
 
-    def start(self) -> RedisSentinelServers:
+    def start(self) -> Self:
         primary = self.add(RedisServer(self.directory, name="sentinel-set primary")).start()
         self.data_nodes = [primary]
         for _ in range(self._replica_count):
@@ -565,16 +569,6 @@ class RedisSentinelServers(_Group):
                 since=mark,
             )
         return self.primary()
-
-    def __enter__(self) -> RedisSentinelServers:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def redis_version() -> tuple[int, ...]:
