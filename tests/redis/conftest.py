@@ -56,8 +56,9 @@ def acl_redis_server() -> Iterator[RedisServer]:
 
 @pytest.fixture(scope="session")
 def redis_cluster() -> Iterator[RedisClusterServers]:
-    """A three-primary cluster shared by the session (tests keep their keys apart)."""
-    with RedisClusterServers(primaries=3) as cluster:
+    """Three primaries with a replica each, shared by the session (tests keep their keys
+    apart)."""
+    with RedisClusterServers(primaries=3, replicas=1) as cluster:
         yield cluster
 
 
