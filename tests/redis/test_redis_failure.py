@@ -55,7 +55,7 @@ async def test_reconnects_are_paced_by_backoff_and_recover_after_restart(
 ) -> None:
     # Jump the virtual clock only when nothing at all happens for a while, so real socket
     # work (an instantly refused connect) completes before any timeout could fire.
-    mock_clock.autojump_threshold = 0.05
+    mock_clock.autojump_threshold = 0.2
     async with connect(redis_server.url, backoff_initial=0.1, backoff_cap=0.4) as client:
         assert await client.execute("PING") == b"PONG"
         redis_server.stop()
