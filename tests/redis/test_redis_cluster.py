@@ -280,3 +280,35 @@ async def test_node_crash_is_a_typed_error_and_the_restarted_node_serves_again(
                 return False
 
         await eventually(served, what="the restarted node to serve its slots")
+
+
+async def test_pipeline_of_transaction_blocks_split_per_node(
+    redis_cluster: RedisClusterServers, cluster: RedisCluster, prefix: str
+) -> None:
+    tags = [f"{{{prefix}:{n}}}" for n in range(12)]
+    await cluster.refresh_slots()
+    assert len({cluster.node_for_slot(key_slot(t[1:-1])) for t in tags}) > 1
+    pipeline = cluster.pipeline()
+    for tag in tags:  # each delivery's side effect and settle, atomic, one slot per block
+        pipeline.add_transaction([("INCRBY", f"{tag}:total", 2), ("SET", f"{tag}:acked", 1)])
+    pipeline.add("PING")
+    replies = await pipeline.execute(raise_on_error=True)
+    assert replies[:-1] == [[2, b"OK"]] * len(tags)
+    # A block whose keys span slots is refused before anything of the pipeline is sent.
+    other = await key_on_other_node(cluster, f"{tags[0]}:total", prefix)
+    refused = cluster.pipeline().add("INCR", f"{tags[0]}:total")
+    refused.add_transaction([("INCR", f"{tags[0]}:total"), ("INCR", other)])
+    with pytest.raises(CrossSlotError):
+        await refused.execute()
+    assert await cluster.execute("GET", f"{tags[0]}:total") == b"2"
+    # A block whose slot moved is aborted whole by the server and sent again to the owner.
+    slot = key_slot(tags[1][1:-1])
+    source = redis_cluster.node_for_slot(slot)
+    target = next(s for s in redis_cluster.primaries if s is not source)
+    await trio.to_thread.run_sync(redis_cluster.move_slot, slot, target)
+    replies = await (
+        cluster.pipeline()
+        .add_transaction([("INCR", f"{tags[1]}:total"), ("GET", f"{tags[1]}:acked")])
+        .execute()
+    )
+    assert replies == [[3, b"1"]]

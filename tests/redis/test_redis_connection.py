@@ -215,3 +215,24 @@ async def test_one_connection_serves_one_task_at_a_time(redis_server: RedisServe
         nursery.cancel_scope.cancel()
     assert connection.broken  # the blocked BLPOP was cancelled with its reply outstanding
     await connection.aclose()
+
+
+async def test_pipeline_mixes_commands_and_transaction_blocks(redis: RedisClient) -> None:
+    await redis.execute("SET", "str", "x")
+    replies = await (
+        redis.pipeline()
+        .add("INCR", "plain")
+        .add_transaction([("INCRBY", "total", 5), ("XADD", "log", "*", "n", 1)])
+        .add_transaction([("INCR", "total"), ("NOSUCHCOMMAND",)])  # rejected whole
+        .add_transaction([("INCR", "total"), ("LPUSH", "str", "x")])  # runs; error in place
+        .add("GET", "total")
+        .execute()
+    )
+    assert replies[0] == 1
+    assert replies[1][0] == 5
+    assert isinstance(replies[2], ExecAbortError)  # in place: none of that block ran
+    assert replies[3][0] == 6
+    assert isinstance(replies[3][1], ReplyError)
+    assert replies[4] == b"6"
+    with pytest.raises(ExecAbortError):
+        replies.raise_first()

@@ -22,9 +22,9 @@ from .backoff import Backoff
 from .config import ClientConfig, ConnectionOptions
 from .connection import Connection, open_connection
 from .errors import Address, ReadOnlyError, RedisConnectionError, format_address
-from .pipeline import Pipeline, Transaction, unwrap_transaction, wrap_transaction
+from .pipeline import Item, Pipeline, Transaction, fold_replies, wire_commands
 from .pool import ConnectionPool
-from .protocol import Arg, Command
+from .protocol import Arg
 from .replies import Replies
 from .sentinel import SentinelLocator
 from .subscriber import Subscription
@@ -49,7 +49,7 @@ class RedisClient(abc.ABC):
 
     def transaction(self) -> Transaction:
         """A MULTI/EXEC block, sent in one write (in a cluster: all keys in one slot)."""
-        return Transaction(self._run_transaction)
+        return Transaction(self._run_pipeline)
 
     @abc.abstractmethod
     def subscribe(
@@ -76,10 +76,7 @@ class RedisClient(abc.ABC):
         (``XREADGROUP BLOCK``, ``BLMOVE``) that must not hold a pooled slot."""
 
     @abc.abstractmethod
-    async def _run_pipeline(self, commands: Sequence[Command]) -> Replies: ...
-
-    @abc.abstractmethod
-    async def _run_transaction(self, commands: Sequence[Command]) -> Replies: ...
+    async def _run_pipeline(self, items: Sequence[Item]) -> Replies: ...
 
     @abc.abstractmethod
     async def aclose(self) -> None:
@@ -164,13 +161,13 @@ class Redis(RedisClient):
         finally:
             pool.release(connection)
 
-    async def _run_pipeline(self, commands: Sequence[Command]) -> Replies:
-        if not commands:
+    async def _run_pipeline(self, items: Sequence[Item]) -> Replies:
+        if not items:
             return Replies()
         pool = self._pool
         connection = await pool.acquire()
         try:
-            replies = await connection.execute_many(commands)
+            replies = await connection.execute_many(wire_commands(items))
         except RedisConnectionError:
             self._node_failed()
             raise
@@ -178,13 +175,7 @@ class Redis(RedisClient):
             pool.release(connection)
         if self._locator is not None and any(isinstance(r, ReadOnlyError) for r in replies):
             self._node_failed()
-        return replies
-
-    async def _run_transaction(self, commands: Sequence[Command]) -> Replies:
-        if not commands:
-            return Replies()
-        replies = await self._run_pipeline(wrap_transaction(commands))
-        return unwrap_transaction(replies, commands, self.address)
+        return fold_replies(items, replies, connection.address)
 
     def subscribe(
         self,

@@ -40,7 +40,7 @@ from .errors import (
     format_address,
 )
 from .keys import SLOTS, KeyFinder, key_slot, parse_command_table
-from .pipeline import unwrap_transaction, wrap_transaction
+from .pipeline import Item, TransactionBlock, fold_replies, wire_commands
 from .pool import ConnectionPool
 from .protocol import Arg, Command
 from .replies import Replies
@@ -294,28 +294,41 @@ class RedisCluster(RedisClient):
         finally:
             pool.release(connection)
 
-    async def _run_pipeline(self, commands: Sequence[Command]) -> Replies:
-        if not commands:
+    async def _item_slot(self, item: Item) -> int | None:
+        """The slot of a command or of a whole MULTI/EXEC block (CrossSlotError if split)."""
+        if type(item) is not TransactionBlock:
+            return await self.slot_of(item)  # type: ignore[arg-type]
+        finder = await self._ready()
+        keys: list[Arg] = []
+        for command in item.commands:
+            found = finder.keys(command)
+            keys.extend(found if found is not None else await self._server_keys(command))
+        return self._common_slot(keys, item.commands)
+
+    async def _run_pipeline(self, items: Sequence[Item]) -> Replies:
+        if not items:
             return Replies()
-        slots = [await self.slot_of(c) for c in commands]
+        # Every slot is known (and every cross-slot item refused) before anything is sent.
+        slots = [await self._item_slot(item) for item in items]
         groups: dict[Address, list[int]] = {}
         for index, slot in enumerate(slots):
             groups.setdefault(self._node(slot), []).append(index)
-        results: list[Any] = [None] * len(commands)
+        results: list[Any] = [None] * len(items)
         lost: list[RedisConnectionError] = []
 
         async def run_group(address: Address, indexes: list[int]) -> None:
+            group = [items[i] for i in indexes]
             pool = self._pool(address)
             try:
                 async with pool.connection() as connection:
-                    replies = await connection.execute_many([commands[i] for i in indexes])
+                    replies = await connection.execute_many(wire_commands(group))
             except RedisConnectionError as exc:
                 self._node_lost(address)
                 lost.append(exc)
                 for i in indexes:
                     results[i] = exc
                 return
-            for i, reply in zip(indexes, replies, strict=True):
+            for i, reply in zip(indexes, fold_replies(group, replies, address), strict=True):
                 results[i] = reply
 
         if len(groups) == 1:
@@ -330,43 +343,39 @@ class RedisCluster(RedisClient):
             lost[0].partial_replies = Replies(results)
             raise lost[0]
         for index, reply in enumerate(results):
+            item = items[index]
             if isinstance(reply, ClusterRedirect):
+                # The redirect proves the command did not run: send it to the named node.
                 try:
-                    results[index] = await self.execute(*commands[index])
+                    results[index] = await self.execute(*item)  # type: ignore[misc]
                 except ReplyError as exc:
                     results[index] = exc
+            elif isinstance(reply, ExecAbortError) and isinstance(item, TransactionBlock):
+                moved = next((e for e in reply.errors if isinstance(e, MovedError)), None)
+                if moved is not None:
+                    results[index] = await self._resend_block(item, slots[index], moved)
         return Replies(results)
 
-    async def _run_transaction(self, commands: Sequence[Command]) -> Replies:
-        if not commands:
-            return Replies()
-        finder = await self._ready()
-        keys: list[Arg] = []
-        for command in commands:
-            found = finder.keys(command)
-            keys.extend(found if found is not None else await self._server_keys(command))
-        slot = self._common_slot(keys, commands)
-        wire = wrap_transaction(commands)
+    async def _resend_block(
+        self, block: TransactionBlock, slot: int | None, moved: MovedError
+    ) -> Any:
+        """Send a block the server aborted because its slot moved (so nothing of it ran)
+        to the slot's new owner; its result, or the error that stopped it, in place."""
         for _ in range(MAX_REDIRECTS):
+            epoch = self._epoch
+            self._slots[moved.slot] = moved.target
+            await self._refresh(epoch)
             address = self._node(slot)
-            pool = self._pool(address)
-            try:
-                async with pool.connection() as connection:
-                    replies = await connection.execute_many(wire)
-            except RedisConnectionError:
-                self._node_lost(address)
-                raise
-            try:
-                return unwrap_transaction(replies, commands, address)
-            except ExecAbortError as exc:
-                moved = next((e for e in exc.errors if isinstance(e, MovedError)), None)
-                if moved is None or slot is None:
-                    raise
-                # Nothing ran (EXEC aborted): safe to send again to the slot's new owner.
-                epoch = self._epoch
-                self._slots[moved.slot] = moved.target
-                await self._refresh(epoch)
-        raise ClusterError(f"transaction on slot {slot} kept being redirected")
+            async with self._pool(address).connection() as connection:
+                replies = await connection.execute_many(wire_commands([block]))
+            (result,) = fold_replies([block], replies, address)
+            if not isinstance(result, ExecAbortError):
+                return result
+            again = next((e for e in result.errors if isinstance(e, MovedError)), None)
+            if again is None:
+                return result
+            moved = again
+        return ClusterError(f"transaction on slot {slot} kept being redirected")
 
     # -- connections ------------------------------------------------------------------------
 

@@ -1,8 +1,11 @@
 """Pipelines and MULTI/EXEC transactions: queue commands, send them in one write.
 
-The builders hold no connection; ``execute`` hands the queued commands to the client, which
-picks the connection(s). That keeps a pipeline cheap to build in a handler and lets the cluster
-client split it per node.
+The builders hold no connection; ``execute`` hands the queued items to the client, which picks
+the connection(s). That keeps a pipeline cheap to build in a handler and lets the cluster client
+split it per node. An item is either one command or a :class:`TransactionBlock` (MULTI, its
+commands, EXEC), which always travels whole on one connection. A pipeline may mix both, so side
+effects and acknowledgements of many deliveries can leave in one round trip, each delivery's
+share atomic.
 """
 
 from __future__ import annotations
@@ -14,14 +17,81 @@ from .errors import Address, ExecAbortError, RedisError, ReplyError, WatchError,
 from .protocol import Command
 from .replies import Replies
 
-Runner = Callable[[Sequence[Command]], Awaitable[Replies]]
+
+class TransactionBlock:
+    """Commands to run as one MULTI/EXEC block inside a pipeline."""
+
+    __slots__ = ("commands",)
+
+    def __init__(self, commands: Sequence[Command]) -> None:
+        self.commands = tuple(commands)
+
+    def __repr__(self) -> str:
+        return f"<TransactionBlock of {len(self.commands)} commands>"
+
+
+Item = Command | TransactionBlock
+Runner = Callable[[Sequence[Item]], Awaitable[Replies]]
 
 
 class Pipeline:
-    """Commands queued with :meth:`add`, sent together by :meth:`execute`.
+    """Commands queued with :meth:`add` (and blocks with :meth:`add_transaction`), sent
+    together by :meth:`execute`.
 
-    Replies come back in order, error replies in place (:class:`~.replies.Replies`).
-    A pipeline is not atomic: other clients' commands may run between its commands.
+    Replies come back in order, one per item, error replies in place (:class:`Replies`).
+    A pipeline is not atomic: other clients' commands may run between its items.
+    """
+
+    __slots__ = ("_items", "_runner")
+
+    def __init__(self, runner: Runner) -> None:
+        self._runner = runner
+        self._items: list[Item] = []
+
+    def add(self, *args: Any) -> Pipeline:
+        """Queue one command; returns the pipeline so calls can be chained."""
+        self._items.append(args)
+        return self
+
+    def extend(self, commands: Sequence[Command]) -> Pipeline:
+        """Queue several commands."""
+        self._items.extend(commands)
+        return self
+
+    def add_transaction(self, commands: Sequence[Command]) -> Pipeline:
+        """Queue a MULTI/EXEC block. Its reply is the list of EXEC replies (errors in place),
+        or, in place, :class:`~.errors.ExecAbortError` when the server rejected a command of
+        the block and none of it ran. In a cluster all its keys must share one slot."""
+        self._items.append(TransactionBlock(commands))
+        return self
+
+    @property
+    def items(self) -> list[Item]:
+        """The queued commands and blocks, in order."""
+        return self._items
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    async def execute(self, *, raise_on_error: bool = False) -> Replies:
+        """Send the queued items and return one reply per item; the queue is emptied.
+
+        With ``raise_on_error`` the first error reply is raised instead of returned.
+        """
+        items, self._items = self._items, []
+        replies = await self._runner(items)
+        if raise_on_error:
+            replies.raise_first()
+        return replies
+
+
+class Transaction:
+    """A MULTI/EXEC block: queued commands run together, no other client's in between.
+
+    ``execute`` returns the EXEC replies. An error of a command that failed while running
+    stays in place: Redis has no rollback, the other commands' effects remain. If the server
+    rejected a command while queueing, nothing ran and :class:`~.errors.ExecAbortError` is
+    raised.
     """
 
     __slots__ = ("_commands", "_runner")
@@ -30,56 +100,68 @@ class Pipeline:
         self._runner = runner
         self._commands: list[Command] = []
 
-    def add(self, *args: Any) -> Pipeline:
-        """Queue one command; returns the pipeline so calls can be chained."""
+    def add(self, *args: Any) -> Transaction:
+        """Queue one command; returns the transaction so calls can be chained."""
         self._commands.append(args)
-        return self
-
-    def extend(self, commands: Sequence[Command]) -> Pipeline:
-        """Queue several commands."""
-        self._commands.extend(commands)
         return self
 
     @property
     def commands(self) -> list[Command]:
-        """The queued commands, in order."""
         return self._commands
 
     def __len__(self) -> int:
         return len(self._commands)
 
-    async def execute(self, *, raise_on_error: bool = False) -> Replies:
-        """Send the queued commands and return their replies; the queue is emptied.
-
-        With ``raise_on_error`` the first error reply is raised instead of returned.
-        """
+    async def execute(self) -> Replies:
+        """Run the block; raise if it did not run (see the class docstring)."""
         commands, self._commands = self._commands, []
-        replies = await self._runner(commands)
-        if raise_on_error:
-            replies.raise_first()
-        return replies
+        if not commands:
+            return Replies()
+        (result,) = await self._runner([TransactionBlock(commands)])
+        if isinstance(result, RedisError):
+            raise result
+        assert isinstance(result, Replies)
+        return result
 
 
-class Transaction(Pipeline):
-    """A MULTI/EXEC block: queued commands run together, no other client's in between.
+def wire_commands(items: Sequence[Item]) -> list[Command]:
+    """The commands to send for ``items``: blocks expand to MULTI, commands, EXEC."""
+    wire: list[Command] = []
+    for item in items:
+        if type(item) is TransactionBlock:
+            wire.append(("MULTI",))
+            wire.extend(item.commands)
+            wire.append(("EXEC",))
+        else:
+            wire.append(item)  # type: ignore[arg-type]
+    return wire
 
-    ``execute`` returns the EXEC replies (errors of commands that failed while running stay in
-    place: Redis has no rollback, the other commands' effects remain). If the server rejected a
-    command while queueing, nothing ran and :class:`~.errors.ExecAbortError` is raised.
-    """
 
-    __slots__ = ()
-
-
-def wrap_transaction(commands: Sequence[Command]) -> list[Command]:
-    """The wire form of a transaction: MULTI, the commands, EXEC."""
-    return [("MULTI",), *commands, ("EXEC",)]
+def fold_replies(items: Sequence[Item], wire_replies: Replies, address: Address | None) -> Replies:
+    """One reply per item from the replies to :func:`wire_commands`: a block's replies fold
+    into its EXEC result, or the error that kept it from running (in place)."""
+    if len(wire_replies) == len(items):
+        return wire_replies  # no blocks
+    out = Replies()
+    index = 0
+    for item in items:
+        if type(item) is TransactionBlock:
+            end = index + len(item.commands) + 2
+            try:
+                out.append(unwrap_transaction(wire_replies[index:end], item.commands, address))
+            except RedisError as exc:
+                out.append(exc)
+            index = end
+        else:
+            out.append(wire_replies[index])
+            index += 1
+    return out
 
 
 def unwrap_transaction(
-    replies: Replies, commands: Sequence[Command], address: Address | None
+    replies: Sequence[Any], commands: Sequence[Command], address: Address | None
 ) -> Replies:
-    """EXEC's replies from the replies to :func:`wrap_transaction`'s commands.
+    """EXEC's replies from the replies to MULTI, the commands, EXEC.
 
     Raises the MULTI error, :class:`ExecAbortError` (with each queueing error) or
     :class:`WatchError`.
