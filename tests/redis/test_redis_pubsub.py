@@ -112,3 +112,19 @@ async def test_closed_subscription_ends_iteration(redis_server: RedisServer) -> 
         async with subscription:
             pass
         assert [item async for item in subscription] == []
+
+
+async def test_cancelled_wait_for_a_message_keeps_the_subscription(
+    redis_server: RedisServer,
+) -> None:
+    async with connect(redis_server.url) as client, client.subscribe(["quiet"]) as subscription:
+        connection = subscription.connection
+        with trio.move_on_after(0.05) as waited:
+            await anext(subscription)
+        assert waited.cancelled_caught
+        assert subscription.connection is connection  # no reconnect, so no gap
+        assert connection is not None
+        assert not connection.broken
+        await client.execute("PUBLISH", "quiet", "still here")
+        with trio.fail_after(5):
+            assert await anext(subscription) == Message("message", b"quiet", b"still here")

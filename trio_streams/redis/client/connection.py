@@ -104,7 +104,9 @@ class Connection:
     async def read_frame(self, *, describe: str = "") -> Any:
         """Read the next reply or push frame, whatever it is (Pub/Sub uses this).
 
-        Only one task may read at a time; a failure or cancellation breaks the connection.
+        Only one task may read at a time. Cancelling the wait is safe and keeps the connection:
+        nothing is outstanding, and bytes already received stay buffered for the next read.
+        Any other failure breaks the connection.
         """
         self._check_usable(describe)
         if self._busy:
@@ -112,6 +114,9 @@ class Connection:
         self._busy = True
         try:
             frame = await self._read_one(describe, skip_push=False)
+        except trio.Cancelled:
+            self._busy = False  # receive_some loses nothing when cancelled
+            raise
         except BaseException as exc:
             translated = self._fail(exc, describe)
             if translated is exc:
