@@ -109,9 +109,7 @@ class KeyFinder:
 
     def keys(self, args: Command) -> list[Arg] | None:
         """The key arguments, or None when only the server can tell (``COMMAND GETKEYS``)."""
-        name = (
-            _text(args[0]).lower() if not isinstance(args[0], bytes) else args[0].decode().lower()
-        )
+        name = _text(args[0]).lower()
         spec = self._table.get(name)
         if spec is None:
             return []  # unknown here: treated as keyless; the server answers with an error
