@@ -293,8 +293,14 @@ def main() -> None:
                     await ours_ping(ours, 500)  # warm up connections and code paths
                     await coredis_ping(cd, 500)
                     for name, mine, theirs in figures:
-                        mine_runs = [await mine() for _ in range(args.runs)]
-                        theirs_runs = [await theirs() for _ in range(args.runs)]
+                        # Alternate the clients, so a disturbance from other work on the
+                        # machine hits both alike; the first pair warms up and is dropped.
+                        mine_runs, theirs_runs = [], []
+                        for run in range(args.runs + 1):
+                            mine_value, theirs_value = await mine(), await theirs()
+                            if run:
+                                mine_runs.append(mine_value)
+                                theirs_runs.append(theirs_value)
                         results[name] = {
                             "ours": statistics.median(mine_runs),
                             "coredis": statistics.median(theirs_runs),

@@ -12,12 +12,16 @@ from hypothesis import strategies as st
 from trio_streams.redis.client import (
     AskError,
     CommandEncodingError,
+    ExecAbortError,
     MovedError,
     NoPermissionError,
+    RedisProtocolError,
     Replies,
     ReplyError,
+    WatchError,
 )
-from trio_streams.redis.client.errors import ExecAbortError, ReadOnlyError, reply_error
+from trio_streams.redis.client.errors import ReadOnlyError, reply_error
+from trio_streams.redis.client.pipeline import TransactionBlock, fold_replies
 from trio_streams.redis.client.protocol import (
     NEED_DATA,
     PushFrame,
@@ -183,8 +187,6 @@ def test_reply_error_names_command_and_server_once_raised() -> None:
 
 
 def test_malformed_bytes_raise_a_protocol_error() -> None:
-    from trio_streams.redis.client import RedisProtocolError
-
     parser = ReplyParser()
     parser.feed(b"$x\r\n")
     with pytest.raises(RedisProtocolError, match="Bad bulk string length"):
@@ -203,3 +205,57 @@ def test_replies_raise_first_error_in_place() -> None:
     with pytest.raises(ReplyError, match="ERR one"):
         replies.raise_first()
     assert Replies([1, 2]).raise_first() == [1, 2]
+
+
+# -- pipelines with MULTI/EXEC blocks: the wire replies fold back to one reply per item ---------
+
+block_outcomes = st.one_of(
+    # EXEC ran: its replies, some of them errors (a command failing at run time).
+    st.lists(st.one_of(scalars, error_lines.map(Err)), min_size=1, max_size=4).map(
+        lambda replies: ("ran", replies)
+    ),
+    # A command was rejected while queueing: EXECABORT, nothing ran.
+    st.integers(min_value=1, max_value=4).map(lambda n: ("aborted", n)),
+    # A watched key changed: EXEC replies nil.
+    st.integers(min_value=1, max_value=4).map(lambda n: ("watched", n)),
+)
+items = st.lists(
+    st.one_of(scalars.map(lambda r: ("command", r)), block_outcomes), min_size=1, max_size=10
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(items=items, cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=6))
+def test_pipeline_with_transaction_blocks_folds_one_reply_per_item(
+    items: list[tuple[str, Any]], cuts: list[int]
+) -> None:
+    queued: list[Any] = []
+    wire: list[Any] = []
+    for kind, detail in items:
+        if kind == "command":
+            queued.append(("GET", "k"))
+            wire.append(detail)
+            continue
+        count = len(detail) if kind == "ran" else detail
+        queued.append(TransactionBlock([("INCR", "k")] * count))
+        wire.append(b"OK")  # MULTI
+        if kind == "aborted":
+            wire += [b"QUEUED"] * (count - 1) + [Err("ERR unknown command 'X'")]
+            wire.append(Err("EXECABORT Transaction discarded because of previous errors."))
+        else:
+            wire += [b"QUEUED"] * count
+            wire.append(detail if kind == "ran" else None)
+
+    parsed = Replies(parse_all(b"".join(encode(r) for r in wire), cuts))
+    folded = fold_replies(queued, parsed, ("127.0.0.1", 6379))
+    assert len(folded) == len(items)
+    for got, (kind, detail) in zip(folded, items, strict=True):
+        if kind == "command":
+            assert same(got, detail)
+        elif kind == "ran":
+            assert same(list(got), detail)
+        elif kind == "aborted":
+            assert isinstance(got, ExecAbortError)
+            assert [e.message for e in got.errors] == ["ERR unknown command 'X'"]
+        else:
+            assert isinstance(got, WatchError)
