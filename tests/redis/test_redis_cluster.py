@@ -12,6 +12,7 @@ import trio
 from trio_streams.errors import ConfigurationError
 from trio_streams.redis.client import (
     CrossSlotError,
+    Gap,
     Message,
     RedisCluster,
     RedisConnectionError,
@@ -312,3 +313,41 @@ async def test_pipeline_of_transaction_blocks_split_per_node(
         .execute()
     )
     assert replies == [[3, b"1"]]
+
+
+async def test_shard_subscription_follows_its_slot_to_a_new_node(
+    redis_cluster: RedisClusterServers, cluster: RedisCluster, prefix: str
+) -> None:
+    channel = f"{{{prefix}:moving}}:events"
+    slot = key_slot(channel)
+    async with cluster.subscribe(shard_channels=[channel]) as subscription:
+        first = subscription.connection
+        assert first is not None
+        source = redis_cluster.node_for_slot(slot)
+        target = next(s for s in redis_cluster.primaries if s is not source)
+        items: list[Message | Gap] = []
+        got_message = trio.Event()
+
+        async def read() -> None:
+            async for item in subscription:
+                items.append(item)
+                if isinstance(item, Message):
+                    got_message.set()
+                    return
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(read)
+            # The server drops shard subscriptions of a slot it hands over (sunsubscribe).
+            await trio.to_thread.run_sync(redis_cluster.move_slot, slot, target)
+
+            async def heard() -> bool:  # SPUBLISH counts the receivers on the owning node
+                return bool(await cluster.execute("SPUBLISH", channel, "on the new node"))
+
+            await eventually(heard, what="the shard subscription to move with its slot")
+            with trio.fail_after(5):
+                await got_message.wait()
+        assert subscription.connection is not None
+        assert subscription.connection.address == target.address
+        gap, message = items
+        assert isinstance(gap, Gap)
+        assert message == Message("smessage", channel.encode(), b"on the new node")
