@@ -107,13 +107,12 @@ async def test_watch_on_a_leased_connection(redis: RedisClient) -> None:
     async with redis.connection() as connection:
         await connection.execute("WATCH", "w")
         await redis.execute("SET", "w", "changed")  # another connection changes it
-        replies = await connection.execute_many([("MULTI",), ("SET", "w", "mine"), ("EXEC",)])
-    assert replies[-1] is None  # EXEC refused: the watched key changed
-    from trio_streams.redis.client.pipeline import unwrap_transaction
-
-    with pytest.raises(WatchError, match="watched key changed"):
-        unwrap_transaction(replies, [("SET", "w", "mine")], None)
-    assert await redis.execute("GET", "w") == b"changed"
+        with pytest.raises(WatchError, match="watched key changed"):
+            await connection.execute_transaction([("SET", "w", "mine")])
+        assert await redis.execute("GET", "w") == b"changed"
+        await connection.execute("WATCH", "w")  # unchanged this time: it runs
+        assert await connection.execute_transaction([("SET", "w", "mine")]) == [b"OK"]
+    assert await redis.execute("GET", "w") == b"mine"
 
 
 async def test_database_and_client_name(redis_server: RedisServer) -> None:

@@ -28,6 +28,7 @@ from .errors import (
     describe_command,
     format_address,
 )
+from .pipeline import TransactionBlock, unwrap_transaction, wire_commands
 from .protocol import NEED_DATA, Command, PushFrame, ReplyParser, pack_command, pack_commands
 from .replies import Replies
 
@@ -86,6 +87,15 @@ class Connection:
             if isinstance(reply, ReplyError):
                 reply.with_context(describe_command(args), self.address)
         return replies
+
+    async def execute_transaction(self, commands: Sequence[Command]) -> Replies:
+        """MULTI, ``commands``, EXEC in one write; the EXEC replies (errors in place).
+
+        Raises :class:`~.errors.WatchError` if a key this connection WATCHed changed, and
+        :class:`~.errors.ExecAbortError` if the server rejected a command (nothing ran).
+        """
+        replies = await self.execute_many(wire_commands([TransactionBlock(commands)]))
+        return unwrap_transaction(replies, commands, self.address)
 
     async def send_raw(self, data: bytes, *, describe: str = "") -> None:
         """Send already packed commands without waiting for replies (Pub/Sub uses this).
