@@ -155,11 +155,13 @@ class Connection:
                     return False
             except AttributeError:  # pragma: no cover - private attribute missing
                 pass
+        # poll, not select: select cannot watch descriptors above 1023.
+        poller = select.poll()
         try:
-            readable, _, _ = select.select([self._socket.fileno()], [], [], 0)
-        except (OSError, ValueError):
+            poller.register(self._socket.fileno(), select.POLLIN)
+        except (OSError, ValueError):  # already closed
             return False
-        return not readable
+        return not poller.poll(0)
 
     def close(self) -> None:
         """Close the socket now (synchronously); the connection is broken from here on."""
