@@ -36,30 +36,53 @@ from trio_streams.testing.redis_servers import RedisServer, redis_binary, redis_
 PIPELINE = 100
 VALUE = b"xxx"  # redis-benchmark's default 3-byte payload
 
+#: A figure and the client's own CPU time per operation (µs) while producing it.
+Result = tuple[float, float]
+
+
+class Span:
+    """Wall and process (CPU) time over a measured loop.
+
+    CPU time per operation counts only this process's work, so it stays comparable when
+    other work on the machine disturbs the wall-clock figures.
+    """
+
+    def __init__(self) -> None:
+        self.wall = time.perf_counter()
+        self.cpu = time.process_time()
+
+    def rate(self, operations: int) -> Result:
+        wall = time.perf_counter() - self.wall
+        cpu = time.process_time() - self.cpu
+        return operations / wall, cpu / operations * 1e6
+
+    def cpu_per(self, operations: int) -> float:
+        return (time.process_time() - self.cpu) / operations * 1e6
+
 
 # -- this client -------------------------------------------------------------------------------
 
 
-async def ours_set(client: RedisClient, total: int) -> float:
-    start = time.perf_counter()
+async def ours_set(client: RedisClient, total: int) -> Result:
+    span = Span()
     for batch in range(total // PIPELINE):
         pipeline = client.pipeline()
         base = batch * PIPELINE
         for n in range(base, base + PIPELINE):
             pipeline.add("SET", f"key:{n % 10_000}", VALUE)
         await pipeline.execute()
-    return total / (time.perf_counter() - start)
+    return span.rate(total)
 
 
-async def ours_xadd(client: RedisClient, total: int) -> float:
+async def ours_xadd(client: RedisClient, total: int) -> Result:
     await client.execute("DEL", "bench:stream")
-    start = time.perf_counter()
+    span = Span()
     for _ in range(total // PIPELINE):
         pipeline = client.pipeline()
         for _ in range(PIPELINE):
             pipeline.add("XADD", "bench:stream", "*", "f", VALUE)
         await pipeline.execute()
-    return total / (time.perf_counter() - start)
+    return span.rate(total)
 
 
 async def prefill(client: RedisClient, total: int) -> None:
@@ -87,22 +110,22 @@ async def drain_two_round_trips(client: RedisClient) -> int:
             consumed += len(entries)
 
 
-async def ours_consume(client: RedisClient, total: int) -> float:
+async def ours_consume(client: RedisClient, total: int) -> Result:
     await prefill(client, total)
-    start = time.perf_counter()
+    span = Span()
     consumed = await drain_two_round_trips(client)
-    elapsed = time.perf_counter() - start
+    result = span.rate(consumed)
     assert consumed == total, (consumed, total)
-    return consumed / elapsed
+    return result
 
 
-async def ours_consume_window(client: RedisClient, total: int) -> float:
+async def ours_consume_window(client: RedisClient, total: int) -> Result:
     """The transport's pattern: each read's XACK rides with the next read, one round trip."""
     await prefill(client, total)
     consumed = 0
     read = ("XREADGROUP", "GROUP", "g", "c", "COUNT", PIPELINE, "STREAMS", "bench:consume", ">")
     ack: tuple[Any, ...] | None = None
-    start = time.perf_counter()
+    span = Span()
     async with client.connection() as connection:
         while True:
             if ack is None:
@@ -118,48 +141,49 @@ async def ours_consume_window(client: RedisClient, total: int) -> float:
             consumed += len(entries)
         if ack is not None and len(ack) > 3:
             await connection.execute_command(ack)
-    elapsed = time.perf_counter() - start
+    result = span.rate(consumed)
     assert consumed == total, (consumed, total)
     assert await client.execute("XPENDING", "bench:consume", "g") == [0, None, None, None]
-    return consumed / elapsed
+    return result
 
 
-async def ours_ping(client: RedisClient, count: int) -> float:
+async def ours_ping(client: RedisClient, count: int) -> Result:
     samples = []
+    span = Span()
     for _ in range(count):
         start = time.perf_counter_ns()
         await client.execute("PING")
         samples.append(time.perf_counter_ns() - start)
-    return statistics.median(samples) / 1000  # µs
+    return statistics.median(samples) / 1000, span.cpu_per(count)  # µs
 
 
 # -- coredis -----------------------------------------------------------------------------------
 
 
-async def coredis_set(client: Any, total: int) -> float:
-    start = time.perf_counter()
+async def coredis_set(client: Any, total: int) -> Result:
+    span = Span()
     for batch in range(total // PIPELINE):
         async with client.pipeline(transaction=False) as pipeline:
             base = batch * PIPELINE
             for n in range(base, base + PIPELINE):
                 pipeline.set(f"key:{n % 10_000}", VALUE)
-    return total / (time.perf_counter() - start)
+    return span.rate(total)
 
 
-async def coredis_xadd(client: Any, total: int) -> float:
+async def coredis_xadd(client: Any, total: int) -> Result:
     await client.delete(["bench:stream"])
-    start = time.perf_counter()
+    span = Span()
     for _ in range(total // PIPELINE):
         async with client.pipeline(transaction=False) as pipeline:
             for _ in range(PIPELINE):
                 pipeline.xadd("bench:stream", {"f": VALUE})
-    return total / (time.perf_counter() - start)
+    return span.rate(total)
 
 
-async def coredis_consume(client: Any, ours: RedisClient, total: int) -> float:
+async def coredis_consume(client: Any, ours: RedisClient, total: int) -> Result:
     await prefill(ours, total)  # same data, loaded the same way
     consumed = 0
-    start = time.perf_counter()
+    span = Span()
     while True:
         reply = await client.xreadgroup("g", "c", streams={"bench:consume": ">"}, count=PIPELINE)
         if not reply:
@@ -169,17 +193,17 @@ async def coredis_consume(client: Any, ours: RedisClient, total: int) -> float:
             break
         await client.xack("bench:consume", "g", [e.identifier for e in entries])
         consumed += len(entries)
-    elapsed = time.perf_counter() - start
+    result = span.rate(consumed)
     assert consumed == total, (consumed, total)
-    return consumed / elapsed
+    return result
 
 
-async def coredis_consume_window(client: Any, ours: RedisClient, total: int) -> float:
+async def coredis_consume_window(client: Any, ours: RedisClient, total: int) -> Result:
     """coredis doing the same: the XACK of one read pipelined with the next read."""
     await prefill(ours, total)
     consumed = 0
     ids: list[Any] = []
-    start = time.perf_counter()
+    span = Span()
     while True:
         if ids:
             async with client.pipeline(transaction=False) as pipeline:
@@ -199,18 +223,19 @@ async def coredis_consume_window(client: Any, ours: RedisClient, total: int) -> 
         consumed += len(entries)
     if ids:
         await client.xack("bench:consume", "g", ids)
-    elapsed = time.perf_counter() - start
+    result = span.rate(consumed)
     assert consumed == total, (consumed, total)
-    return consumed / elapsed
+    return result
 
 
-async def coredis_ping(client: Any, count: int) -> float:
+async def coredis_ping(client: Any, count: int) -> Result:
     samples = []
+    span = Span()
     for _ in range(count):
         start = time.perf_counter_ns()
         await client.ping()
         samples.append(time.perf_counter_ns() - start)
-    return statistics.median(samples) / 1000
+    return statistics.median(samples) / 1000, span.cpu_per(count)
 
 
 # -- redis-benchmark ---------------------------------------------------------------------------
@@ -266,7 +291,7 @@ def main() -> None:
                 cd = coredis.Redis(host=server.host, port=server.port, decode_responses=False)
                 async with cd:
                     figures: list[
-                        tuple[str, Callable[[], Awaitable[float]], Callable[[], Awaitable[float]]]
+                        tuple[str, Callable[[], Awaitable[Result]], Callable[[], Awaitable[Result]]]
                     ] = [
                         ("SET/s", lambda: ours_set(ours, 200_000), lambda: coredis_set(cd, 50_000)),
                         (
@@ -302,8 +327,10 @@ def main() -> None:
                                 mine_runs.append(mine_value)
                                 theirs_runs.append(theirs_value)
                         results[name] = {
-                            "ours": statistics.median(mine_runs),
-                            "coredis": statistics.median(theirs_runs),
+                            "ours": statistics.median(r[0] for r in mine_runs),
+                            "coredis": statistics.median(r[0] for r in theirs_runs),
+                            "ours cpu": statistics.median(r[1] for r in mine_runs),
+                            "coredis cpu": statistics.median(r[1] for r in theirs_runs),
                         }
 
         trio.run(measure_all)
@@ -343,7 +370,7 @@ def main() -> None:
     }
     print(f"\nmedians of {args.runs} runs, one connection each, same fresh server")
     print(
-        f"{'figure':<14}{'this client':>14}{'coredis':>12}{'redis-bench':>14}"
+        f"{'figure':<16}{'this client':>12}{'coredis':>12}{'redis-bench':>14}"
         f"{'vs coredis':>12}{'vs r-bench':>12}  aim"
     )
     for name, row in results.items():
@@ -361,13 +388,18 @@ def main() -> None:
             met = f"{'≤' if lower_is_better else '≥'}{aim:,} {met}"
         met += f"; ≥3x coredis {'met' if vs_coredis >= 3 else 'MISSED'}"
         print(
-            f"{name:<14}{ours:>14,.1f}{peer:>12,.1f}{'' if bench is None else f'{bench:,.1f}':>14}"
+            f"{name:<16}{ours:>12,.1f}{peer:>12,.1f}{'' if bench is None else f'{bench:,.1f}':>14}"
             f"{vs_coredis:>11.2f}x{vs_bench:>12}  {met}"
         )
     print(
         f"server CPU per consumed entry (XREADGROUP+XACK, commandstats): {server_usec:.2f} µs, "
         f"so the server alone caps consumption near {1e6 / server_usec:,.0f}/s"
     )
+    print("\nclient CPU µs per operation (process time: other load on the machine barely moves it)")
+    print(f"{'figure':<16}{'this client':>12}{'coredis':>12}{'coredis / this':>16}")
+    for name, row in results.items():
+        ratio = row["coredis cpu"] / row["ours cpu"]
+        print(f"{name:<16}{row['ours cpu']:>12.2f}{row['coredis cpu']:>12.2f}{ratio:>15.2f}x")
     print("ratios: 'vs coredis' is how many times better this client is (higher is better);")
     print("'vs r-bench' is this client's share of redis-benchmark's figure (C, no Python).")
 
