@@ -9,12 +9,16 @@ One run starts a fresh ``redis-server`` (no persistence, loopback) and measures,
   XACK pipelined with the next read ("consumed/s 1RT", the transport's pipeline window),
 - PING round-trip latency, p50 of sequential PINGs.
 
-Each figure is the median of several runs; the script prints the medians and the ratios of
-this client to coredis (through its anyio support, under ``trio.run``) and to redis-benchmark
-(C, one connection, ``-P 100``). The machine has 2 cores shared with other work: the server,
-the client and redis-benchmark compete for them, so compare ratios, not absolute numbers.
+Each figure is the median of several runs, this client and coredis alternating run by run (so
+a disturbance hits both); the script prints the medians and the ratios of this client to
+coredis (through its anyio support, under ``trio.run``) and to redis-benchmark (C, one
+connection, ``-P 100``). It also prints each client's own CPU time per operation, which other
+work on the machine barely moves, and the server's CPU per consumed entry (from ``INFO
+commandstats``), the floor no client can beat. The machine has 2 cores shared with other work:
+the server, the client and redis-benchmark compete for them, so compare ratios.
 
-Run: ``python benchmarks/redis_client.py [--runs N] [--profile]``.
+Run: ``python benchmarks/redis_client.py [--runs N] [--profile]`` (``--profile`` adds a
+cProfile of this client's SET, consume and PING loops: where its time goes).
 """
 
 from __future__ import annotations
