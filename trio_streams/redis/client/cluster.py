@@ -366,8 +366,12 @@ class RedisCluster(RedisClient):
             self._slots[moved.slot] = moved.target
             await self._refresh(epoch)
             address = self._node(slot)
-            async with self._pool(address).connection() as connection:
-                replies = await connection.execute_many(wire_commands([block]))
+            try:
+                async with self._pool(address).connection() as connection:
+                    replies = await connection.execute_many(wire_commands([block]))
+            except RedisConnectionError:
+                self._node_lost(address)
+                raise
             (result,) = fold_replies([block], replies, address)
             if not isinstance(result, ExecAbortError):
                 return result
