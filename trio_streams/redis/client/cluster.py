@@ -40,6 +40,7 @@ from .errors import (
     format_address,
 )
 from .keys import SLOTS, KeyFinder, key_slot, parse_command_table
+from .keys import text as _text
 from .pipeline import Item, TransactionBlock, fold_replies, wire_commands
 from .pool import ConnectionPool
 from .protocol import Arg, Command
@@ -48,10 +49,6 @@ from .subscriber import Subscription
 
 #: Redirects followed for one command before giving up (a map in flux settles in a few).
 MAX_REDIRECTS = 5
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _as_dict(value: Any) -> dict[str, Any]:
@@ -102,6 +99,7 @@ class RedisCluster(RedisClient):
     def __init__(self, config: ClientConfig) -> None:
         self.config = config
         self._slots: list[Address | None] = [None] * SLOTS
+        self._primaries: list[Address] = []
         self._pools: dict[Address, ConnectionPool] = {}
         self._known: list[Address] = list(config.addresses)
         self._keys: KeyFinder | None = None
@@ -118,7 +116,7 @@ class RedisCluster(RedisClient):
     @property
     def primaries(self) -> list[Address]:
         """The primaries that serve at least one slot, as last seen."""
-        return list(dict.fromkeys(a for a in self._slots if a is not None))
+        return list(self._primaries)
 
     def node_for_slot(self, slot: int) -> Address | None:
         """The primary serving ``slot`` in the current map."""
@@ -167,7 +165,8 @@ class RedisCluster(RedisClient):
         for first, last, node in ranges:
             slots[first : last + 1] = [node] * (last - first + 1)
         self._slots = slots
-        for node in self.primaries:
+        self._primaries = list(dict.fromkeys(a for a in slots if a is not None))
+        for node in self._primaries:
             if node not in self._known:
                 self._known.append(node)
         for gone in set(self._pools) - set(self.primaries) - set(self.config.addresses):
@@ -237,8 +236,7 @@ class RedisCluster(RedisClient):
         return slots.pop() if slots else None
 
     def _any_node(self) -> Address:
-        primaries = self.primaries
-        return primaries[0] if primaries else self._known[0]
+        return self._primaries[0] if self._primaries else self._known[0]
 
     def _node(self, slot: int | None) -> Address:
         if slot is None:

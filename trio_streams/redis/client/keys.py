@@ -52,12 +52,13 @@ class KeySpec:
     movable: bool
 
 
-def _text(value: Any) -> str:
+def text(value: Any) -> str:
+    """A reply value (bytes or other) as str."""
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _flags(value: Any) -> set[str]:
-    return {_text(v) for v in value} if isinstance(value, (list, set, tuple)) else set()
+    return {text(v) for v in value} if isinstance(value, (list, set, tuple)) else set()
 
 
 def parse_command_table(reply: Sequence[Any]) -> dict[str, KeySpec]:
@@ -65,7 +66,7 @@ def parse_command_table(reply: Sequence[Any]) -> dict[str, KeySpec]:
     table: dict[str, KeySpec] = {}
 
     def add(entry: Sequence[Any]) -> None:
-        name = _text(entry[0]).lower()
+        name = text(entry[0]).lower()
         flags = _flags(entry[2])
         table[name] = KeySpec(int(entry[3]), int(entry[4]), int(entry[5]), "movablekeys" in flags)
         if len(entry) > 9 and entry[9]:
@@ -109,12 +110,12 @@ class KeyFinder:
 
     def keys(self, args: Command) -> list[Arg] | None:
         """The key arguments, or None when only the server can tell (``COMMAND GETKEYS``)."""
-        name = _text(args[0]).lower()
+        name = text(args[0]).lower()
         spec = self._table.get(name)
         if spec is None:
             return []  # unknown here: treated as keyless; the server answers with an error
         if spec.first == 0 and len(args) > 1:
-            sub = self._table.get(f"{name}|{_text(args[1]).lower()}")
+            sub = self._table.get(f"{name}|{text(args[1]).lower()}")
             if sub is not None:
                 spec = sub
         if spec.movable:
