@@ -1,0 +1,217 @@
+"""The client: one object per deployment, with the small surface handlers and transports use.
+
+:class:`RedisClient` is that surface (``execute``, ``pipeline``, ``transaction``, ``subscribe``,
+``connection``, ``dedicated_connection``, ``aclose``); :class:`Redis` implements it for a
+single server or a sentinel-monitored primary, :class:`~.cluster.RedisCluster` for a cluster.
+
+Failure semantics, the same everywhere: a command whose connection fails raises
+:class:`~.errors.RedisConnectionError` and is never re-sent by the client (a re-sent XADD is a
+duplicate); the next command opens a new connection, paced by a capped, jittered backoff.
+A cancelled command closes its connection, which is then dropped from the pool.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from types import TracebackType
+from typing import Any, Self
+
+from .backoff import Backoff
+from .config import ClientConfig, ConnectionOptions
+from .connection import Connection, open_connection
+from .errors import Address, ReadOnlyError, RedisConnectionError, format_address
+from .pipeline import Item, Pipeline, Transaction, fold_replies, wire_commands
+from .pool import ConnectionPool
+from .protocol import Arg
+from .replies import Replies
+from .sentinel import SentinelLocator
+from .subscriber import Subscription
+
+
+class RedisClient(abc.ABC):
+    """What every client offers, whatever the deployment behind it."""
+
+    config: ClientConfig
+
+    @abc.abstractmethod
+    async def execute(self, *args: Any) -> Any:
+        """Run one command on the node that serves it; return the reply.
+
+        Error replies raise :class:`~.errors.ReplyError` (typed by code); a lost connection
+        raises :class:`~.errors.RedisConnectionError` and the command is not re-sent.
+        """
+
+    def pipeline(self) -> Pipeline:
+        """A pipeline: queued commands leave in one write, replies come back in order."""
+        return Pipeline(self._run_pipeline)
+
+    def transaction(self) -> Transaction:
+        """A MULTI/EXEC block, sent in one write (in a cluster: all keys in one slot)."""
+        return Transaction(self._run_pipeline)
+
+    @abc.abstractmethod
+    def subscribe(
+        self,
+        channels: Iterable[str | bytes] = (),
+        *,
+        patterns: Iterable[str | bytes] = (),
+        shard_channels: Iterable[str | bytes] = (),
+    ) -> Subscription:
+        """A Pub/Sub subscription on its own connection; use as ``async with`` and iterate."""
+
+    @abc.abstractmethod
+    def connection(self, key: Arg | None = None) -> AbstractAsyncContextManager[Connection]:
+        """Lease a pooled connection (to ``key``'s node in a cluster) for several commands.
+
+        Use it for WATCH/MULTI sequences; it goes back to the pool on exit unless it broke.
+        """
+
+    @abc.abstractmethod
+    def dedicated_connection(
+        self, key: Arg | None = None
+    ) -> AbstractAsyncContextManager[Connection]:
+        """A new connection outside the pool, closed on exit: for blocking reads
+        (``XREADGROUP BLOCK``, ``BLMOVE``) that must not hold a pooled slot."""
+
+    @abc.abstractmethod
+    async def _run_pipeline(self, items: Sequence[Item]) -> Replies: ...
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Close pooled connections; the client cannot be used afterwards."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class Redis(RedisClient):
+    """A client of one server, or of the primary that sentinels name for a service."""
+
+    def __init__(self, config: ClientConfig) -> None:
+        self.config = config
+        self._locator: SentinelLocator | None = None
+        if config.topology == "sentinel":
+            assert config.service_name is not None
+            self._locator = SentinelLocator(
+                config.addresses,
+                config.service_name,
+                node_options=config.connection,
+                sentinel_options=ConnectionOptions(
+                    username=config.sentinel_username,
+                    password=config.sentinel_password,
+                    ssl_context=config.connection.ssl_context,
+                    connect_timeout=config.connection.connect_timeout,
+                ),
+            )
+            label = f"primary of {config.service_name!r}"
+        else:
+            label = f"redis {format_address(config.addresses[0])}"
+        self._pool = ConnectionPool(
+            self._open_node,
+            label=label,
+            max_size=config.pool_size,
+            timeout=config.pool_timeout,
+            backoff=Backoff(config.backoff_initial, config.backoff_cap),
+        )
+
+    def __repr__(self) -> str:
+        return f"<Redis {self._pool!r}>"
+
+    @property
+    def address(self) -> Address | None:
+        """The server commands go to (for sentinel: the primary last verified, if any)."""
+        if self._locator is not None:
+            return self._locator.known_primary
+        return self.config.addresses[0]
+
+    @property
+    def pool(self) -> ConnectionPool:
+        """The connection pool (for inspection: ``in_use``, ``idle_count``)."""
+        return self._pool
+
+    async def _open_node(self) -> Connection:
+        if self._locator is not None:
+            return await self._locator.open_primary()
+        return await open_connection(self.config.addresses[0], self.config.connection)
+
+    def _node_failed(self) -> None:
+        """The node went away or stopped being primary: stop trusting pooled connections."""
+        self._pool.discard_idle()
+        if self._locator is not None:
+            self._locator.forget()
+
+    async def execute(self, *args: Any) -> Any:
+        pool = self._pool
+        connection = await pool.acquire()
+        try:
+            return await connection.execute_command(args)
+        except (RedisConnectionError, ReadOnlyError):
+            self._node_failed()
+            raise
+        finally:
+            pool.release(connection)
+
+    async def _run_pipeline(self, items: Sequence[Item]) -> Replies:
+        if not items:
+            return Replies()
+        pool = self._pool
+        connection = await pool.acquire()
+        try:
+            replies = await connection.execute_many(wire_commands(items))
+        except RedisConnectionError:
+            self._node_failed()
+            raise
+        finally:
+            pool.release(connection)
+        if self._locator is not None and any(isinstance(r, ReadOnlyError) for r in replies):
+            self._node_failed()
+        return fold_replies(items, replies, connection.address)
+
+    def subscribe(
+        self,
+        channels: Iterable[str | bytes] = (),
+        *,
+        patterns: Iterable[str | bytes] = (),
+        shard_channels: Iterable[str | bytes] = (),
+    ) -> Subscription:
+        return Subscription(
+            self._open_node,
+            channels=channels,
+            patterns=patterns,
+            shard_channels=shard_channels,
+            backoff=Backoff(self.config.backoff_initial, self.config.backoff_cap),
+            on_connection_lost=self._node_failed,
+        )
+
+    @asynccontextmanager
+    async def connection(self, key: Arg | None = None) -> AsyncIterator[Connection]:
+        async with self._pool.connection() as connection:
+            try:
+                yield connection
+            except (RedisConnectionError, ReadOnlyError):
+                self._node_failed()
+                raise
+
+    @asynccontextmanager
+    async def dedicated_connection(self, key: Arg | None = None) -> AsyncIterator[Connection]:
+        connection = await self._open_node()
+        try:
+            yield connection
+        except (RedisConnectionError, ReadOnlyError):
+            self._node_failed()
+            raise
+        finally:
+            connection.close()
+
+    async def aclose(self) -> None:
+        await self._pool.aclose()

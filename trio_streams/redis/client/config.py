@@ -1,0 +1,227 @@
+"""Client configuration: connection options, and parsing of ``redis://`` style URLs.
+
+One URL says everything a deployment needs, so a service reads it from its environment:
+
+- ``redis://[user[:password]@]host[:port][/db][?option=value...]`` a single server
+- ``rediss://...`` the same over TLS
+- ``redis+cluster://host:port[,host:port...]`` a cluster, from one or more seed nodes
+- ``redis+sentinel://host:port[,host:port...]/service[/db]`` the primary a set of sentinels
+  names for ``service`` (``rediss+cluster://`` and ``rediss+sentinel://`` for TLS)
+
+The options accepted in the query string are the fields of :class:`ConnectionOptions` (and
+:class:`ClientConfig`), plus ``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile`` and
+``ssl_check_hostname`` which build the TLS context.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ssl
+from dataclasses import dataclass, field
+from typing import Literal
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from ...errors import ConfigurationError
+from .errors import Address
+
+Topology = Literal["standalone", "cluster", "sentinel"]
+
+_SCHEMES: dict[str, tuple[Topology, bool]] = {
+    "redis": ("standalone", False),
+    "rediss": ("standalone", True),
+    "redis+cluster": ("cluster", False),
+    "rediss+cluster": ("cluster", True),
+    "redis+sentinel": ("sentinel", False),
+    "rediss+sentinel": ("sentinel", True),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionOptions:
+    """How to open and set up one connection (the same for every node of a deployment)."""
+
+    username: str | None = None
+    password: str | None = None
+    db: int = 0
+    client_name: str | None = None
+    #: 3 asks for RESP3 with ``HELLO 3`` and falls back to RESP2 on servers without HELLO;
+    #: 2 speaks RESP2 from the start.
+    protocol: Literal[2, 3] = 3
+    #: TLS context for ``rediss://``; None means plain TCP.
+    ssl_context: ssl.SSLContext | None = None
+    #: The name checked against the server certificate; None uses the host being connected.
+    ssl_server_hostname: str | None = None
+    #: Seconds allowed for TCP connect, TLS handshake and the HELLO/AUTH/SELECT exchange.
+    connect_timeout: float = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class ClientConfig:
+    """Everything a client needs: the topology, its addresses, connection and pool options."""
+
+    topology: Topology = "standalone"
+    #: The server (standalone), seed nodes (cluster) or sentinels (sentinel).
+    addresses: tuple[Address, ...] = (("127.0.0.1", 6379),)
+    connection: ConnectionOptions = field(default_factory=ConnectionOptions)
+    #: Sentinel only: the monitored service whose primary to use.
+    service_name: str | None = None
+    #: Sentinel only: credentials for the sentinels themselves (they often have none).
+    sentinel_username: str | None = None
+    sentinel_password: str | None = None
+    #: Connections kept per node; callers beyond this wait for one to be released.
+    pool_size: int = 32
+    #: Seconds to wait for a free pooled connection before :class:`~.errors.PoolTimeoutError`.
+    pool_timeout: float = 10.0
+    #: Reconnect backoff: the first delay after a failed connect, and the cap it doubles to.
+    backoff_initial: float = 0.05
+    backoff_cap: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not self.addresses:
+            raise ConfigurationError("a Redis client needs at least one address")
+        if self.topology == "sentinel" and not self.service_name:
+            raise ConfigurationError("a sentinel client needs the service name of its primary")
+        if self.pool_size < 1:
+            raise ConfigurationError(f"pool_size must be at least 1, not {self.pool_size}")
+
+
+_INT_OPTIONS = {"db", "pool_size", "protocol"}
+_FLOAT_OPTIONS = {"connect_timeout", "pool_timeout", "backoff_initial", "backoff_cap"}
+_STR_OPTIONS = {"client_name", "sentinel_username", "sentinel_password", "ssl_server_hostname"}
+_TLS_OPTIONS = {"ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname"}
+
+
+def make_ssl_context(
+    *,
+    ca_certs: str | None = None,
+    certfile: str | None = None,
+    keyfile: str | None = None,
+    check_hostname: bool = True,
+) -> ssl.SSLContext:
+    """A client TLS context: verify the server against ``ca_certs`` (or the system store),
+    optionally presenting a client certificate."""
+    context = ssl.create_default_context(cafile=ca_certs)
+    context.check_hostname = check_hostname
+    if certfile:
+        context.load_cert_chain(certfile, keyfile)
+    return context
+
+
+def _parse_hosts(netloc: str, url: str) -> tuple[Address, ...]:
+    addresses: list[Address] = []
+    for part in netloc.split(","):
+        if not part:
+            continue
+        host, port = part, "6379"
+        if part.startswith("["):
+            host, _, rest = part[1:].partition("]")
+            if rest.startswith(":"):
+                port = rest[1:]
+        elif part.count(":") == 1:
+            host, port = part.split(":")
+        try:
+            addresses.append((host or "127.0.0.1", int(port)))
+        except ValueError:
+            raise ConfigurationError(f"bad port {port!r} in Redis URL {url!r}") from None
+    return tuple(addresses) or (("127.0.0.1", 6379),)
+
+
+def _flag(value: str, name: str, url: str) -> bool:
+    lowered = value.lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off"}:
+        return False
+    raise ConfigurationError(f"option {name}={value!r} in Redis URL {url!r} is not a boolean")
+
+
+def parse_url(url: str, **overrides: object) -> ClientConfig:
+    """A :class:`ClientConfig` from a URL; keyword ``overrides`` win over the URL's values.
+
+    The overrides take the same names as the query options, plus ``ssl_context``.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() not in _SCHEMES:
+        known = ", ".join(f"{s}://" for s in _SCHEMES)
+        raise ConfigurationError(f"Redis URL {url!r} must start with one of {known}")
+    topology, tls = _SCHEMES[scheme.lower()]
+    # urlsplit does not accept several hosts; split the authority by hand.
+    cut = min((i for i in (rest.find("/"), rest.find("?")) if i != -1), default=len(rest))
+    authority, tail = rest[:cut], rest[cut:].lstrip("/")
+    userinfo, at, hosts = authority.rpartition("@")
+    if not at:
+        hosts, userinfo = authority, ""
+    parsed = urlsplit("x://h/" + tail)
+    username: str | None = None
+    password: str | None = None
+    if userinfo:
+        user, colon, secret = userinfo.partition(":")
+        username = unquote(user) or None
+        password = unquote(secret) if colon else None
+        if not colon:  # redis://secret@host is the password-only form
+            username, password = None, unquote(user)
+
+    options: dict[str, object] = {"username": username, "password": password}
+    path = [unquote(p) for p in parsed.path.strip("/").split("/") if p]
+    service_name: str | None = None
+    if topology == "sentinel":
+        if not path:
+            raise ConfigurationError(f"sentinel URL {url!r} must name the service: .../service")
+        service_name = path.pop(0)
+    if path:
+        try:
+            options["db"] = int(path[0])
+        except ValueError:
+            raise ConfigurationError(f"database {path[0]!r} in Redis URL {url!r}") from None
+
+    tls_args: dict[str, object] = {}
+    for name, value in parse_qsl(parsed.query, keep_blank_values=True):
+        if name in _INT_OPTIONS:
+            try:
+                options[name] = int(value)
+            except ValueError:
+                raise ConfigurationError(f"option {name}={value!r} in {url!r}") from None
+        elif name in _FLOAT_OPTIONS:
+            try:
+                options[name] = float(value)
+            except ValueError:
+                raise ConfigurationError(f"option {name}={value!r} in {url!r}") from None
+        elif name in _STR_OPTIONS:
+            options[name] = value
+        elif name in _TLS_OPTIONS:
+            tls_args[name] = _flag(value, name, url) if name == "ssl_check_hostname" else value
+        else:
+            raise ConfigurationError(f"unknown option {name!r} in Redis URL {url!r}")
+    for name, override in overrides.items():
+        if name in _TLS_OPTIONS:
+            tls_args[name] = override
+        else:
+            options[name] = override
+
+    if tls_args and not tls and "ssl_context" not in options:
+        raise ConfigurationError(f"TLS options in {url!r} need a rediss:// URL")
+    if tls and options.get("ssl_context") is None:
+        options["ssl_context"] = make_ssl_context(
+            ca_certs=tls_args.get("ssl_ca_certs"),  # type: ignore[arg-type]
+            certfile=tls_args.get("ssl_certfile"),  # type: ignore[arg-type]
+            keyfile=tls_args.get("ssl_keyfile"),  # type: ignore[arg-type]
+            check_hostname=bool(tls_args.get("ssl_check_hostname", True)),
+        )
+    if options.get("protocol", 3) not in (2, 3):
+        raise ConfigurationError(f"protocol must be 2 or 3, not {options['protocol']!r}")
+
+    connection_fields = {f.name for f in dataclasses.fields(ConnectionOptions)}
+    client_fields = {f.name for f in dataclasses.fields(ClientConfig)}
+    unknown = set(options) - connection_fields - client_fields
+    if unknown:
+        raise ConfigurationError(f"unknown Redis client option(s): {', '.join(sorted(unknown))}")
+    connection = ConnectionOptions(
+        **{k: v for k, v in options.items() if k in connection_fields}  # type: ignore[arg-type]
+    )
+    return ClientConfig(
+        topology=topology,
+        addresses=_parse_hosts(hosts, url),
+        connection=connection,
+        service_name=service_name,
+        **{k: v for k, v in options.items() if k in client_fields},  # type: ignore[arg-type]
+    )

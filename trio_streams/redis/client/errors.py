@@ -1,0 +1,203 @@
+"""Typed errors of the Redis client, each naming the server and, where known, the command.
+
+Reply errors are built by the parser from the server's error line (``-CODE message``); the code
+picks the subclass so callers can catch a redirect or a permission error without parsing text.
+Connection errors always mean "the outcome of anything in flight is unknown": the client never
+re-sends such a command by itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...errors import TrioStreamsError
+
+Address = tuple[str, int]
+
+
+def format_address(address: Address | None) -> str:
+    """``host:port`` (IPv6 hosts in brackets), or ``?`` when the address is not known."""
+    if address is None:
+        return "?"
+    host, port = address
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def describe_command(args: object) -> str:
+    """The command name and first argument, enough to say what failed without leaking values."""
+    if not isinstance(args, (tuple, list)) or not args:
+        return "?"
+    parts = [_text(args[0]).upper()]
+    if len(args) > 1:
+        parts.append(_text(args[1])[:60])
+    return " ".join(parts)
+
+
+def _text(value: object) -> str:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8", "replace")
+    return str(value)
+
+
+class RedisError(TrioStreamsError):
+    """Base class of every error the Redis client raises."""
+
+
+class RedisConnectionError(RedisError, ConnectionError):
+    """The connection to a server failed or was lost.
+
+    Anything sent and not yet answered may or may not have run on the server: the client never
+    re-sends it; the caller decides whether a retry is safe.
+    """
+
+    #: For a cluster pipeline that lost one node: every reply, in order, with this error in
+    #: the places of the lost node's commands (whose outcome is unknown).
+    partial_replies: list[Any] | None = None
+
+    def __init__(self, reason: str, *, address: Address | None = None, command: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.address = address
+        self.command = command
+
+    def __str__(self) -> str:
+        what = f" during {self.command}" if self.command else ""
+        where = f" {format_address(self.address)}" if self.address else ""
+        return f"redis{where}{what}: {self.reason}"
+
+
+class RedisTimeoutError(RedisConnectionError, TimeoutError):
+    """Connecting (or the handshake) took longer than the configured timeout."""
+
+
+class PoolTimeoutError(RedisError, TimeoutError):
+    """No pooled connection became free in time: every connection of the pool stayed in use."""
+
+
+class RedisProtocolError(RedisConnectionError):
+    """The server sent bytes that are not RESP; the connection is closed."""
+
+
+class CommandEncodingError(RedisError, TypeError):
+    """A command argument cannot be sent (only bytes, str, int and float can). Nothing was sent."""
+
+
+class CrossSlotError(RedisError, ValueError):
+    """A command or transaction names keys of different cluster slots. Nothing was sent."""
+
+
+class ClusterError(RedisConnectionError):
+    """The cluster's slot map could not be read, a slot has no serving node, or redirects
+    did not settle: no node could be reached for the command (it was not run)."""
+
+
+class SentinelError(RedisConnectionError):
+    """No sentinel could name a primary for the service, or the named node is not a primary."""
+
+
+class ReplyError(RedisError):
+    """The server answered a command with an error reply (``-CODE message``).
+
+    ``code`` is the first word (``ERR``, ``WRONGTYPE``, ``MOVED``...), ``message`` the whole line.
+    ``command`` and ``address`` are filled in when the error is raised from a command.
+    """
+
+    code: str
+    message: str
+    command: str
+    address: Address | None
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = message.split(" ", 1)[0]
+        self.command = ""
+        self.address = None
+
+    def with_context(self, command: str, address: Address | None) -> ReplyError:
+        """Attach the command and server this reply answered; returns self for ``raise``."""
+        self.command = command
+        self.address = address
+        return self
+
+    def __str__(self) -> str:
+        if not self.command:
+            return self.message
+        return f"{self.message} (command {self.command} on redis {format_address(self.address)})"
+
+
+class AuthenticationError(ReplyError):
+    """The server refused the username or password (``WRONGPASS`` / ``NOAUTH``)."""
+
+
+class NoPermissionError(ReplyError):
+    """The ACL user may not run this command or touch this key (``NOPERM``)."""
+
+
+class ReadOnlyError(ReplyError):
+    """A write reached a replica (``READONLY``): typically the primary failed over."""
+
+
+class ExecAbortError(ReplyError):
+    """EXEC refused the transaction because a queued command was rejected (``EXECABORT``).
+
+    ``errors`` holds the queueing errors in order; no command of the transaction ran.
+    """
+
+    errors: list[ReplyError]
+
+
+class WatchError(RedisError):
+    """A watched key changed before EXEC: the transaction did not run (EXEC replied nil)."""
+
+
+class ClusterRedirect(ReplyError):
+    """A cluster redirect: the key's slot is served by another node."""
+
+    slot: int
+    target: Address
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        _, slot, endpoint = message.split(" ", 2)
+        host, _, port = endpoint.rpartition(":")
+        self.slot = int(slot)
+        self.target = (host.strip("[]"), int(port))
+
+
+class MovedError(ClusterRedirect):
+    """``MOVED slot host:port``: the slot now lives on another node (refresh the map)."""
+
+
+class AskError(ClusterRedirect):
+    """``ASK slot host:port``: this one key is being migrated; ask the target once."""
+
+
+class TryAgainError(ReplyError):
+    """``TRYAGAIN``: a multi-key command hit a slot in the middle of a migration."""
+
+
+class ClusterDownError(ReplyError):
+    """``CLUSTERDOWN``: the cluster cannot serve the slot right now."""
+
+
+_BY_CODE: dict[str, type[ReplyError]] = {
+    "WRONGPASS": AuthenticationError,
+    "NOAUTH": AuthenticationError,
+    "NOPERM": NoPermissionError,
+    "READONLY": ReadOnlyError,
+    "EXECABORT": ExecAbortError,
+    "MOVED": MovedError,
+    "ASK": AskError,
+    "TRYAGAIN": TryAgainError,
+    "CLUSTERDOWN": ClusterDownError,
+}
+
+
+def reply_error(message: str) -> ReplyError:
+    """Build the typed error for one error reply line (the parser's error factory)."""
+    cls = _BY_CODE.get(message.split(" ", 1)[0], ReplyError)
+    try:
+        return cls(message)
+    except ValueError:  # a redirect whose text does not parse: keep it as a plain reply error
+        return ReplyError(message)
