@@ -29,10 +29,10 @@ from typing import Literal
 
 import trio
 
+from ..positions import Position
 from ._closing import AsyncClosing
 from .errors import FileRemovedError
 from .format import Header, Message
-from .positions import FilePosition
 from .reader import FileReader
 from .watch import FileWatch, WatchRegistry, watches
 
@@ -82,7 +82,7 @@ class FileSource(AsyncClosing):
             path,
             keys=keys,
             on_eos="hold" if mode == "live" else "stop",
-            start=FilePosition.end() if mode == "live" else None,
+            start=Position.end() if mode == "live" else None,
         )
         registry = watches if registry is None else registry
         return cls(reader, mode, registry.acquire(reader.path), registry)
@@ -163,7 +163,7 @@ class FileSource(AsyncClosing):
 
     # -- moving ----------------------------------------------------------------------------------
 
-    async def seek(self, position: FilePosition, *, key: str | None = None, shard: int = 0) -> int:
+    async def seek(self, position: Position, *, key: str | None = None, shard: int = 0) -> int:
         """Move to ``position`` and return the offset of the next message read.
 
         Runs to completion in short synchronous steps separated by checkpoints, so it can run in
