@@ -186,6 +186,21 @@ class FileSource(AsyncClosing):
         self._backoff_ms = MIN_BACKOFF_MS
         return offset
 
+    def resume(self, offset: int) -> None:
+        """Replay: read on after the end, because this process wrote more from ``offset`` on.
+
+        A replay that ended at the end of the file reads on from where it was. One that stopped
+        at an end-of-stream message reads on from ``offset``: a writer reopening the file
+        overwrites a trailing end-of-stream message, and whatever it wrote starts there.
+        """
+        if self._closed:
+            raise trio.ClosedResourceError("the file source is closed")
+        if not self._ended:
+            return
+        if self._reader.eos is not None:
+            self._reader.rewind_to(offset)
+        self._ended = False
+
     # -- closing ---------------------------------------------------------------------------------
 
     async def aclose(self) -> None:

@@ -291,6 +291,11 @@ class FileReader:
             path=self.path,
         )
 
+    def rewind_to(self, offset: int) -> None:
+        """Continue at ``offset``, a frame (or beacon) start the caller knows, e.g. where it
+        wrote a message itself. Forgets an end-of-stream message it had stopped at."""
+        self._commit(offset)
+
     def _commit(self, offset: int) -> None:
         self._decoder = self._decoder_at(offset)
         self.at_eof = False
