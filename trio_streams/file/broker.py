@@ -58,7 +58,8 @@ class FileBroker(Broker):
     ``path`` is created (with ``beacon_interval``) when the app connects, unless
     ``existing_only`` is set, in which case a missing file is a ``StreamFileNotFoundError``.
     With ``end_with_eos``, a broker that published writes an end-of-stream message when the app
-    stops, so replays of the file end there.
+    stops, so replays of the file end there. ``durable_interval`` is how often, at most, a
+    resumable consumer stores its position while it moves (seconds; see :mod:`.durable`).
 
     Subscriber option: ``count`` — messages taken per read (default 64).
     """
@@ -73,6 +74,7 @@ class FileBroker(Broker):
         existing_only: bool = False,
         end_with_eos: bool = False,
         beacon_interval: int = DEFAULT_BEACON_INTERVAL,
+        durable_interval: float = PERSIST_INTERVAL,
         name: str | None = None,
         prefix: str = "",
         **defaults: Any,
@@ -82,6 +84,11 @@ class FileBroker(Broker):
         self.existing_only = existing_only
         self.end_with_eos = end_with_eos
         self.beacon_interval = beacon_interval
+        if isinstance(durable_interval, bool) or not isinstance(durable_interval, int | float):
+            raise ConfigurationError(f"durable_interval takes seconds, not {durable_interval!r}")
+        if not 0 <= durable_interval < float("inf"):
+            raise ConfigurationError(f"durable_interval must be >= 0 s, got {durable_interval!r}")
+        self.durable_interval = float(durable_interval)
 
     def check_subscription(self, source: Source, options: Mapping[str, Any]) -> None:
         super().check_subscription(source, options)
@@ -92,7 +99,10 @@ class FileBroker(Broker):
         await trio.lowlevel.checkpoint()
         _prepare(self.path, existing_only=self.existing_only, beacon_interval=self.beacon_interval)
         transport = FileTransport(
-            self.path, beacon_interval=self.beacon_interval, end_with_eos=self.end_with_eos
+            self.path,
+            beacon_interval=self.beacon_interval,
+            end_with_eos=self.end_with_eos,
+            durable_interval=self.durable_interval,
         )
         try:
             yield transport
@@ -132,8 +142,10 @@ class FileTransport(Transport):
         *,
         beacon_interval: int = DEFAULT_BEACON_INTERVAL,
         end_with_eos: bool = False,
+        durable_interval: float = PERSIST_INTERVAL,
     ) -> None:
         self.path = path
+        self.durable_interval = durable_interval
         self._beacon_interval = beacon_interval
         self._end_with_eos = end_with_eos
         self._writer: WriterHandle | None = None
@@ -258,7 +270,7 @@ class FileSubscription(SubscriptionSource):
             raise DurableStateError(
                 f"{self._label}: consumer {store.name!r} stopped after sequence "
                 f"{stored.sequence} of stream {stored.stream!r}, which this file does not hold "
-                f"({exc.reason}); remove {store.path} to start over",
+                f"({_why(exc)}); remove {store.path} to start over",
                 path=self.path,
             ) from exc
         self._skip = (stored.stream, stored.sequence)
@@ -268,7 +280,7 @@ class FileSubscription(SubscriptionSource):
             reader.seek(position, key=self._seek_key(position))
         except SeekError as exc:
             raise SeekRefused(
-                f"{self._label}: start_at {position!r} refused in {self.path}: {exc.reason}"
+                f"{self._label}: start_at {position!r} refused in {self.path}: {_why(exc)}"
             ) from exc
 
     # ---- reading -----------------------------------------------------------------------------
@@ -338,7 +350,7 @@ class FileSubscription(SubscriptionSource):
         except SeekError as exc:
             raise SeekRefused(
                 f"{self._label}: seek to {format_position(position)} in {self.path}"
-                f"{'' if key is None else f' (stream {key!r})'} refused: {exc.reason}"
+                f"{'' if key is None else f' (stream {key!r})'} refused: {_why(exc)}"
             ) from exc
         # Whatever was read or appended before the seek belongs to the old position.
         self._appended_from = None
@@ -381,7 +393,7 @@ class FileSubscription(SubscriptionSource):
         assert watermark is not None and self._store is not None
         now = trio.current_time()
         if watermark.moved >= PERSIST_EVERY or (
-            watermark.moved and now - self._saved_at >= PERSIST_INTERVAL
+            watermark.moved and now - self._saved_at >= self._transport.durable_interval
         ):
             self._store.save(watermark.committed)
             watermark.moved = 0
@@ -409,3 +421,7 @@ class FileSubscription(SubscriptionSource):
 
     def __repr__(self) -> str:
         return f"<FileSubscription {self._label!r} on {self.path!r} keys={list(self._keys)}>"
+
+
+def _why(error: SeekError) -> str:
+    return error.reason.removeprefix("seek refused: ")
