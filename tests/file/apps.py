@@ -47,9 +47,9 @@ def replay_app(
     return app, broker
 
 
-async def run_to_end(app: App, *, timeout: float = 20) -> None:
+async def run_to_end(app: App, *, seconds: float = 20) -> None:
     """Serve ``app`` until it stops by itself (every subscription ended)."""
-    with trio.fail_after(timeout):
+    with trio.fail_after(seconds):
         async with trio.open_nursery() as nursery:
             running = await nursery.start(app.serve)
             await running.wait_stopped()

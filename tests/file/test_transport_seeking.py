@@ -15,10 +15,10 @@ import trio.testing
 
 from tests.support import serving
 from trio_streams import App, Context, InvalidPosition, RunningApp, SeekRefused
-from trio_streams.subscription import SubscriptionStats
 from trio_streams.file import FileBroker, FilePosition, FileStream
 from trio_streams.file.writer import StreamWriter
 from trio_streams.positions import MAX_SEQUENCE, MAX_TIMESTAMP_MS
+from trio_streams.subscription import SubscriptionStats
 
 from .apps import replay_app, run_to_end, write_numbers
 
