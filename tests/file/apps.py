@@ -8,11 +8,11 @@ from typing import Any
 
 import trio
 
-from trio_streams import App, Context
+from trio_streams import App
 from trio_streams.file import FileBroker, FileStream
 from trio_streams.file.writer import StreamWriter
 
-Handler = Callable[[int, Context], Awaitable[Any]]
+Handler = Callable[..., Awaitable[Any]]
 
 
 def write_numbers(

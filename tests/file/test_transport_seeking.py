@@ -7,6 +7,7 @@ positions.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -134,12 +135,13 @@ async def test_milliseconds_in_the_api_are_converted_without_loss(tmp_path: Path
 
 
 async def test_an_out_of_range_value_is_refused_before_the_client_sees_it(tmp_path: Path) -> None:
-    for build in (
+    builders: list[Callable[[], FilePosition]] = [
         lambda: FilePosition.sequence(MAX_SEQUENCE + 1),
         lambda: FilePosition.sequence(-1),
         lambda: FilePosition.timestamp(MAX_TIMESTAMP_MS + 1),
         lambda: FilePosition.after(dt.datetime(2024, 1, 1, 0, 0, 0, 1, tzinfo=dt.UTC)),
-    ):
+    ]
+    for build in builders:
         with pytest.raises(InvalidPosition):
             build()
     path = tmp_path / "s.ss"
