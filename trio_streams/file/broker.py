@@ -227,7 +227,7 @@ class FileSubscription(SubscriptionSource):
         self._appended_from: int | None = None
         self._store: DurableStore | None = None
         self._watermark: Watermark | None = None
-        self._saved_at = 0.0
+        self._saved_at = float("-inf")  # the first move is saved at once
         #: The stored message a resumed consumer skips (it settled before the restart).
         self._skip: tuple[str, int] | None = None
         # Open now, not at the first read: a live subscription starts at the tip as it is when
