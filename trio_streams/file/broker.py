@@ -29,7 +29,7 @@ from .._schedule import FairShare
 from ..broker import Broker
 from ..delivery import Delivery, attempt_from_headers, retry_headers
 from ..errors import ConfigurationError
-from ..outcome import Outcome
+from ..outcome import Outcome, OutcomeKind
 from ..positions import Position, PositionKind
 from ..transport import SeekRefused, Source, SubscriptionSource, Transport
 from .durable import PERSIST_EVERY, PERSIST_INTERVAL, DurableStateError, DurableStore, Watermark
@@ -49,6 +49,7 @@ __all__ = ["DEFAULT_COUNT", "FileBroker", "FileSubscription", "FileTransport"]
 DEFAULT_COUNT = 64
 
 _SEQUENCE = PositionKind.SEQUENCE
+_RETRIES = frozenset({OutcomeKind.RETRY, OutcomeKind.RETRY_AFTER})
 _NO_HEADERS: Mapping[str, str] = {}
 
 
@@ -377,7 +378,7 @@ class FileSubscription(SubscriptionSource):
     # ---- settling ----------------------------------------------------------------------------
 
     async def settle(self, delivery: Delivery, outcome: Outcome) -> None:
-        if outcome.is_retry:
+        if outcome.kind in _RETRIES:
             _, offset = self._transport.append(
                 delivery.stream, delivery.payload, retry_headers(delivery)
             )
