@@ -31,16 +31,15 @@ def _delivery(stream: str, seq: int) -> Delivery:
     return Delivery(stream, b"", position=FilePosition.sequence(seq, stream=stream))
 
 
-def _committed(watermark: Watermark) -> StoredPosition | None:
-    return watermark.committed
+START = StoredPosition.at_offset(128)
 
 
 def test_the_watermark_never_passes_a_delivery_that_has_not_settled() -> None:
-    watermark = Watermark(None)
+    watermark = Watermark(START)
     numbers = [watermark.track(_delivery("s", seq)) for seq in range(1, 6)]
     assert not watermark.settled(numbers[1])
     assert not watermark.settled(numbers[2])
-    assert _committed(watermark) is None  # 1 is still in a handler
+    assert watermark.committed == START  # 1 is still in a handler
     assert watermark.settled(numbers[0])
     assert watermark.committed == StoredPosition("s", 3)
     assert not watermark.settled(numbers[4])
@@ -86,6 +85,7 @@ def test_the_store_keeps_a_position_beside_the_file_and_replaces_it_atomically(
         "file_created_at_ms": 1,
         "stream": "orders",
         "sequence": 42,
+        "offset": None,
     }
     again = _store(path)
     assert again.stored == StoredPosition("orders", 42)
@@ -103,18 +103,36 @@ def test_one_consumer_of_a_name_at_a_time(tmp_path: Path) -> None:
     other.close()
 
 
+def _state(**changes: object) -> bytes:
+    state = {"format": 1, "file_created_at_ms": 1, "stream": "s", "sequence": 1, "offset": None}
+    if "created" in changes:
+        changes["file_created_at_ms"] = changes.pop("created")
+    return json.dumps({**state, **changes}).encode()
+
+
+def test_the_store_reads_back_both_kinds_of_position(tmp_path: Path) -> None:
+    path = tmp_path / "s.ss"
+    for position in (StoredPosition.after("s", 0), StoredPosition.at_offset(128)):
+        store = _store(path)
+        store.save(position)
+        store.close()
+        again = _store(path)
+        assert again.stored == position
+        again.close()
+
+
 @pytest.mark.parametrize(
     ("content", "reason"),
     [
         (b"{not json", "unreadable"),
         (b'{"format": 2}', "not a format 1 consumer state"),
-        (b'{"format": 1, "file_created_at_ms": 1, "stream": 5, "sequence": 1}', "unreadable"),
-        (b'{"format": 1, "file_created_at_ms": 1, "stream": "s", "sequence": -1}', "unreadable"),
+        (_state(stream=5), "neither a stream and sequence number nor a file offset"),
+        (_state(sequence=-1), "neither"),
+        (_state(stream=None, sequence=None), "neither"),
+        (_state(stream=None, sequence=None, offset=12), "neither"),
+        (_state(offset=200), "neither"),
         (b'{"format": 1, "file_created_at_ms": 1}', "unreadable"),
-        (
-            b'{"format": 1, "file_created_at_ms": 7, "stream": "s", "sequence": 1}',
-            "belongs to a stream file created at 7 ms",
-        ),
+        (_state(created=7), "belongs to a stream file created at 7 ms"),
     ],
 )
 def test_a_state_that_cannot_be_used_is_a_clear_error_naming_it(
@@ -221,6 +239,35 @@ async def test_a_delivery_abandoned_without_an_outcome_is_delivered_again_after_
     run = 1
     await run_to_end(replay_app(path, handle, stream=stream)[0])
     assert seen == [(0, 1), (0, 2), (0, 3), (1, 3), (1, 4), (1, 5)]
+
+
+async def test_a_live_consumer_that_settled_nothing_resumes_where_it_first_started(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.ss"
+    write_numbers(path, 3)  # before its first start: a live consumer starts after these
+    seen: list[int] = []
+    app = App("first")
+    app.broker(FileBroker(path)).subscriber(FileStream("s", durable="late"))(_noop)
+    async with serving(app):
+        pass  # it ran, read nothing, settled nothing
+    write_numbers(path, 3, first=4)  # written while it was down: not to be skipped
+
+    app = App("second")
+    broker = app.broker(FileBroker(path))
+    done = trio.Event()
+
+    @broker.subscriber(FileStream("s", durable="late"))
+    async def handle(n: int) -> None:
+        seen.append(n)
+        if n == 7:
+            done.set()
+
+    async with serving(app):
+        await broker.publish("s", 7)
+        with trio.fail_after(10):
+            await done.wait()
+    assert seen == [4, 5, 6, 7]
 
 
 async def test_a_seek_moves_the_stored_position_with_the_reader(tmp_path: Path) -> None:

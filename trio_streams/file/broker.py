@@ -32,7 +32,14 @@ from ..errors import ConfigurationError
 from ..outcome import Outcome, OutcomeKind
 from ..positions import Position, PositionKind
 from ..transport import SeekRefused, Source, SubscriptionSource, Transport
-from .durable import PERSIST_EVERY, PERSIST_INTERVAL, DurableStateError, DurableStore, Watermark
+from .durable import (
+    PERSIST_EVERY,
+    PERSIST_INTERVAL,
+    DurableStateError,
+    DurableStore,
+    StoredPosition,
+    Watermark,
+)
 from .envelope import PREFIXES, open_envelope, seal
 from .errors import SeekError, StreamFileNotFoundError, WriterLockedError
 from .follower import FileSource
@@ -246,8 +253,14 @@ class FileSubscription(SubscriptionSource):
                     self.path, stream.durable, file_created_at_ms=reader.header.created_at_ms
                 )
                 self._resume(reader, store)
-            if self._skip is None and stream.start_at is not None:
+            # start_at only applies to a durable consumer's first start.
+            if self._watermark is None and stream.start_at is not None:
                 self._start_at(reader, stream.start_at)
+            if store is not None and self._watermark is None:
+                # First start: remember where, so a restart before anything settles resumes
+                # here and not at a later tip.
+                self._watermark = Watermark(StoredPosition.at_offset(reader.offset))
+                store.save(self._watermark.committed)
         except BaseException:
             reader.close()
             if store is not None:
@@ -260,11 +273,21 @@ class FileSubscription(SubscriptionSource):
         self._closed = False
 
     def _resume(self, reader: FileReader, store: DurableStore) -> None:
-        """Start after the stored watermark, if there is one."""
+        """Start after the stored watermark, or where the consumer first started."""
         stored = store.stored
-        self._watermark = Watermark(stored)
         if stored is None:
             return
+        self._watermark = Watermark(stored)
+        if stored.offset is not None:
+            if stored.offset > reader.file_size():
+                raise DurableStateError(
+                    f"{self._label}: consumer {store.name!r} starts at byte {stored.offset}, past "
+                    f"the end of the file; remove {store.path} to start over",
+                    path=self.path,
+                )
+            reader.rewind_to(stored.offset)
+            return
+        assert stored.stream is not None and stored.sequence is not None
         try:
             reader.seek(Position.sequence(stored.sequence, stream=stored.stream))
         except SeekError as exc:

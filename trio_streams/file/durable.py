@@ -22,6 +22,8 @@ keeps it itself, in ``<file>.consumers/<name>.json``:
 
 Resuming seeks to the stored message (``Position.sequence(seq, stream=key)`` is inclusive) and
 skips it, so every message after it in the file is read, of every key the subscription reads.
+Before anything has settled, the store holds the byte offset where the consumer first started
+(the tip, for a live consumer), so messages written while it was down are not skipped either.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from typing import Any
 from ..delivery import Delivery
 from ..errors import ConfigurationError
 from .errors import StreamFileError
+from .format import HEADER_SIZE
 
 __all__ = [
     "PERSIST_EVERY",
@@ -84,10 +87,21 @@ def store_directory(stream_path: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class StoredPosition:
-    """The last message of the settled run: resume with the message after it."""
+    """Where a consumer resumes: right after message ``sequence`` of ``stream`` (the last of the
+    settled run), or, before it has settled anything, at byte ``offset`` (where it first started).
+    """
 
-    stream: str
-    sequence: int
+    stream: str | None = None
+    sequence: int | None = None
+    offset: int | None = None
+
+    @classmethod
+    def after(cls, stream: str, sequence: int) -> StoredPosition:
+        return cls(stream, sequence)
+
+    @classmethod
+    def at_offset(cls, offset: int) -> StoredPosition:
+        return cls(offset=offset)
 
 
 class DurableStore:
@@ -135,15 +149,15 @@ class DurableStore:
             if not isinstance(state, dict) or state.get("format") != _FORMAT:
                 raise ValueError(f"not a format {_FORMAT} consumer state")
             created = state["file_created_at_ms"]
-            stream, sequence = state["stream"], state["sequence"]
-            if not isinstance(created, int) or isinstance(created, bool):
+            stream, sequence, offset = state["stream"], state["sequence"], state["offset"]
+            if not _is_int(created):
                 raise ValueError("file_created_at_ms is not an integer")
-            if stream is None and sequence is None:
-                position = None
-            elif isinstance(stream, str) and isinstance(sequence, int) and sequence >= 0:
-                position = StoredPosition(stream, sequence)
+            if stream is None and sequence is None and _is_int(offset) and offset >= HEADER_SIZE:
+                position = StoredPosition.at_offset(offset)
+            elif isinstance(stream, str) and _is_int(sequence) and sequence >= 0 and offset is None:
+                position = StoredPosition.after(stream, sequence)
             else:
-                raise ValueError("stream/sequence are not a key and a sequence number")
+                raise ValueError("neither a stream and sequence number nor a file offset")
         except (ValueError, KeyError, TypeError) as exc:
             raise DurableStateError(
                 f"consumer state is unreadable ({exc}); remove it to start over", path=self.path
@@ -157,7 +171,7 @@ class DurableStore:
             )
         return position
 
-    def save(self, position: StoredPosition | None, *, sync: bool = False) -> None:
+    def save(self, position: StoredPosition, *, sync: bool = False) -> None:
         """Replace the stored state atomically (temporary file, then rename)."""
         if position == self._saved and not sync:
             return
@@ -165,8 +179,9 @@ class DurableStore:
             "format": _FORMAT,
             "file": os.path.basename(self.stream_path),
             "file_created_at_ms": self._created_at,
-            "stream": None if position is None else position.stream,
-            "sequence": None if position is None else position.sequence,
+            "stream": position.stream,
+            "sequence": position.sequence,
+            "offset": position.offset,
         }
         data = json.dumps(state).encode() + b"\n"
         try:
@@ -208,7 +223,7 @@ class Watermark:
 
     __slots__ = ("_base", "_done", "_read", "committed", "moved")
 
-    def __init__(self, committed: StoredPosition | None) -> None:
+    def __init__(self, committed: StoredPosition) -> None:
         #: Number of the first delivery still tracked.
         self._base = 0
         self._read: deque[Delivery] = deque()
@@ -240,7 +255,7 @@ class Watermark:
             self.moved += 1
         position = last.position
         assert position is not None and position.value is not None
-        self.committed = StoredPosition(last.stream, position.value)
+        self.committed = StoredPosition.after(last.stream, position.value)
         return True
 
     def restart(self) -> None:
@@ -251,3 +266,7 @@ class Watermark:
     @property
     def in_flight(self) -> int:
         return len(self._read)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
