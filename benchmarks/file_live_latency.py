@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,7 +29,6 @@ from file_tail_latency import run_once as library_run_once
 
 from trio_streams import App
 from trio_streams.file import FileBroker, FileStream
-from trio_streams.file.writer import StreamWriter
 
 AIM_P50_MS, AIM_P99_MS = 1.0, 3.0
 FASTSTREAM_P50_MS = 2.0
@@ -68,30 +66,19 @@ async def publisher(path: str, count: int, pace_ms: float) -> None:
 
 
 def app_run_once(path: Path, count: int, pace_ms: float) -> list[float]:
-    StreamWriter(path).close()
-    me = [sys.executable, __file__]
-    follower = subprocess.Popen(
-        [*me, "--role", "consumer", str(path), str(count)], stdout=subprocess.PIPE, text=True
-    )
-    assert follower.stdout is not None
-    assert follower.stdout.readline().strip() == "ready"
-    subprocess.run([*me, "--role", "publisher", str(path), str(count), str(pace_ms)], check=True)
-    latencies: list[float] = json.loads(follower.stdout.readline())
-    follower.wait(timeout=30)
-    path.unlink()
-    return latencies
+    return library_run_once(path, count, pace_ms, script=__file__)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--role", choices=("consumer", "publisher"))
+    parser.add_argument("--role", choices=("reader", "writer"))
     parser.add_argument("args", nargs="*")
     parser.add_argument("--repeats", type=int, default=3)
     options = parser.parse_args()
-    if options.role == "consumer":
+    if options.role == "reader":
         trio.run(consumer, options.args[0], int(options.args[1]))
         return
-    if options.role == "publisher":
+    if options.role == "writer":
         trio.run(publisher, options.args[0], int(options.args[1]), float(options.args[2]))
         return
     print(

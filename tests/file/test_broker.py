@@ -36,7 +36,7 @@ from trio_streams.file.format import Message
 from trio_streams.file.reader import FileReader
 from trio_streams.file.writer import StreamWriter
 
-from .apps import replay_app, run_to_end, write_numbers
+from .apps import file_app, replay_app, run_to_end, write_numbers
 
 
 @dataclass
@@ -86,8 +86,7 @@ async def test_publish_appends_flushes_and_returns_the_position_of_the_message(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "p.ss"
-    app = App("publish")
-    broker = app.broker(FileBroker(path))
+    app, broker = file_app(path, name="publish")
     async with serving(app):
         first = await broker.publish("orders", Order(1, 9.5))
         other = await broker.publish("refunds", Order(2, 1.0))
@@ -101,8 +100,7 @@ async def test_publish_appends_flushes_and_returns_the_position_of_the_message(
 
 async def test_a_payload_without_headers_is_written_verbatim(tmp_path: Path) -> None:
     path = tmp_path / "p.ss"
-    app = App("verbatim")
-    broker = app.broker(FileBroker(path))
+    app, broker = file_app(path, name="verbatim")
     async with serving(app):
         await broker.publish("orders", Order(1, 9.5))
         await broker.publish("orders", b"\x00raw bytes\xff")
@@ -116,8 +114,7 @@ async def test_headers_travel_in_the_envelope_and_arrive_as_they_were_sent(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "h.ss"
-    app = App("headers")
-    broker = app.broker(FileBroker(path))
+    app, broker = file_app(path, name="headers")
     got: list[tuple[Order, dict[str, str]]] = []
     done = trio.Event()
 
@@ -146,8 +143,7 @@ async def test_headers_travel_in_the_envelope_and_arrive_as_they_were_sent(
 async def test_a_payload_that_looks_like_an_envelope_arrives_intact(tmp_path: Path) -> None:
     path = tmp_path / "e.ss"
     tricky = [b"rs1:AAAAAA==", b"rs2:", b"rs1:not base64 at all"]
-    app = App("tricky")
-    broker = app.broker(FileBroker(path))
+    app, broker = file_app(path, name="tricky")
     async with serving(app):
         for payload in tricky:
             await broker.publish("raw", payload)
@@ -195,8 +191,7 @@ async def test_publishing_while_another_writer_holds_the_file_is_a_clear_error(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "locked.ss"
-    app = App("locked")
-    broker = app.broker(FileBroker(path))
+    app, broker = file_app(path, name="locked")
     with StreamWriter(path):  # another open of the file: as good as another process
         async with serving(app):
             with pytest.raises(WriterLockedError, match=r"locked\.ss"):
@@ -205,8 +200,7 @@ async def test_publishing_while_another_writer_holds_the_file_is_a_clear_error(
 
 async def test_end_with_eos_ends_the_file_and_replays_end_there(tmp_path: Path) -> None:
     path = tmp_path / "eos.ss"
-    app = App("eos")
-    broker = app.broker(FileBroker(path, end_with_eos=True))
+    app, broker = file_app(path, end_with_eos=True, name="eos")
     async with serving(app):
         await broker.publish("s", 1)
         await broker.publish("s", 2)
@@ -239,8 +233,7 @@ async def test_a_broker_that_did_not_publish_writes_no_end_of_stream(tmp_path: P
 
 async def test_several_keys_are_read_in_the_order_they_were_written(tmp_path: Path) -> None:
     path = tmp_path / "keys.ss"
-    app = App("keys")
-    broker = app.broker(FileBroker(path))
+    app, broker = file_app(path, name="keys")
     got: list[tuple[str, FilePosition | None, str]] = []
     done = trio.Event()
 
@@ -268,8 +261,7 @@ async def test_start_at_starts_a_live_subscription_elsewhere_and_it_then_follows
 ) -> None:
     path = tmp_path / "start.ss"
     write_numbers(path, 5)
-    app = App("start")
-    broker = app.broker(FileBroker(path))
+    app, broker = file_app(path, name="start")
     seen: list[int] = []
     done = trio.Event()
 
@@ -289,8 +281,7 @@ async def test_start_at_starts_a_live_subscription_elsewhere_and_it_then_follows
 async def test_a_start_position_the_file_does_not_hold_fails_the_start(tmp_path: Path) -> None:
     path = tmp_path / "start.ss"
     write_numbers(path, 5)
-    app = App("start")
-    broker = app.broker(FileBroker(path))
+    app, broker = file_app(path, name="start")
     broker.subscriber(FileStream("s", start_at=FilePosition.sequence(9)).replay(), name="late")(
         _noop
     )
@@ -310,8 +301,7 @@ async def _noop(n: int) -> None:
 
 async def test_a_broker_prefix_is_put_in_front_of_every_key(tmp_path: Path) -> None:
     path = tmp_path / "prefix.ss"
-    app = App("prefix")
-    broker = app.broker(FileBroker(path, prefix="shop."))
+    app, broker = file_app(path, prefix="shop.", name="prefix")
     router = Router(prefix="eu.")
     seen: list[str] = []
     done = trio.Event()
@@ -351,8 +341,7 @@ async def test_spent_retries_are_dead_lettered_to_their_key_as_they_arrived(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "dead.ss"
-    app = App("dead")
-    broker = app.broker(FileBroker(path))
+    app, broker = file_app(path, name="dead")
     done = trio.Event()
 
     @broker.subscriber(FileStream("orders"), max_attempts=2, dead_letter="orders.dead")
@@ -428,8 +417,7 @@ def test_what_the_file_transport_cannot_do_is_refused_at_mount_time(tmp_path: Pa
 
 
 async def test_publishing_to_a_key_the_file_cannot_hold_is_refused(tmp_path: Path) -> None:
-    app = App("bad")
-    broker = app.broker(FileBroker(tmp_path / "k.ss"))
+    app, broker = file_app(tmp_path / "k.ss", name="bad")
     async with serving(app):
         with pytest.raises(ConfigurationError, match="not valid in a stream file"):
             await broker.publish("no spaces", 1)
@@ -450,8 +438,7 @@ def test_a_file_stream_runs_in_process_as_the_memory_stream_of_the_same_keys() -
 
 async def test_app_test_runs_a_file_app_without_touching_a_file(tmp_path: Path) -> None:
     path = tmp_path / "never.ss"
-    app = App("in-process")
-    broker = app.broker(FileBroker(path, existing_only=True))
+    app, broker = file_app(path, existing_only=True, name="in-process")
 
     @broker.subscriber(FileStream("orders"))
     async def handle(order: Order, ctx: Context) -> Any:

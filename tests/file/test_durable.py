@@ -11,7 +11,7 @@ import trio
 import trio.lowlevel
 
 from tests.support import serving
-from trio_streams import App, Context, Delivery, RunningApp
+from trio_streams import App, Context, Delivery
 from trio_streams.file import (
     DurableLockedError,
     DurableStateError,
@@ -22,7 +22,7 @@ from trio_streams.file import (
 from trio_streams.file.durable import DurableStore, StoredPosition, Watermark
 from trio_streams.file.writer import StreamWriter
 
-from .apps import replay_app, run_to_end, write_numbers
+from .apps import Watch, file_app, replay_app, run_to_end, write_numbers
 
 # ---- the watermark --------------------------------------------------------------------------
 
@@ -151,17 +151,14 @@ def test_a_state_that_cannot_be_used_is_a_clear_error_naming_it(
 # ---- resuming -------------------------------------------------------------------------------
 
 
-def _durable_app(
-    path: Path, seen: list[int], stop_after: int, *, workers: int = 4, **stream: Any
-) -> tuple[App, list[RunningApp]]:
+def _durable_app(path: Path, seen: list[int], stop_after: int) -> tuple[App, Watch]:
     """A live durable consumer that asks its app to stop once it has seen ``stop_after``."""
-    app = App("durable")
-    broker = app.broker(FileBroker(path, existing_only=True))
-    holder: list[RunningApp] = []
+    app, broker = file_app(path, existing_only=True)
+    watch = Watch()
 
     @broker.subscriber(
-        FileStream("s", durable="billing", start_at=FilePosition.beginning(), **stream),
-        workers=workers,
+        FileStream("s", durable="billing", start_at=FilePosition.beginning()),
+        workers=4,
         buffer=4,
         count=4,
     )
@@ -169,16 +166,9 @@ def _durable_app(
         await trio.sleep(0.001 * (n % 3))  # settles finish out of order
         seen.append(n)
         if len(seen) == stop_after:
-            holder[0].request_stop()
+            (await watch.running()).request_stop()
 
-    return app, holder
-
-
-async def _run_until_stopped(app: App, holder: list[RunningApp]) -> None:
-    with trio.fail_after(20):
-        async with trio.open_nursery() as nursery:
-            holder.append(await nursery.start(app.serve))
-            await holder[0].wait_stopped()
+    return app, watch
 
 
 async def test_a_durable_consumer_resumes_after_a_graceful_stop_with_nothing_twice(
@@ -187,9 +177,11 @@ async def test_a_durable_consumer_resumes_after_a_graceful_stop_with_nothing_twi
     path = tmp_path / "s.ss"
     write_numbers(path, 60)
     first: list[int] = []
-    await _run_until_stopped(*_durable_app(path, first, 20))
+    app, watch = _durable_app(path, first, 20)
+    await watch.run_to_end(app)
     second: list[int] = []
-    await _run_until_stopped(*_durable_app(path, second, 60 - len(first)))
+    app, watch = _durable_app(path, second, 60 - len(first))
+    await watch.run_to_end(app)
     assert len(first) >= 20  # what was read when the stop came was handled too
     assert sorted(first + second) == list(range(1, 61))  # no gap, no repeat
 
@@ -253,8 +245,7 @@ async def test_a_live_consumer_that_settled_nothing_resumes_where_it_first_start
         pass  # it ran, read nothing, settled nothing
     write_numbers(path, 3, first=4)  # written while it was down: not to be skipped
 
-    app = App("second")
-    broker = app.broker(FileBroker(path))
+    app, broker = file_app(path, name="second")
     done = trio.Event()
 
     @broker.subscriber(FileStream("s", durable="late"))
@@ -292,8 +283,7 @@ async def test_the_position_is_stored_when_the_interval_has_passed_not_per_messa
 ) -> None:
     path = tmp_path / "s.ss"
     state = tmp_path / "s.ss.consumers" / "d.json"
-    app = App("interval")
-    broker = app.broker(FileBroker(path, durable_interval=0.5))
+    app, broker = file_app(path, durable_interval=0.5, name="interval")
     handled = {n: trio.Event() for n in range(1, 5)}
 
     @broker.subscriber(FileStream("s", durable="d"))
@@ -357,8 +347,7 @@ async def test_a_store_left_from_a_file_created_anew_is_refused(tmp_path: Path) 
 async def test_two_subscriptions_with_one_durable_name_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "s.ss"
     write_numbers(path, 3)
-    app = App("twice")
-    broker = app.broker(FileBroker(path))
+    app, broker = file_app(path, name="twice")
     for name in ("one", "two"):
         broker.subscriber(FileStream("s", durable="same"), name=name)(_noop)
     with pytest.RaisesGroup(

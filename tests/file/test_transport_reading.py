@@ -13,13 +13,13 @@ import trio
 import trio.testing
 
 from tests.support import serving
-from trio_streams import App, AppFailed, Context, RunningApp, SeekRefused, retry
-from trio_streams.file import FileBroker, FilePosition, FileRemovedError, FileStream
+from trio_streams import AppFailed, Context, RunningApp, SeekRefused, retry
+from trio_streams.file import FilePosition, FileRemovedError, FileStream
 from trio_streams.file import broker as broker_module
 from trio_streams.file.watch import WatchRegistry, watches
 from trio_streams.file.writer import StreamWriter
 
-from .apps import replay_app, run_to_end, write_numbers
+from .apps import file_app, replay_app, replay_with_seeks, run_to_end, write_numbers
 from .conftest import VECTORS, Vector, as_tuple
 
 # ---- "A source task reads the file to its end, then waits for the OS to report a change; because
@@ -42,8 +42,7 @@ async def test_a_live_subscription_reads_to_the_end_then_wakes_on_the_os_report_
                 writer.flush()
         """
     )
-    app = App("live")
-    broker = app.broker(FileBroker(path, existing_only=True))
+    app, broker = file_app(path, existing_only=True, name="live")
     seen: list[int] = []
     done = trio.Event()
 
@@ -69,8 +68,7 @@ async def test_when_the_os_reports_nothing_the_wait_times_out_from_1_ms_doubling
     # No OS events at all: only the timeouts notice writes.
     monkeypatch.setattr(broker_module, "watches", WatchRegistry(inotify=False))
     path = tmp_path / "s.ss"
-    app = App("poll")
-    broker = app.broker(FileBroker(path))
+    app, broker = file_app(path, name="poll")
     handled: list[tuple[int, float]] = []
     arrived = trio.Event()
 
@@ -104,8 +102,7 @@ async def test_one_watcher_serves_each_file_in_a_process_however_many_readers_it
 ) -> None:
     path = tmp_path / "s.ss"
     write_numbers(path, 3)
-    app = App("many")
-    broker = app.broker(FileBroker(path))
+    app, broker = file_app(path, name="many")
     for n, stream in enumerate(
         [FileStream("s"), FileStream("s"), FileStream("s", "t"), FileStream("s").replay()]
     ):
@@ -124,8 +121,7 @@ async def test_a_file_removed_under_a_live_subscription_fails_the_app_naming_the
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "gone.ss"
-    app = App("removed")
-    broker = app.broker(FileBroker(path))
+    app, broker = file_app(path, name="removed")
     seen: list[int] = []
     first = trio.Event()
 
@@ -176,8 +172,7 @@ async def test_a_replay_joins_frames_split_by_beacons_and_keeps_only_its_stream_
         got.append((ctx.stream, ctx.position.value, payload))
         calls.append(1)  # one message per call
 
-    app = App("vector")
-    broker = app.broker(FileBroker(path, existing_only=True))
+    app, broker = file_app(path, existing_only=True, name="vector")
     broker.subscriber(FileStream(*keys).replay())(handle)
     await run_to_end(app)
     assert got == expected
@@ -194,8 +189,7 @@ async def test_a_live_subscription_starts_at_the_tip_and_waits_for_the_next_writ
 ) -> None:
     path = tmp_path / "s.ss"
     write_numbers(path, 5)
-    app = App("live")
-    broker = app.broker(FileBroker(path))
+    app, broker = file_app(path, name="live")
     seen: list[int] = []
     done = trio.Event()
 
@@ -278,18 +272,12 @@ async def test_a_seek_to_a_sequence_or_an_instant_deep_in_a_file_of_many_beacons
             writer.append("s", str(n).encode(), timestamp_ms=base + n)
             writer.append("noise", b"x" * 40, timestamp_ms=base + n)
     assert path.stat().st_size > 200 * 1024
-    seen: list[int] = []
-
-    async def handle(n: int, ctx: Context) -> None:
-        seen.append(n)
-        if n == 3 and len(seen) == 3:
-            await ctx.seeker.seek(FilePosition.sequence(2_718))
-        elif n == 2_720 and len(seen) == 6:
-            await ctx.seeker.seek(FilePosition.timestamp(base + 1_414))  # strictly later
-        elif n == 1_417 and len(seen) == 9:
-            await ctx.seeker.seek(FilePosition.end())
-
-    await run_to_end(replay_app(path, handle)[0])
+    seeks = {
+        (3, 1): FilePosition.sequence(2_718),
+        (2_720, 1): FilePosition.timestamp(base + 1_414),  # strictly later
+        (1_417, 1): FilePosition.end(),
+    }
+    seen = await replay_with_seeks(path, seeks)
     assert seen == [1, 2, 3, 2_718, 2_719, 2_720, 1_415, 1_416, 1_417]
 
 

@@ -21,7 +21,7 @@ from trio_streams.file.writer import StreamWriter
 from trio_streams.positions import MAX_SEQUENCE, MAX_TIMESTAMP_MS
 from trio_streams.subscription import SubscriptionStats
 
-from .apps import replay_app, run_to_end, write_numbers
+from .apps import Watch, file_app, replay_app, replay_with_seeks, run_to_end, write_numbers
 
 # ---- "ctx.seeker.seek(position) sends a command to the subscription's driver; the driver runs
 # the client's seek to completion, outside any race with the next read, and answers when done."
@@ -32,8 +32,7 @@ async def test_the_driver_runs_a_seek_to_completion_outside_any_race_with_the_ne
 ) -> None:
     path = tmp_path / "s.ss"
     write_numbers(path, 5)
-    app = App("seek")
-    broker = app.broker(FileBroker(path))
+    app, broker = file_app(path, name="seek")
     seen: list[int] = []
     done = trio.Event()
 
@@ -62,17 +61,8 @@ async def test_the_driver_runs_a_seek_to_completion_outside_any_race_with_the_ne
 async def test_seeking_to_the_beginning_and_to_the_end_the_tip(tmp_path: Path) -> None:
     path = tmp_path / "s.ss"
     write_numbers(path, 6)
-    seen: list[int] = []
-
-    async def handle(n: int, ctx: Context) -> None:
-        seen.append(n)
-        if n == 4 and seen.count(4) == 1:
-            await ctx.seeker.seek(FilePosition.beginning())
-        elif n == 2 and seen.count(2) == 2:
-            await ctx.seeker.seek(FilePosition.end())
-
-    await run_to_end(replay_app(path, handle)[0])
-    assert seen == [1, 2, 3, 4, 1, 2]
+    seeks = {(4, 1): FilePosition.beginning(), (2, 2): FilePosition.end()}
+    assert await replay_with_seeks(path, seeks) == [1, 2, 3, 4, 1, 2]
 
 
 async def test_seek_to_a_captured_position_redelivers_exactly_that_message(
@@ -106,32 +96,18 @@ async def test_a_timestamp_seek_lands_on_the_first_message_strictly_later(tmp_pa
     path = tmp_path / "s.ss"
     # Several messages share an instant: "strictly later" skips all of them.
     _write_at_instants(path, [1_000, 2_000, 2_000, 2_000, 3_000, 4_000])
-    seen: list[int] = []
-
-    async def handle(n: int, ctx: Context) -> None:
-        seen.append(n)
-        if n == 6 and seen.count(6) == 1:
-            await ctx.seeker.seek(FilePosition.timestamp(2_000))
-
-    await run_to_end(replay_app(path, handle)[0])
-    assert seen == [1, 2, 3, 4, 5, 6, 5, 6]
+    seeks = {(6, 1): FilePosition.timestamp(2_000)}
+    assert await replay_with_seeks(path, seeks) == [1, 2, 3, 4, 5, 6, 5, 6]
 
 
 async def test_milliseconds_in_the_api_are_converted_without_loss(tmp_path: Path) -> None:
     path = tmp_path / "s.ss"
     base = 1_700_000_000_000
     _write_at_instants(path, [base + k for k in range(10)])  # one millisecond apart
-    seen: list[int] = []
     instant = dt.datetime.fromtimestamp(base / 1000, dt.UTC) + dt.timedelta(milliseconds=6)
-
-    async def handle(n: int, ctx: Context) -> None:
-        seen.append(n)
-        if n == 10 and seen.count(10) == 1:
-            await ctx.seeker.seek(FilePosition.after(instant))  # base+6: message 7 is at it
-
-    await run_to_end(replay_app(path, handle)[0])
-    assert seen == [*range(1, 11), 8, 9, 10]
     assert FilePosition.after(instant) == FilePosition.timestamp(base + 6)
+    seeks = {(10, 1): FilePosition.after(instant)}  # message 7 is at base+6: 8 is later
+    assert await replay_with_seeks(path, seeks) == [*range(1, 11), 8, 9, 10]
 
 
 async def test_an_out_of_range_value_is_refused_before_the_client_sees_it(tmp_path: Path) -> None:
@@ -234,26 +210,19 @@ async def test_a_refused_seek_keeps_a_replay_where_it_was_with_what_it_had_read_
     seen: list[int] = []
     refusals: list[str] = []
     stats: list[SubscriptionStats] = []
-    running: RunningApp | None = None
-    started = trio.Event()
+    watch = Watch()
 
     async def handle(n: int, ctx: Context) -> None:
         seen.append(n)
         if n == 3:
-            await started.wait()
-            assert running is not None
+            running = await watch.running()
             stats.append(running.stats()["sub"])
             with pytest.raises(SeekRefused) as refused:
                 await ctx.seeker.seek(FilePosition.sequence(500))  # the next one is 11
             refusals.append(str(refused.value))
             stats.append(running.stats()["sub"])
 
-    app, _ = replay_app(path, handle, buffer=4, count=4)
-    with trio.fail_after(20):
-        async with trio.open_nursery() as nursery:
-            running = await nursery.start(app.serve)
-            started.set()
-            await running.wait_stopped()
+    await watch.run_to_end(replay_app(path, handle, buffer=4, count=4)[0])
     assert seen == list(range(1, 11))
     assert stats[0].queued > 0  # deliveries 4.. were queued when the seek was refused
     assert [(s.generation, s.stale) for s in stats] == [(0, 0), (0, 0)]  # and none was dropped
@@ -267,21 +236,13 @@ async def test_seeking_to_the_next_sequence_the_file_will_write_is_allowed(
 ) -> None:
     path = tmp_path / "s.ss"
     write_numbers(path, 5)
-    seen: list[int] = []
-
-    async def handle(n: int, ctx: Context) -> None:
-        seen.append(n)
-        if n == 2:
-            await ctx.seeker.seek(FilePosition.sequence(6))  # the tip: nothing more to replay
-
-    await run_to_end(replay_app(path, handle)[0])
-    assert seen == [1, 2]
+    seeks = {(2, 1): FilePosition.sequence(6)}  # the tip: nothing more to replay
+    assert await replay_with_seeks(path, seeks) == [1, 2]
 
 
 async def test_a_refused_seek_ends_a_live_subscription(tmp_path: Path) -> None:
     path = tmp_path / "s.ss"
-    app = App("seek")
-    broker = app.broker(FileBroker(path))
+    app, broker = file_app(path, name="seek")
     seen: list[int] = []
 
     @broker.subscriber(FileStream("s"), name="live")
@@ -310,17 +271,10 @@ async def test_a_replay_that_reached_the_end_can_still_seek_and_delivers_again_f
 ) -> None:
     path = tmp_path / "s.ss"
     write_numbers(path, 5)
-    seen: list[int] = []
-
-    async def handle(n: int, ctx: Context) -> None:
-        seen.append(n)
-        if n == 5 and seen.count(5) == 1:
-            # The replay has read everything: this handler is the last one in flight.
-            await ctx.seeker.seek(FilePosition.sequence(4))
-        if n == 5 and seen.count(5) == 2:
-            await ctx.seeker.seek(FilePosition.beginning())
-
-    await run_to_end(replay_app(path, handle, count=64, buffer=64)[0])
+    # Each time message 5 is handled the replay has read everything and reported its end: this
+    # handler is the last one in flight.
+    seeks = {(5, 1): FilePosition.sequence(4), (5, 2): FilePosition.beginning()}
+    seen = await replay_with_seeks(path, seeks, count=64, buffer=64)
     assert seen == [1, 2, 3, 4, 5, 4, 5, 1, 2, 3, 4, 5]
 
 
@@ -335,27 +289,20 @@ async def test_seeks_are_served_while_the_channel_is_full_and_its_handler_is_the
     write_numbers(path, 32)
     seen: list[int] = []
     before_seek: list[tuple[int, int]] = []
-    running: RunningApp | None = None
-    started = trio.Event()
+    watch = Watch()
 
     async def handle(n: int, ctx: Context) -> None:
         seen.append(n)
         if n == 1:
-            await started.wait()
+            running = await watch.running()
             # buffer=1 and count=4: the driver blocks sending into the full channel, and this
             # handler, the only worker, is the one that stopped draining it.
             await trio.testing.wait_all_tasks_blocked()
-            assert running is not None
             stats = running.stats()["sub"]
             before_seek.append((stats.queued, stats.held))
             await ctx.seeker.seek(FilePosition.sequence(30))
 
-    app, _ = replay_app(path, handle, buffer=1, count=4)
-    with trio.fail_after(20):
-        async with trio.open_nursery() as nursery:
-            running = await nursery.start(app.serve)
-            started.set()
-            await running.wait_stopped()
+    await watch.run_to_end(replay_app(path, handle, buffer=1, count=4)[0])
     assert before_seek == [(1, 2)]  # channel full (1 of 1), two more read and held
     assert seen == [1, 30, 31, 32]
 
@@ -384,8 +331,7 @@ async def test_after_shutdown_every_seek_is_refused(tmp_path: Path) -> None:
 def _seeking_app(path: Path) -> tuple[App, FileBroker, list[int], list[str], trio.Event]:
     """A live subscription that seeks back to a captured position, then asks for one past the
     next sequence, which ends it."""
-    app = App("same")
-    broker = app.broker(FileBroker(path))
+    app, broker = file_app(path, name="same")
     seen: list[int] = []
     refusals: list[str] = []
     done = trio.Event()
