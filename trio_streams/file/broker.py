@@ -261,15 +261,18 @@ class FileSubscription(SubscriptionSource):
                 # here and not at a later tip.
                 self._watermark = Watermark(StoredPosition.at_offset(reader.offset))
                 store.save(self._watermark.committed)
+            self._source = FileSource(
+                reader,
+                "replay" if stream.replaying else "live",
+                watches.acquire(reader.path),
+                watches,
+            )
         except BaseException:
             reader.close()
             if store is not None:
                 store.close()
             raise
         self._store = store
-        self._source = FileSource(
-            reader, "replay" if stream.replaying else "live", watches.acquire(reader.path), watches
-        )
         self._closed = False
 
     def _resume(self, reader: FileReader, store: DurableStore) -> None:
@@ -407,7 +410,7 @@ class FileSubscription(SubscriptionSource):
             )
             if not self.live and (self._appended_from is None or offset < self._appended_from):
                 self._appended_from = offset
-            await trio.lowlevel.checkpoint()
+        # No checkpoint between the copy and the watermark: a cancellation cannot come between.
         watermark = self._watermark
         if watermark is not None and watermark.settled(delivery.handle):
             self._save_if_due()
