@@ -49,9 +49,11 @@ async def writer(path: str, count: int, pace_ms: float) -> None:
             out.flush()
 
 
-def run_once(path: Path, count: int, pace_ms: float) -> list[float]:
+def run_once(path: Path, count: int, pace_ms: float, script: str = __file__) -> list[float]:
+    """A fresh file, ``script --role reader`` following it and ``script --role writer`` writing
+    ``count`` messages ``pace_ms`` apart; returns the reader's latencies in ms."""
     StreamWriter(path).close()
-    me = [sys.executable, __file__]
+    me = [sys.executable, script]
     follower = subprocess.Popen(
         [*me, "--role", "reader", str(path), str(count)], stdout=subprocess.PIPE, text=True
     )

@@ -11,10 +11,10 @@ import pytest
 import trio
 import trio.lowlevel
 
+from trio_streams.file import FilePosition
 from trio_streams.file.errors import FileRemovedError, SeekOutOfRangeError, TruncatedError
 from trio_streams.file.follower import MAX_BACKOFF_MS, FileSource
 from trio_streams.file.format import Message
-from trio_streams.file.positions import FilePosition
 from trio_streams.file.watch import WatchRegistry
 from trio_streams.file.writer import StreamWriter
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from trio_streams.file import FilePosition
 from trio_streams.file.errors import SeekError, SeekOutOfRangeError
 from trio_streams.file.format import Beacon, Marker, Message
-from trio_streams.file.positions import FilePosition
 from trio_streams.file.reader import FileReader
 from trio_streams.file.survey import Survey
 

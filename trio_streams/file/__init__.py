@@ -6,6 +6,9 @@ reads, rewinds and seeks over one open file), :mod:`.watch` (one inotify watch p
 process), :mod:`.follower` (the Trio source) and :mod:`.writer` (the locked, shared writer).
 """
 
+from .broker import FileBroker
+from .durable import DurableLockedError, DurableStateError
+from .envelope import EnvelopeError
 from .errors import (
     ChecksumError,
     FileRemovedError,
@@ -22,15 +25,21 @@ from .follower import FileSource
 from .format import Header, Message
 from .positions import FilePosition
 from .reader import FileReader
+from .sources import FileStream
 from .watch import FileWatch, WatchRegistry, watches
 from .writer import StreamWriter, WriterHandle, WriterRegistry, writers
 
 __all__ = [
     "ChecksumError",
+    "DurableLockedError",
+    "DurableStateError",
+    "EnvelopeError",
+    "FileBroker",
     "FilePosition",
     "FileReader",
     "FileRemovedError",
     "FileSource",
+    "FileStream",
     "FileWatch",
     "Header",
     "Message",

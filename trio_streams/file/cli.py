@@ -20,9 +20,10 @@ from typing import Any, TextIO
 import trio
 
 from ..errors import TrioStreamsError
+from ..positions import Position, PositionKind
 from .follower import FileSource
 from .format import DEFAULT_BEACON_INTERVAL, HEADER_SIZE, Message
-from .positions import FilePosition
+from .positions import format_position, parse_position
 from .reader import FileReader
 from .writer import StreamWriter
 
@@ -75,20 +76,20 @@ def _printer(fmt: str, out: TextIO) -> Any:
     return lambda m: out.write(format_log(m) + "\n")
 
 
-def _one_key(keys: list[str] | None, position: FilePosition) -> str | None:
-    if position.kind.value in ("seq", "ts"):
+def _one_key(keys: list[str] | None, position: Position) -> str | None:
+    if position.kind in (PositionKind.SEQUENCE, PositionKind.TIMESTAMP):
         if not keys or len(keys) != 1:
-            raise SystemExit(f"error: --from {position} needs exactly one --key")
+            raise SystemExit(f"error: --from {format_position(position)} needs exactly one --key")
         return keys[0]
     return None
 
 
 def _decode(args: argparse.Namespace) -> int:
-    position = FilePosition.parse(args.start)
+    position = parse_position(args.start)
     key = _one_key(args.key, position)
     emit = _printer(args.format, sys.stdout)
     with FileReader(args.file, keys=args.key) as reader:
-        if position != FilePosition.beginning():
+        if position != Position.beginning():
             reader.seek(position, key=key)
         for message in reader:
             emit(message)
@@ -96,11 +97,11 @@ def _decode(args: argparse.Namespace) -> int:
 
 
 async def _follow(args: argparse.Namespace) -> None:
-    position = FilePosition.parse(args.start)
+    position = parse_position(args.start)
     key = _one_key(args.key, position)
     emit = _printer(args.format, sys.stdout)
     async with await FileSource.open(args.file, mode="live", keys=args.key) as source:
-        if position != FilePosition.end():
+        if position != Position.end():
             await source.seek(position, key=key)
         while True:
             batch = source.read_available(1024)

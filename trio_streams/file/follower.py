@@ -29,10 +29,10 @@ from typing import Literal
 
 import trio
 
+from ..positions import Position
 from ._closing import AsyncClosing
 from .errors import FileRemovedError
 from .format import Header, Message
-from .positions import FilePosition
 from .reader import FileReader
 from .watch import FileWatch, WatchRegistry, watches
 
@@ -82,7 +82,7 @@ class FileSource(AsyncClosing):
             path,
             keys=keys,
             on_eos="hold" if mode == "live" else "stop",
-            start=FilePosition.end() if mode == "live" else None,
+            start=Position.end() if mode == "live" else None,
         )
         registry = watches if registry is None else registry
         return cls(reader, mode, registry.acquire(reader.path), registry)
@@ -163,7 +163,7 @@ class FileSource(AsyncClosing):
 
     # -- moving ----------------------------------------------------------------------------------
 
-    async def seek(self, position: FilePosition, *, key: str | None = None, shard: int = 0) -> int:
+    async def seek(self, position: Position, *, key: str | None = None, shard: int = 0) -> int:
         """Move to ``position`` and return the offset of the next message read.
 
         Runs to completion in short synchronous steps separated by checkpoints, so it can run in
@@ -185,6 +185,21 @@ class FileSource(AsyncClosing):
         self._ended = False
         self._backoff_ms = MIN_BACKOFF_MS
         return offset
+
+    def resume(self, offset: int) -> None:
+        """Replay: read on after the end, because this process wrote more from ``offset`` on.
+
+        A replay that ended at the end of the file reads on from where it was. One that stopped
+        at an end-of-stream message reads on from ``offset``: a writer reopening the file
+        overwrites a trailing end-of-stream message, and whatever it wrote starts there.
+        """
+        if self._closed:
+            raise trio.ClosedResourceError("the file source is closed")
+        if not self._ended:
+            return
+        if self._reader.eos is not None:
+            self._reader.rewind_to(offset)
+        self._ended = False
 
     # -- closing ---------------------------------------------------------------------------------
 

@@ -1,66 +1,42 @@
-"""Where a reader can be moved to: the beginning, the tip, a sequence number or an instant."""
+"""Where a reader can be moved to: the beginning, the tip, a sequence number or an instant.
+
+Stream files use the core :class:`~trio_streams.positions.Position`, so a handler that seeks with
+``FilePosition.sequence(n)`` seeks the same way when its app runs on in-process transports under
+``app.test()``. ``FilePosition`` is that class under the name the stream-file API reads best with;
+:func:`parse_position` and :func:`format_position` are the command line's text form of it.
+"""
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass
+from ..positions import Position, PositionKind
 
-from .format import MAX_TIMESTAMP_MS, MAX_U64
+__all__ = ["FilePosition", "format_position", "parse_position"]
 
-
-class PositionKind(enum.StrEnum):
-    BEGINNING = "beginning"
-    END = "end"
-    SEQUENCE = "seq"
-    TIMESTAMP = "ts"
+#: The core position type: ``sequence(n)`` is inclusive (the first message of the stream with
+#: seq >= n), ``timestamp(ms)`` exclusive (the first message strictly later than ``ms``).
+FilePosition = Position
 
 
-@dataclass(frozen=True, slots=True)
-class FilePosition:
-    """A seek target in a stream file.
+def parse_position(text: str) -> Position:
+    """Parse ``beginning``, ``end``, ``seq:N`` or ``ts:MS`` (the CLI's ``--from``)."""
+    if text == "beginning":
+        return Position.beginning()
+    if text == "end":
+        return Position.end()
+    kind, sep, number = text.partition(":")
+    if sep and number.isdigit():
+        if kind == "seq":
+            return Position.sequence(int(number))
+        if kind == "ts":
+            return Position.timestamp(int(number))
+    raise ValueError(f"position {text!r} is not beginning, end, seq:N or ts:MS")
 
-    ``sequence(n)`` is inclusive (the first message of the stream with seq ≥ n), so seeking to a
-    position read off a message delivers that message again. ``timestamp(ms)`` is exclusive: the
-    first message of the stream strictly later than ``ms``. Values outside the format's range are
-    refused here, before any reader sees them.
-    """
 
-    kind: PositionKind
-    value: int = 0
-
-    def __post_init__(self) -> None:
-        if self.kind is PositionKind.SEQUENCE and not 0 <= self.value <= MAX_U64:
-            raise ValueError(f"sequence number {self.value} outside 0..2**64-1")
-        if self.kind is PositionKind.TIMESTAMP and not 0 <= self.value <= MAX_TIMESTAMP_MS:
-            raise ValueError(f"timestamp {self.value} ms outside 0..{MAX_TIMESTAMP_MS}")
-
-    @classmethod
-    def beginning(cls) -> FilePosition:
-        return cls(PositionKind.BEGINNING)
-
-    @classmethod
-    def end(cls) -> FilePosition:
-        return cls(PositionKind.END)
-
-    @classmethod
-    def sequence(cls, seq: int) -> FilePosition:
-        return cls(PositionKind.SEQUENCE, seq)
-
-    @classmethod
-    def timestamp(cls, timestamp_ms: int) -> FilePosition:
-        return cls(PositionKind.TIMESTAMP, timestamp_ms)
-
-    @classmethod
-    def parse(cls, text: str) -> FilePosition:
-        """Parse ``beginning``, ``end``, ``seq:N`` or ``ts:MS`` (the CLI's ``--from``)."""
-        if text in ("beginning", "end"):
-            return cls(PositionKind(text))
-        kind, sep, number = text.partition(":")
-        if sep and kind in ("seq", "ts") and number.isdigit():
-            return cls(PositionKind(kind), int(number))
-        raise ValueError(f"position {text!r} is not beginning, end, seq:N or ts:MS")
-
-    def __str__(self) -> str:
-        if self.kind in (PositionKind.BEGINNING, PositionKind.END):
-            return self.kind.value
-        return f"{self.kind.value!s}:{self.value}"
+def format_position(position: Position) -> str:
+    """The text :func:`parse_position` reads back (the stream, if named, is not part of it)."""
+    if position.kind is PositionKind.BEGINNING:
+        return "beginning"
+    if position.kind is PositionKind.END:
+        return "end"
+    short = "seq" if position.kind is PositionKind.SEQUENCE else "ts"
+    return f"{short}:{position.value}"

@@ -20,6 +20,7 @@ import os
 from collections.abc import Collection, Generator, Iterator
 from typing import NoReturn
 
+from ..positions import Position, PositionKind
 from .decoder import EosPolicy, FrameDecoder
 from .errors import (
     SeekError,
@@ -35,8 +36,7 @@ from .format import (
     decode_header,
     max_markers,
 )
-from .positions import FilePosition, PositionKind
-from .survey import Survey
+from .survey import Survey, target_value
 
 #: Bytes read from the file per call: large enough to amortise the syscall, small enough to keep
 #: a read (and so the time between two checkpoints of an async caller) short.
@@ -76,7 +76,7 @@ class FileReader:
         keys: Collection[str] | None = None,
         internal: bool = False,
         on_eos: EosPolicy = "stop",
-        start: FilePosition | None = None,
+        start: Position | None = None,
     ) -> None:
         self.path = os.fspath(path)
         try:
@@ -186,12 +186,12 @@ class FileReader:
 
     # -- moving ----------------------------------------------------------------------------------
 
-    def seek(self, position: FilePosition, *, key: str | None = None, shard: int = 0) -> int:
+    def seek(self, position: Position, *, key: str | None = None, shard: int = 0) -> int:
         """Move to ``position`` (see :meth:`seek_steps`) and return the offset landed on."""
         return run_steps(self.seek_steps(position, key=key, shard=shard))
 
     def seek_steps(
-        self, position: FilePosition, *, key: str | None = None, shard: int = 0
+        self, position: Position, *, key: str | None = None, shard: int = 0
     ) -> SeekSteps:
         """Move to ``position`` in bounded steps; the generator returns the new offset.
 
@@ -211,6 +211,7 @@ class FileReader:
             self._commit(tip)
             return tip
         key = self._seek_key(key, position)
+        target = target_value(position)
         size = self.file_size()
         interval = self.beacon_interval
         survey = Survey(position, key, shard, size // interval)
@@ -234,11 +235,11 @@ class FileReader:
                     if message.shard != shard:
                         continue
                     if position.kind is PositionKind.SEQUENCE:
-                        if message.seq >= position.value:
+                        if message.seq >= target:
                             self._commit(message.offset)
                             return message.offset
                         last_seq = max(last_seq, message.seq)
-                    elif message.timestamp_ms > position.value:
+                    elif message.timestamp_ms > target:
                         self._commit(message.offset)
                         return message.offset
                 if batch:
@@ -251,13 +252,13 @@ class FileReader:
                 scan.feed(data)
                 at += len(data)
                 yield
-        if position.kind is PositionKind.SEQUENCE and position.value == last_seq + 1:
+        if position.kind is PositionKind.SEQUENCE and target == last_seq + 1:
             tip = self._find_tip()
             self._commit(tip)
             return tip
         self._refuse(position, key, shard, last_seq)
 
-    def _refuse(self, position: FilePosition, key: str, shard: int, last_seq: int) -> NoReturn:
+    def _refuse(self, position: Position, key: str, shard: int, last_seq: int) -> NoReturn:
         what = (
             f"sequence {position.value} is past the last sequence {last_seq} of stream {key!r}"
             if position.kind is PositionKind.SEQUENCE
@@ -267,13 +268,15 @@ class FileReader:
             what += f" (shard {shard})"
         raise SeekOutOfRangeError(f"seek refused: {what}", path=self.path)
 
-    def _seek_key(self, key: str | None, position: FilePosition) -> str:
+    def _seek_key(self, key: str | None, position: Position) -> str:
+        if key is None:
+            key = position.stream
         if key is not None:
             return key
         if self.keys is not None and len(self.keys) == 1:
             return next(iter(self.keys))
         raise SeekError(
-            f"seeking to {position} needs the stream key (this reader reads "
+            f"seeking to {position!r} needs the stream key (this reader reads "
             f"{'every stream' if self.keys is None else sorted(self.keys)})",
             path=self.path,
         )
@@ -287,6 +290,11 @@ class FileReader:
             on_eos=self._on_eos,
             path=self.path,
         )
+
+    def rewind_to(self, offset: int) -> None:
+        """Continue at ``offset``, a frame (or beacon) start the caller knows, e.g. where it
+        wrote a message itself. Forgets an end-of-stream message it had stopped at."""
+        self._commit(offset)
 
     def _commit(self, offset: int) -> None:
         self._decoder = self._decoder_at(offset)

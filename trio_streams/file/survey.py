@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import enum
 
+from ..positions import Position, PositionKind
 from .format import Beacon
-from .positions import FilePosition, PositionKind
 
 
 class Verdict(enum.Enum):
@@ -23,21 +23,32 @@ class Verdict(enum.Enum):
     UNDECIDED = "undecided"
 
 
-def classify(beacon: Beacon | None, target: FilePosition, key: str, shard: int) -> Verdict:
+def target_value(position: Position) -> int:
+    """The sequence number or instant a sequence or timestamp position aims at."""
+    if position.value is None or position.kind not in (
+        PositionKind.SEQUENCE,
+        PositionKind.TIMESTAMP,
+    ):
+        raise ValueError(f"{position!r} is not a sequence number or an instant")
+    return position.value
+
+
+def classify(beacon: Beacon | None, target: Position, key: str, shard: int) -> Verdict:
     """Where ``target`` lies relative to ``beacon`` for the stream (key, shard)."""
     if beacon is not None:
+        value = target_value(target)
         for marker in beacon.markers:
             if marker.stream_key == key and marker.shard == shard:
                 if target.kind is PositionKind.SEQUENCE:
-                    return Verdict.LEFT if marker.seq < target.value else Verdict.RIGHT
-                return Verdict.LEFT if marker.timestamp_ms <= target.value else Verdict.RIGHT
+                    return Verdict.LEFT if marker.seq < value else Verdict.RIGHT
+                return Verdict.LEFT if marker.timestamp_ms <= value else Verdict.RIGHT
     return Verdict.UNDECIDED
 
 
 class Survey:
     """Brackets ``target`` between beacons 1..``max_index`` (index i sits at byte i·interval)."""
 
-    def __init__(self, target: FilePosition, key: str, shard: int, max_index: int) -> None:
+    def __init__(self, target: Position, key: str, shard: int, max_index: int) -> None:
         if target.kind not in (PositionKind.SEQUENCE, PositionKind.TIMESTAMP):
             raise ValueError(f"a survey looks for a sequence number or an instant, not {target}")
         self.target = target

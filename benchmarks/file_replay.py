@@ -1,0 +1,82 @@
+"""Replaying 1M messages of 100 bytes from a stream file through the framework to a no-op handler.
+
+An app with a ``FileBroker`` and a ``FileStream("bench").replay()`` subscription, handler
+``async def handle(payload: bytes) -> None``, timed from ``serve`` to the app stopping by itself
+at the end of the replay. Two settings: the defaults (64 messages per read, a channel of 16) and
+a larger read and channel (256 and 256).
+
+Prints medians of several runs, with ratios against the Rust high-level consumer on this machine
+class (~87k msgs/s), the aim (100k msgs/s), and the limit measured in the same run: the
+stream-file library alone (``FileSource.read_available``, no framework), which the framework can
+only approach.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import trio
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _common import median_rate, parse_args, row
+from file_read import read_trio
+from file_write import write_file
+
+from trio_streams import App
+from trio_streams.file import FileBroker, FileStream
+
+RUST_CONSUMER = 87_000
+AIM = 100_000
+
+
+def replay_through_the_app(path: Path, count: int, buffer: int | None) -> int:
+    app = App("bench")
+    broker = app.broker(FileBroker(path, existing_only=True))
+    handled = 0
+
+    @broker.subscriber(FileStream("bench").replay(), count=count, buffer=buffer)
+    async def handle(payload: bytes) -> None:
+        nonlocal handled
+        handled += 1
+
+    async def run() -> None:
+        async with trio.open_nursery() as nursery:
+            running = await nursery.start(app.serve)
+            await running.wait_stopped()
+
+    trio.run(run)
+    return handled
+
+
+def main() -> None:
+    args = parse_args(__doc__)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "bench.ss"
+        started = time.perf_counter()
+        write_file(path, args.messages)
+        print(
+            f"{args.messages} messages of 100 bytes written in "
+            f"{time.perf_counter() - started:.1f} s; {args.repeats} runs each, medians"
+        )
+        limit, _ = median_rate(lambda: read_trio(path), args.repeats)
+        print(row("library alone (the limit)", limit, peer=RUST_CONSUMER, aim=AIM))
+        for label, count, buffer in (
+            ("app, defaults (64 / 16)", 64, None),
+            ("app, count=256 buffer=256", 256, 256),
+        ):
+            rate, rates = median_rate(
+                lambda c=count, b=buffer: replay_through_the_app(path, c, b), args.repeats
+            )
+            print(
+                row(label, rate, peer=RUST_CONSUMER, aim=AIM)
+                + f"   x{rate / limit:4.2f} of the limit   runs: "
+                + ", ".join(f"{r / 1000:.0f}k" for r in rates)
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,454 @@
+"""``FileBroker``: subscriptions and publishers on a SeaStreamer stream file, with no server.
+
+- **Publishing** appends through the process's one writer of the file (``writers.acquire``),
+  taken at the first publish and kept until the app stops, and flushes, so followers in this
+  process and others see each message as soon as ``publish`` returns. Another process writing
+  the same file holds its lock: publishing here then fails with ``WriterLockedError``.
+- **Subscriptions** each read through their own ``FileSource`` (one inotify watch per file is
+  shared). The subscription's driver task is the only one that reads and seeks; a seek runs to
+  completion in bounded steps, shielded by the driver.
+- **Settling**: ack and drop settle nothing (positions are the reader's own). ``retry`` appends
+  a copy with ``x-ruststream-retry-count`` advanced; ``retry_after`` waits on the core's Trio
+  timer, then appends. Dead letters are published to their key of the same file.
+- **Headers** travel in the ``rs1:``/``rs2:`` envelope (see :mod:`.envelope`); a message without
+  headers is written verbatim.
+- **Resumable consumers** (``durable="name"``) keep a watermark beside the file (see
+  :mod:`.durable`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+
+from .._schedule import FairShare
+from ..broker import Broker
+from ..delivery import Delivery, attempt_from_headers, retry_headers
+from ..errors import ConfigurationError
+from ..outcome import Outcome, OutcomeKind
+from ..positions import Position, PositionKind
+from ..transport import SeekRefused, Source, SubscriptionSource, Transport
+from .durable import (
+    PERSIST_EVERY,
+    PERSIST_INTERVAL,
+    DurableStateError,
+    DurableStore,
+    StoredPosition,
+    Watermark,
+)
+from .envelope import PREFIXES, open_envelope, seal
+from .errors import SeekError, StreamFileNotFoundError, WriterLockedError
+from .follower import FileSource
+from .format import DEFAULT_BEACON_INTERVAL, Message
+from .positions import format_position
+from .reader import FileReader
+from .sources import FileStream, check_stream_key
+from .watch import watches
+from .writer import WriterHandle, writers
+
+__all__ = ["DEFAULT_COUNT", "FileBroker", "FileSubscription", "FileTransport"]
+
+#: Messages taken per read unless the subscription says ``count=``.
+DEFAULT_COUNT = 64
+
+_SEQUENCE = PositionKind.SEQUENCE
+_RETRIES = frozenset({OutcomeKind.RETRY, OutcomeKind.RETRY_AFTER})
+_NO_HEADERS: Mapping[str, str] = {}
+
+
+class FileBroker(Broker):
+    """A stream file as a broker.
+
+    ``path`` is created (with ``beacon_interval``) when the app connects, unless
+    ``existing_only`` is set, in which case a missing file is a ``StreamFileNotFoundError``.
+    With ``end_with_eos``, a broker that published writes an end-of-stream message when the app
+    stops, so replays of the file end there. ``durable_interval`` is how often, at most, a
+    resumable consumer stores its position while it moves (seconds; see :mod:`.durable`).
+
+    Subscriber option: ``count`` — messages taken per read (default 64).
+    """
+
+    source_types = (FileStream,)
+    subscriber_options = frozenset({"count"})
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        existing_only: bool = False,
+        end_with_eos: bool = False,
+        beacon_interval: int = DEFAULT_BEACON_INTERVAL,
+        durable_interval: float = PERSIST_INTERVAL,
+        name: str | None = None,
+        prefix: str = "",
+        **defaults: Any,
+    ) -> None:
+        super().__init__(name=name or f"file {os.fspath(path)!r}", prefix=prefix, **defaults)
+        self.path = os.fspath(path)
+        self.existing_only = existing_only
+        self.end_with_eos = end_with_eos
+        self.beacon_interval = beacon_interval
+        if isinstance(durable_interval, bool) or not isinstance(durable_interval, int | float):
+            raise ConfigurationError(f"durable_interval takes seconds, not {durable_interval!r}")
+        if not 0 <= durable_interval < float("inf"):
+            raise ConfigurationError(f"durable_interval must be >= 0 s, got {durable_interval!r}")
+        self.durable_interval = float(durable_interval)
+
+    def check_subscription(self, source: Source, options: Mapping[str, Any]) -> None:
+        super().check_subscription(source, options)
+        _check_count(options)
+
+    @asynccontextmanager
+    async def connect(self) -> AsyncIterator[Transport]:
+        await trio.lowlevel.checkpoint()
+        _prepare(self.path, existing_only=self.existing_only, beacon_interval=self.beacon_interval)
+        transport = FileTransport(
+            self.path,
+            beacon_interval=self.beacon_interval,
+            end_with_eos=self.end_with_eos,
+            durable_interval=self.durable_interval,
+        )
+        try:
+            yield transport
+        finally:
+            with trio.CancelScope(shield=True):
+                await transport.aclose()
+
+
+def _prepare(path: str, *, existing_only: bool, beacon_interval: int) -> None:
+    """Make sure the file exists: create it with its header, without keeping its writer (or
+    its lock), unless told not to."""
+    if os.path.exists(path):
+        return
+    if existing_only:
+        raise StreamFileNotFoundError(
+            "no such stream file (the broker was told not to create it)", path=path
+        )
+    try:
+        writers.acquire(path, beacon_interval=beacon_interval).close()
+    except WriterLockedError:
+        pass  # another process created it a moment ago and writes it
+
+
+def _check_count(options: Mapping[str, Any]) -> int:
+    count = options.get("count", DEFAULT_COUNT)
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ConfigurationError(f"count must be an int >= 1, got {count!r}")
+    return count
+
+
+class FileTransport(Transport):
+    """A connected ``FileBroker``: the shared writer (once needed) and the open subscriptions."""
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        beacon_interval: int = DEFAULT_BEACON_INTERVAL,
+        end_with_eos: bool = False,
+        durable_interval: float = PERSIST_INTERVAL,
+    ) -> None:
+        self.path = path
+        self.durable_interval = durable_interval
+        self._beacon_interval = beacon_interval
+        self._end_with_eos = end_with_eos
+        self._writer: WriterHandle | None = None
+        self._keys: set[str] = set()
+        self._subscriptions: set[FileSubscription] = set()
+        self._share = FairShare()
+        self._closed = False
+
+    # ---- publishing --------------------------------------------------------------------------
+
+    async def publish(
+        self, destination: str, payload: bytes, headers: Mapping[str, str]
+    ) -> Position:
+        """Append and flush one message; returns its position (``sequence(seq, stream=key)``)."""
+        seq, _ = self.append(destination, payload, headers)
+        await self._share.checkpoint()
+        return Position(_SEQUENCE, seq, destination)
+
+    def append(self, key: str, payload: bytes, headers: Mapping[str, str]) -> tuple[int, int]:
+        """Append and flush one message now; returns its (sequence number, frame offset)."""
+        if not isinstance(payload, bytes):
+            raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
+        if key not in self._keys:
+            check_stream_key(key)
+            self._keys.add(key)
+        writer = self._writer if self._writer is not None else self._open_writer()
+        seq, _, offset = writer.append(key, seal(payload, headers))
+        writer.flush()
+        return seq, offset
+
+    def _open_writer(self) -> WriterHandle:
+        if self._closed:
+            raise trio.ClosedResourceError(f"the connection to {self.path} is closed")
+        self._writer = writers.acquire(self.path, beacon_interval=self._beacon_interval)
+        return self._writer
+
+    # ---- subscribing -------------------------------------------------------------------------
+
+    def open_subscription(
+        self, source: Source, options: Mapping[str, Any], *, label: str
+    ) -> FileSubscription:
+        if not isinstance(source, FileStream):
+            raise ConfigurationError(f"{label}: a stream file cannot read {source!r}")
+        subscription = FileSubscription(self, source, label=label, count=_check_count(options))
+        self._subscriptions.add(subscription)
+        return subscription
+
+    def _forget(self, subscription: FileSubscription) -> None:
+        self._subscriptions.discard(subscription)
+
+    async def aclose(self) -> None:
+        """Close what is still open: subscriptions never run, then the writer (fsync, EOS)."""
+        self._closed = True
+        for subscription in list(self._subscriptions):
+            await subscription.aclose()
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            await writer.aclose(eos=self._end_with_eos)
+        else:
+            await trio.lowlevel.checkpoint()
+
+
+class FileSubscription(SubscriptionSource):
+    """One subscription's reader over the file: deliveries, seeks, retry copies, its watermark."""
+
+    seekable = True
+    durable_delay = False
+
+    def __init__(
+        self, transport: FileTransport, stream: FileStream, *, label: str, count: int
+    ) -> None:
+        self._transport = transport
+        self._label = label
+        self._count = count
+        self._keys = stream.keys
+        self.live = not stream.replaying
+        self.path = transport.path
+        #: Offset of the first retry copy appended since a replay last ended (None: none).
+        self._appended_from: int | None = None
+        self._store: DurableStore | None = None
+        self._watermark: Watermark | None = None
+        self._saved_at = float("-inf")  # the first move is saved at once
+        #: The stored message a resumed consumer skips (it settled before the restart).
+        self._skip: tuple[str, int] | None = None
+        # Open now, not at the first read: a live subscription starts at the tip as it is when
+        # the app starts, before anything is published.
+        reader = FileReader(
+            self.path,
+            keys=stream.keys,
+            on_eos="stop" if stream.replaying else "hold",
+            start=None if stream.replaying else Position.end(),
+        )
+        store: DurableStore | None = None
+        try:
+            if stream.durable is not None:
+                store = DurableStore(
+                    self.path, stream.durable, file_created_at_ms=reader.header.created_at_ms
+                )
+                self._resume(reader, store)
+            # start_at only applies to a durable consumer's first start.
+            if self._watermark is None and stream.start_at is not None:
+                self._start_at(reader, stream.start_at)
+            if store is not None and self._watermark is None:
+                # First start: remember where, so a restart before anything settles resumes
+                # here and not at a later tip.
+                self._watermark = Watermark(StoredPosition.at_offset(reader.offset))
+                store.save(self._watermark.committed)
+            self._source = FileSource(
+                reader,
+                "replay" if stream.replaying else "live",
+                watches.acquire(reader.path),
+                watches,
+            )
+        except BaseException:
+            reader.close()
+            if store is not None:
+                store.close()
+            raise
+        self._store = store
+        self._closed = False
+
+    def _resume(self, reader: FileReader, store: DurableStore) -> None:
+        """Start after the stored watermark, or where the consumer first started."""
+        stored = store.stored
+        if stored is None:
+            return
+        self._watermark = Watermark(stored)
+        if stored.offset is not None:
+            if stored.offset > reader.file_size():
+                raise DurableStateError(
+                    f"{self._label}: consumer {store.name!r} starts at byte {stored.offset}, past "
+                    f"the end of the file; remove {store.path} to start over",
+                    path=self.path,
+                )
+            reader.rewind_to(stored.offset)
+            return
+        assert stored.stream is not None and stored.sequence is not None
+        try:
+            reader.seek(Position.sequence(stored.sequence, stream=stored.stream))
+        except SeekError as exc:
+            raise DurableStateError(
+                f"{self._label}: consumer {store.name!r} stopped after sequence "
+                f"{stored.sequence} of stream {stored.stream!r}, which this file does not hold "
+                f"({_why(exc)}); remove {store.path} to start over",
+                path=self.path,
+            ) from exc
+        self._skip = (stored.stream, stored.sequence)
+
+    def _start_at(self, reader: FileReader, position: Position) -> None:
+        try:
+            reader.seek(position, key=self._seek_key(position))
+        except SeekError as exc:
+            raise SeekRefused(
+                f"{self._label}: start_at {position!r} refused in {self.path}: {_why(exc)}"
+            ) from exc
+
+    # ---- reading -----------------------------------------------------------------------------
+
+    def poll(self) -> Sequence[Delivery]:
+        source = self._source
+        messages = source.read_available(self._count)
+        if not messages:
+            if self._appended_from is None or not source.ended:
+                return ()
+            # Retry copies were appended after this replay reached its end: read them too.
+            source.resume(self._appended_from)
+            self._appended_from = None
+            messages = source.read_available(self._count)
+            if not messages:
+                return ()
+        if self._skip is not None:
+            first = messages[0]
+            if (first.stream_key, first.seq) == self._skip:
+                messages = messages[1:]
+            self._skip = None
+        return self._deliveries(messages)
+
+    def _deliveries(self, messages: list[Message]) -> list[Delivery]:
+        deliveries: list[Delivery] = []
+        append = deliveries.append
+        for key, _shard, seq, _ts, payload, _offset in messages:
+            # Built directly: the values come from a checked frame, no need to validate them.
+            position = Position(_SEQUENCE, seq, key)
+            if payload.startswith(PREFIXES):
+                payload, headers = open_envelope(payload)
+                attempt = attempt_from_headers(headers) if headers else 1
+                append(Delivery(key, payload, headers, position=position, attempt=attempt))
+            else:
+                append(Delivery(key, payload, _NO_HEADERS, position=position))
+        watermark = self._watermark
+        if watermark is not None:
+            for delivery in deliveries:
+                delivery.handle = watermark.track(delivery)
+        return deliveries
+
+    async def read(self) -> Sequence[Delivery] | None:
+        # Nothing is held across a checkpoint here: a cancelled read loses nothing.
+        source = self._source
+        while True:
+            batch = self.poll()
+            if batch:
+                return batch
+            if source.ended:
+                await trio.lowlevel.checkpoint()
+                return None
+            if self._watermark is not None:
+                self._save_if_due()
+            await source.wait()
+
+    def pending(self) -> int:
+        return 0
+
+    # ---- seeking -----------------------------------------------------------------------------
+
+    async def seek(self, position: Position) -> None:
+        if self._closed:
+            raise SeekRefused(f"{self._label}: the subscription's reader is closed")
+        key = self._seek_key(position)
+        try:
+            await self._source.seek(position, key=key)
+        except SeekError as exc:
+            raise SeekRefused(
+                f"{self._label}: seek to {format_position(position)} in {self.path}"
+                f"{'' if key is None else f' (stream {key!r})'} refused: {_why(exc)}"
+            ) from exc
+        # Whatever was read or appended before the seek belongs to the old position.
+        self._appended_from = None
+        self._skip = None
+        if self._watermark is not None:
+            self._watermark.restart()
+
+    def _seek_key(self, position: Position) -> str | None:
+        if position.kind is PositionKind.BEGINNING or position.kind is PositionKind.END:
+            return None
+        if position.stream is None:
+            if len(self._keys) > 1:
+                raise SeekRefused(
+                    f"{self._label}: {position!r} must name one of the streams {list(self._keys)}"
+                )
+            return self._keys[0]
+        if position.stream not in self._keys:
+            raise SeekRefused(
+                f"{self._label}: {position!r} names a stream this subscription does not read "
+                f"({list(self._keys)})"
+            )
+        return position.stream
+
+    # ---- settling ----------------------------------------------------------------------------
+
+    async def settle(self, delivery: Delivery, outcome: Outcome) -> None:
+        if outcome.kind in _RETRIES:
+            _, offset = self._transport.append(
+                delivery.stream, delivery.payload, retry_headers(delivery)
+            )
+            if not self.live and (self._appended_from is None or offset < self._appended_from):
+                self._appended_from = offset
+        # No checkpoint between the copy and the watermark: a cancellation cannot come between.
+        watermark = self._watermark
+        if watermark is not None and watermark.settled(delivery.handle):
+            self._save_if_due()
+
+    def _save_if_due(self) -> None:
+        watermark = self._watermark
+        assert watermark is not None and self._store is not None
+        now = trio.current_time()
+        if watermark.moved >= PERSIST_EVERY or (
+            watermark.moved and now - self._saved_at >= self._transport.durable_interval
+        ):
+            self._store.save(watermark.committed)
+            watermark.moved = 0
+            self._saved_at = now
+
+    # ---- closing -----------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        if self._closed:
+            await trio.lowlevel.checkpoint()
+            return
+        self._closed = True
+        self._transport._forget(self)
+        store = self._store
+        try:
+            await self._source.aclose()
+        finally:
+            if store is not None:
+                try:
+                    assert self._watermark is not None
+                    committed = self._watermark.committed
+                    await trio.to_thread.run_sync(lambda: store.save(committed, sync=True))
+                finally:
+                    store.close()
+
+    def __repr__(self) -> str:
+        return f"<FileSubscription {self._label!r} on {self.path!r} keys={list(self._keys)}>"
+
+
+def _why(error: SeekError) -> str:
+    return error.reason.removeprefix("seek refused: ")

@@ -1,0 +1,111 @@
+"""``FileStream``: what a stream-file subscription reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Self
+
+from ..errors import ConfigurationError
+from ..memory.sources import MemoryStream
+from ..positions import Position
+from ..transport import Source
+from .durable import check_consumer_name
+from .format import INTERNAL_KEY, WILDCARD_KEY, key_is_valid
+
+__all__ = ["FileStream", "check_stream_key"]
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class FileStream(Source):
+    """One or more stream keys of a stream file.
+
+    - ``FileStream("orders")`` follows the live tail: only messages written from now on.
+    - ``.replay()`` reads from the beginning and ends after the last message (or at an
+      end-of-stream message), never before every message read was delivered.
+    - ``start_at=FilePosition...`` starts somewhere else (a live subscription then follows).
+    - ``FileStream("a", "b")`` reads several keys, in the order they were written.
+    - ``durable="name"``: a resumable consumer. It stores how far it got beside the file and,
+      after a restart, resumes there instead of at ``start_at``: at-least-once, nothing skipped.
+
+    Under ``app.test()`` it runs as the ``MemoryStream`` of the same keys, start and mode (a
+    durable name has nothing to resume in memory and is ignored there).
+    """
+
+    keys: tuple[str, ...]
+    replaying: bool
+    start_at: Position | None
+    durable: str | None
+
+    def __init__(
+        self,
+        *keys: str,
+        start_at: Position | None = None,
+        durable: str | None = None,
+        replaying: bool = False,
+    ) -> None:
+        if not keys:
+            raise ConfigurationError("FileStream needs at least one stream key")
+        for key in keys:
+            if not isinstance(key, str) or not key:
+                raise ConfigurationError(f"stream keys are non-empty strings, not {key!r}")
+            check_stream_key(key)
+        if len(set(keys)) != len(keys):
+            raise ConfigurationError(f"stream keys repeat: {keys!r}")
+        if start_at is not None and not isinstance(start_at, Position):
+            raise ConfigurationError(f"start_at takes a FilePosition, not {start_at!r}")
+        if durable is not None:
+            check_consumer_name(durable)
+        object.__setattr__(self, "keys", tuple(keys))
+        object.__setattr__(self, "replaying", replaying)
+        object.__setattr__(self, "start_at", start_at)
+        object.__setattr__(self, "durable", durable)
+
+    def replay(self) -> FileStream:
+        """The same keys read from the beginning (or ``start_at``), ending at the file's end."""
+        return self._evolve(replaying=True)
+
+    def _evolve(
+        self, *, keys: tuple[str, ...] | None = None, replaying: bool | None = None
+    ) -> Self:
+        return type(self)(
+            *(self.keys if keys is None else keys),
+            start_at=self.start_at,
+            durable=self.durable,
+            replaying=self.replaying if replaying is None else replaying,
+        )
+
+    @property
+    def name(self) -> str:
+        return ",".join(self.keys)
+
+    @property
+    def streams(self) -> tuple[str, ...]:
+        return self.keys
+
+    def with_prefix(self, prefix: str) -> Self:
+        if not prefix:
+            return self
+        return self._evolve(keys=tuple(prefix + k for k in self.keys))
+
+    def in_process(self) -> MemoryStream:
+        return MemoryStream(*self.keys, start_at=self.start_at, replaying=self.replaying)
+
+    def __repr__(self) -> str:
+        parts = [repr(k) for k in self.keys]
+        if self.start_at is not None:
+            parts.append(f"start_at={self.start_at!r}")
+        if self.durable is not None:
+            parts.append(f"durable={self.durable!r}")
+        text = f"FileStream({', '.join(parts)})"
+        return text + ".replay()" if self.replaying else text
+
+
+def check_stream_key(key: str) -> None:
+    """Refuse, with ``ConfigurationError``, a key the format cannot hold or reserves."""
+    if key in (INTERNAL_KEY, WILDCARD_KEY):
+        raise ConfigurationError(f"stream key {key!r} is reserved by the stream-file format")
+    if not key.isascii() or not key_is_valid(key.encode("ascii")):
+        raise ConfigurationError(
+            f"stream key {key!r} is not valid in a stream file: at most 249 characters of "
+            "[A-Za-z0-9._-]"
+        )
