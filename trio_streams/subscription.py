@@ -90,6 +90,7 @@ class SubscriptionRunner:
         self.app_state = app_state
         self.logger = logger
         self.observers = observers
+        self._on_change = on_change
         if subscription.handler.is_batch and subscription.publishers:
             raise ConfigurationError(
                 f"{self.label}: a batch handler returns outcomes, so it cannot have publishers"
@@ -169,6 +170,8 @@ class SubscriptionRunner:
                     "%s: the reader did not close within %ss", self.label, _CLOSE_TIMEOUT
                 )
             self.finished.set()
+            if self._on_change is not None:
+                self._on_change()
 
     async def _drive(self) -> None:
         assert self.driver is not None

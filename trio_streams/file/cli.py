@@ -22,6 +22,7 @@ import trio
 from ..errors import TrioStreamsError
 from ..positions import Position, PositionKind
 from .follower import FileSource
+from .envelope import open_envelope
 from .format import DEFAULT_BEACON_INTERVAL, HEADER_SIZE, Message
 from .positions import format_position, parse_position
 from .reader import FileReader
@@ -59,14 +60,22 @@ def payload_from_json(row: dict[str, Any]) -> bytes:
 
 
 def format_log(message: Message) -> str:
-    """A human-readable line: time, stream, seq, shard, offset, then the payload."""
+    """A human-readable line: time, stream, seq, shard, offset, headers, then the payload.
+
+    Header envelopes (``rs1:``/``rs2:``) are opened, so the payload shows as a handler sees it;
+    ``--format ndjson`` keeps the frame bytes as stored, so ``write`` reproduces the file.
+    """
     when = datetime.fromtimestamp(message.timestamp_ms / 1000, UTC)
     stamp = when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{message.timestamp_ms % 1000:03d}Z"
-    row = message_to_json(message)
-    shown = row["payload"] if row["encoding"] == "utf8" else f"base64:{row['payload']}"
+    payload, headers = open_envelope(message.payload)
+    try:
+        shown = payload.decode("utf-8")
+    except UnicodeDecodeError:
+        shown = "base64:" + base64.b64encode(payload).decode("ascii")
+    labels = "".join(f" {name}={value!r}" for name, value in headers.items())
     return (
         f"{stamp} {message.stream_key} #{message.seq} shard={message.shard} "
-        f"@{message.offset} {shown}"
+        f"@{message.offset}{labels} {shown}"
     )
 
 
@@ -245,8 +254,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
     def reading(name: str, help_text: str, default_from: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text)
-        p.add_argument("file")
-        p.add_argument("--format", choices=("log", "ndjson"), default="log")
+        p.add_argument("file", help="the stream file (.ss)")
+        p.add_argument(
+            "--format",
+            choices=("log", "ndjson"),
+            default="log",
+            help="log: one readable line a message, headers opened (default); ndjson: the "
+            "frames as stored, one JSON object a line, the input format of `write`",
+        )
         p.add_argument("--key", action="append", help="only this stream key (repeatable)")
         p.add_argument(
             "--from",
@@ -264,13 +279,20 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         handler=_guarded(_tail)
     )
     stat = sub.add_parser("stat", help="header, streams, counts, sequence ranges, beacons")
-    stat.add_argument("file")
+    stat.add_argument("file", help="the stream file (.ss)")
     stat.add_argument("--progress", action="store_true", help="always show the progress bar")
     stat.set_defaults(handler=_guarded(_stat))
     write = sub.add_parser("write", help="write ndjson messages from stdin into a file")
-    write.add_argument("file")
-    write.add_argument("--beacon-interval", type=int, default=DEFAULT_BEACON_INTERVAL)
-    write.add_argument("--created-at-ms", type=int, default=None)
+    write.add_argument("file", help="the stream file to create or append to")
+    write.add_argument(
+        "--beacon-interval",
+        type=int,
+        default=DEFAULT_BEACON_INTERVAL,
+        help=f"bytes between beacons for a new file (default {DEFAULT_BEACON_INTERVAL})",
+    )
+    write.add_argument(
+        "--created-at-ms", type=int, default=None, help="the header's creation time (default now)"
+    )
     write.add_argument("--eos", action="store_true", help="end with an end-of-stream message")
     write.add_argument("--eos-timestamp-ms", type=int, default=None)
     write.set_defaults(handler=_guarded(_write))

@@ -57,9 +57,12 @@ def _check_count(options: Mapping[str, Any]) -> int:
 class MemoryTransport(Transport):
     """A connected in-process broker. Also what ``app.test()`` gives every broker."""
 
-    def __init__(self, hub: MemoryHub, *, strict_options: bool = True) -> None:
+    def __init__(
+        self, hub: MemoryHub, *, strict_options: bool = True, follow_replays: bool = False
+    ) -> None:
         self.hub = hub
         self._strict = strict_options
+        self._follow_replays = follow_replays
         self._share = FairShare()
 
     async def publish(
@@ -76,7 +79,9 @@ class MemoryTransport(Transport):
     ) -> SubscriptionSource:
         stream = source if isinstance(source, MemoryStream) else source.in_process()
         count = _check_count(options) if self._strict else DEFAULT_COUNT
-        return MemorySubscription(self.hub, stream, label=label, count=count)
+        return MemorySubscription(
+            self.hub, stream, label=label, count=count, follow=self._follow_replays
+        )
 
 
 class MemorySubscription(SubscriptionSource):
@@ -84,7 +89,15 @@ class MemorySubscription(SubscriptionSource):
 
     durable_delay = False
 
-    def __init__(self, hub: MemoryHub, stream: MemoryStream, *, label: str, count: int) -> None:
+    def __init__(
+        self,
+        hub: MemoryHub,
+        stream: MemoryStream,
+        *,
+        label: str,
+        count: int,
+        follow: bool = False,
+    ) -> None:
         self._hub = hub
         self._label = label
         self._count = count
@@ -92,6 +105,9 @@ class MemorySubscription(SubscriptionSource):
         if start is None:
             start = Position.beginning() if stream.replaying else Position.end()
         self.live = not stream.replaying
+        # A replay that keeps following once it reaches the tip (app.test(): the test is still
+        # publishing). Seek refusals still treat it as a replay.
+        self._ends = stream.replaying and not follow
         self._redeliveries: deque[Delivery]
         if stream.group is not None:
             group = hub.group(stream.keys, stream.group, start)
@@ -117,7 +133,7 @@ class MemorySubscription(SubscriptionSource):
             batch = self._take()
             if batch:
                 return batch
-            if not self.live:
+            if self._ends:
                 await cancel_shielded_checkpoint()
                 return None
             await self._hub.activity.park()

@@ -1,7 +1,9 @@
 """``app.test()``: the production app on in-process transports, with assertions.
 
 Every broker of the app gets a fresh in-process hub, so a test sees only its own messages and a
-``FileBroker`` or ``RedisBroker`` app runs without a file or a server. ``publish`` returns once
+``FileBroker`` or ``RedisBroker`` app runs without a file or a server. A replay subscription
+reads the (empty) stream from the beginning and keeps following it instead of ending at the tip:
+the test publishes after the app has started, and the handler must see those messages. ``publish`` returns once
 the whole reaction has settled: handlers, the messages they published and the handlers of those,
 and retries that are due. Time is Trio's, so under pytest-trio's ``autojump_clock`` a
 ``retry_after(60)`` is tested with ``await t.wait(60)`` in no real time.
@@ -270,4 +272,4 @@ async def run_test_client(
 
 @asynccontextmanager
 async def _in_process(hub: MemoryHub, *, strict: bool) -> AsyncIterator[Transport]:
-    yield MemoryTransport(hub, strict_options=strict)
+    yield MemoryTransport(hub, strict_options=strict, follow_replays=True)
