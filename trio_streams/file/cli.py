@@ -21,8 +21,8 @@ import trio
 
 from ..errors import TrioStreamsError
 from ..positions import Position, PositionKind
-from .follower import FileSource
 from .envelope import open_envelope
+from .follower import FileSource
 from .format import DEFAULT_BEACON_INTERVAL, HEADER_SIZE, Message
 from .positions import format_position, parse_position
 from .reader import FileReader

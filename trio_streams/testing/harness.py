@@ -3,10 +3,11 @@
 Every broker of the app gets a fresh in-process hub, so a test sees only its own messages and a
 ``FileBroker`` or ``RedisBroker`` app runs without a file or a server. A replay subscription
 reads the (empty) stream from the beginning and keeps following it instead of ending at the tip:
-the test publishes after the app has started, and the handler must see those messages. ``publish`` returns once
-the whole reaction has settled: handlers, the messages they published and the handlers of those,
-and retries that are due. Time is Trio's, so under pytest-trio's ``autojump_clock`` a
-``retry_after(60)`` is tested with ``await t.wait(60)`` in no real time.
+the test publishes after the app has started, and the handler must see those messages.
+
+``publish`` returns once the whole reaction has settled: handlers, the messages they published
+and the handlers of those, and retries that are due. Time is Trio's, so under pytest-trio's
+``autojump_clock`` a ``retry_after(60)`` is tested with ``await t.wait(60)`` in no real time.
 """
 
 from __future__ import annotations
