@@ -24,6 +24,7 @@ from trio_util import AsyncValue
 from .broker import Broker
 from .dispatch import HandledMessage
 from .errors import ConfigurationError, TrioStreamsError
+from .routing import Subscription
 from .subscription import SubscriptionRunner, SubscriptionState, SubscriptionStats
 from .transport import Transport
 
@@ -289,7 +290,13 @@ class App:
                     transport = await stack.enter_async_context(options.connect(broker))
                     broker._attach(transport)
                     stack.callback(broker._attach, None)
-                runners.extend(self._make_runners(options))
+                for broker in self._brokers:
+                    for subscription in broker.subscriptions:
+                        runner = self._make_runner(subscription, broker, options)
+                        runners.append(runner)
+                        # A runner that never started (a later one failed to open) still
+                        # closes its reader; one that ran closed it already.
+                        stack.push_async_callback(runner.close_if_unstarted)
                 async with trio.open_nursery() as nursery:
                     for runner in runners:
                         await nursery.start(self._supervise, runner, handle)
@@ -320,19 +327,17 @@ class App:
             raise AppFailed(f"app {self.name!r} stopped: {failure}") from failure.__cause__
         self.health.value = Health(HealthState.STOPPED)
 
-    def _make_runners(self, options: _RunOptions) -> list[SubscriptionRunner]:
-        return [
-            SubscriptionRunner(
-                subscription,
-                broker.transport,
-                app_state=self.state,
-                logger=logging.getLogger(f"trio_streams.subscription.{subscription.name}"),
-                on_change=options.on_change,
-                observers=options.observers,
-            )
-            for broker in self._brokers
-            for subscription in broker.subscriptions
-        ]
+    def _make_runner(
+        self, subscription: Subscription, broker: Broker, options: _RunOptions
+    ) -> SubscriptionRunner:
+        return SubscriptionRunner(
+            subscription,
+            broker.transport,
+            app_state=self.state,
+            logger=logging.getLogger(f"trio_streams.subscription.{subscription.name}"),
+            on_change=options.on_change,
+            observers=options.observers,
+        )
 
     async def _supervise(
         self,

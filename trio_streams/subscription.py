@@ -173,6 +173,13 @@ class SubscriptionRunner:
             if self._on_change is not None:
                 self._on_change()
 
+    async def close_if_unstarted(self) -> None:
+        """Close the reader of a runner whose ``run`` never began (``run`` closes its own)."""
+        if not self.started and not self.finished.is_set():
+            self.finished.set()
+            with trio.move_on_after(_CLOSE_TIMEOUT, shield=True):
+                await self.source.aclose()
+
     async def _drive(self) -> None:
         assert self.driver is not None
         with self._read_scope:

@@ -329,3 +329,39 @@ async def test_logs_name_the_subscription(caplog: pytest.LogCaptureFixture) -> N
         "charges: message at Position.sequence(1, stream='s') dropped after 1 attempt"
         in caplog.text
     )
+
+
+async def test_readers_opened_before_a_failing_one_are_closed() -> None:
+    from trio_streams.memory.broker import MemorySubscription
+
+    closed: list[str] = []
+
+    class Tracked(MemorySubscription):
+        async def aclose(self) -> None:
+            closed.append(self._label)
+            await super().aclose()
+
+    class Picky(MemoryTransport):
+        def open_subscription(self, source, options, *, label):  # type: ignore[no-untyped-def]
+            if label == "second":
+                raise OSError("cannot open the second reader")
+            stream = source.in_process()
+            return Tracked(self.hub, stream, label=label, count=4)
+
+    class PickyBroker(MemoryBroker):
+        @asynccontextmanager
+        async def connect(self) -> AsyncIterator[MemoryTransport]:
+            yield Picky(self.hub)
+
+    app = App("svc")
+    broker = app.broker(PickyBroker())
+
+    async def handle(n: int) -> None: ...
+
+    broker.subscriber(MemoryStream("a"), name="first")(handle)
+    broker.subscriber(MemoryStream("b"), name="second")(handle)
+    with pytest.RaisesGroup(pytest.RaisesExc(OSError, match="second reader")):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(app.serve)
+    assert closed == ["first"]
+    assert app.health.value.state is HealthState.FAILED
