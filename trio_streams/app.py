@@ -231,7 +231,13 @@ class App:
         Returns True after a graceful stop, False when a second signal cut the drain short.
         Raises ``AppFailed`` when a subscription failed.
         """
-        return trio.run(self._run_with_signals, shutdown_timeout)
+        try:
+            return trio.run(self._run_with_signals, shutdown_timeout)
+        except BaseExceptionGroup as group:
+            failure = _single_cause(group)
+            if isinstance(failure, AppFailed):
+                raise failure from failure.__cause__
+            raise
 
     def test(self, *, settle_timeout: float = 30.0) -> AbstractAsyncContextManager[TestClient]:
         """Run this app on in-process transports: ``async with app.test() as t: ...``.
@@ -312,11 +318,11 @@ class App:
                     await self._drain(runners, options.shutdown_timeout)
                     nursery.cancel_scope.cancel()
             await self._run_hooks("after_shutdown")
-        except trio.Cancelled:
-            self.health.value = Health(HealthState.STOPPED, "cancelled")
-            raise
         except BaseException as exc:
-            self.health.value = Health(HealthState.FAILED, repr(exc))
+            if _only_cancelled(exc):
+                self.health.value = Health(HealthState.STOPPED, "cancelled")
+            else:
+                self.health.value = Health(HealthState.FAILED, repr(_single_cause(exc)))
             raise
         finally:
             self._running = False
@@ -389,6 +395,13 @@ class App:
             result = hook(self) if takes_app else hook()
             if inspect.isawaitable(result):
                 await result
+
+
+def _only_cancelled(error: BaseException) -> bool:
+    """True for a cancellation, or a group holding nothing but cancellations."""
+    if isinstance(error, BaseExceptionGroup):
+        return error.split(trio.Cancelled)[1] is None
+    return isinstance(error, trio.Cancelled)
 
 
 def _single_cause(error: BaseException) -> BaseException:

@@ -70,6 +70,10 @@ class Broker(Router):
     def _on_declared(self, declared: _Declared) -> None:
         source = declared.source.with_prefix(self.prefix)
         self.check_subscription(source, declared.transport_options)
+        if declared.handler.seeks and not source.seekable:
+            raise UnsupportedError(
+                f"handler {declared.handler.name} takes a Seeker, but {source!r} cannot seek"
+            )
         if (
             declared.options.policy.dead_letter is not None
             and not declared.options.policy.dead_letter

@@ -32,7 +32,7 @@ __all__ = ["DeliveryChannel"]
 
 
 class DeliveryChannel:
-    def __init__(self, capacity: int, *, on_idle: Callable[[], None] | None = None) -> None:
+    def __init__(self, capacity: int, *, on_change: Callable[[], None] | None = None) -> None:
         if capacity < 1:
             raise ValueError(f"a delivery channel needs capacity >= 1, got {capacity}")
         self._capacity = capacity
@@ -44,7 +44,7 @@ class DeliveryChannel:
         self._closed = False
         self._interrupted = False
         self._outstanding = 0
-        self._on_idle = on_idle
+        self._on_change = on_change
         self._send_share = FairShare()
         self._receive_share = FairShare()
         #: Deliveries purged because a seek made them stale (for stats and tests).
@@ -192,6 +192,13 @@ class DeliveryChannel:
             raise trio.EndOfChannel
         raise trio.WouldBlock
 
+    def abandon_rest(self) -> int:
+        """Forget every delivery still counted (the subscription was cancelled): how many."""
+        self._buffer.clear()
+        left = self._outstanding
+        self._release(left)
+        return left
+
     def finished(self, delivery: Delivery) -> None:
         """The dispatcher is done with ``delivery``: settled, found stale, or abandoned."""
         self._release(1)
@@ -202,5 +209,5 @@ class DeliveryChannel:
         self._outstanding -= count
         if self._outstanding == 0:
             self._idle_waiters.unpark_all()
-            if self._on_idle is not None:
-                self._on_idle()
+        if self._on_change is not None:
+            self._on_change()

@@ -77,10 +77,14 @@ def decoder_for(annotation: Any) -> Decoder:
             value = _json_loads(payload)
         except (ValueError, UnicodeDecodeError) as exc:
             raise DecodeError(f"not valid JSON: {exc}") from None
+        except RecursionError:
+            raise DecodeError("JSON nested too deeply") from None
         try:
             return convert(value, "$")
         except _Mismatch as exc:
             raise DecodeError(str(exc)) from None
+        except RecursionError:
+            raise DecodeError("value nested too deeply") from None
 
     return decode_json
 
@@ -338,7 +342,22 @@ def _model_from_value(model: Any) -> _Convert:
     return convert_struct
 
 
+#: Dataclasses whose converter is being built: a field that refers back to one (a tree of
+#: nodes) gets a forwarder that looks the finished converter up when it is first used.
+_building: set[type] = set()
+
+
 def _dataclass(cls: type) -> _Convert:
+    if cls in _building:
+        return lambda value, path: _converter(cls)(value, path)
+    _building.add(cls)
+    try:
+        return _build_dataclass(cls)
+    finally:
+        _building.discard(cls)
+
+
+def _build_dataclass(cls: type) -> _Convert:
     hints = typing.get_type_hints(cls)
     fields = [
         (
@@ -360,7 +379,10 @@ def _dataclass(cls: type) -> _Convert:
                 kwargs[field] = conv(value[field], f"{path}.{field}")
             elif required:
                 raise _Mismatch(f"{path}.{field}", f"a value (required by {name})", None)
-        return cls(**kwargs)
+        try:
+            return cls(**kwargs)
+        except (TypeError, ValueError) as exc:  # __post_init__ validation
+            raise _Mismatch(path, f"a valid {name} ({exc})", value) from None
 
     return convert
 

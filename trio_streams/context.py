@@ -42,6 +42,11 @@ class Context:
         return self.message.position
 
     @property
+    def timestamp_ms(self) -> int | None:
+        """When the message was written (Unix epoch ms), where the transport records it."""
+        return self.message.timestamp_ms
+
+    @property
     def attempt(self) -> int:
         """How many times this message has been delivered, this time included (1 the first time)."""
         return self.message.attempt

@@ -24,7 +24,16 @@ class Delivery:
     is stamped by the delivery channel; a seek that moves the reader makes older generations stale.
     """
 
-    __slots__ = ("attempt", "generation", "handle", "headers", "payload", "position", "stream")
+    __slots__ = (
+        "attempt",
+        "generation",
+        "handle",
+        "headers",
+        "payload",
+        "position",
+        "stream",
+        "timestamp_ms",
+    )
 
     def __init__(
         self,
@@ -35,6 +44,7 @@ class Delivery:
         position: Position | None = None,
         attempt: int = 1,
         handle: Any = None,
+        timestamp_ms: int | None = None,
     ) -> None:
         self.stream = stream
         self.payload = payload
@@ -43,6 +53,8 @@ class Delivery:
         #: 1 for the first delivery; counts every delivery of this message, retries included.
         self.attempt = attempt
         self.handle = handle
+        #: When the message was written (Unix epoch ms), where the transport records it.
+        self.timestamp_ms = timestamp_ms
         self.generation = 0
 
     def __repr__(self) -> str:

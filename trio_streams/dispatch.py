@@ -37,6 +37,15 @@ _LANE_BUFFER = 4
 _UNDECODED: Any = object()
 
 
+class _KeyFailed:
+    """A lane router could not key a message: the lane runs the failure policy on it."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
 @dataclass(frozen=True, slots=True)
 class HandledMessage:
     """One handler call as observers (the test harness, metrics) see it."""
@@ -120,7 +129,12 @@ class Dispatcher:
                 message = decode(delivery.payload)
             except DecodeError:
                 return None, _UNDECODED  # the lane decodes again and runs the decode policy
-            return key_function(message), message
+            try:
+                key = key_function(message)
+                hash(key)
+            except Exception as exc:  # noqa: BLE001 - one bad message must not stop the router
+                return None, _KeyFailed(exc)
+            return key, message
 
         return key_of
 
@@ -173,6 +187,8 @@ class Dispatcher:
         context = Context(self._runner, delivery) if handler.needs_context else None
         error: BaseException | None = None
         try:
+            if type(message) is _KeyFailed:
+                raise message.error
             if message is _UNDECODED:
                 args = await handler.arguments(delivery, context)
             else:
@@ -182,10 +198,12 @@ class Dispatcher:
                     args.append(await value if is_async else value)
         except DecodeError as exc:
             return await self._undecodable(delivery, exc)
-        except Exception as exc:  # noqa: BLE001 - a failing extractor runs the failure policy
+        except Exception as exc:  # noqa: BLE001 - a failing extractor or key runs the policy
             error = exc
             outcome = self._failed(delivery, exc)
             args = None
+        if args is not None and not self._channel.is_current(delivery):
+            return False  # a seek made it stale while its arguments were being built
         if args is not None:
             try:
                 result = await handler.fn(*args)
@@ -249,10 +267,20 @@ class Dispatcher:
                 except DecodeError as exc:
                     if await self._undecodable(delivery, exc):
                         later.add(id(delivery))
+                except Exception as exc:  # noqa: BLE001 - one bad message fails alone
+                    outcome = self._failed(delivery, exc)
+                    verdict = self._policy.decide(delivery, outcome)
+                    self._observe(delivery, None, outcome, verdict, exc)
+                    if await self._settle(delivery, verdict):
+                        later.add(id(delivery))
                 else:
                     good.append(delivery)
-            if not good:
+            # Settling undecodable ones may have yielded: a seek may have made others stale.
+            kept = [(d, m) for d, m in zip(good, messages, strict=True) if channel.is_current(d)]
+            if not kept:
                 return
+            good = [d for d, _ in kept]
+            messages = [m for _, m in kept]
             outcomes, error = await self._call_batch(good, messages)
             for delivery, message, outcome in zip(good, messages, outcomes, strict=True):
                 verdict = self._policy.decide(delivery, outcome)

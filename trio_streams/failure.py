@@ -100,6 +100,7 @@ class DelayedRetries:
         self._room = trio.Semaphore(capacity)
         self._changed = trio.lowlevel.ParkingLot()
         self._flushing = False
+        self._closed = False
         self._log = logger
         self._on_change = on_change
 
@@ -122,11 +123,16 @@ class DelayedRetries:
         self._flushing = True
         self._changed.unpark_all()
 
+    def close(self) -> None:
+        """Nothing more will be scheduled: fire what is left now, then let ``run`` return."""
+        self._closed = True
+        self.flush()
+
     async def run(self) -> None:
-        """The timer task: fire each retry when due. Returns once flushed and empty."""
+        """The timer task: fire each retry when due. Returns once closed and empty."""
         while True:
             if not self._heap:
-                if self._flushing:
+                if self._closed:
                     return
                 await self._changed.park()
                 continue

@@ -70,6 +70,8 @@ class Handler:
     decode: Decoder
     is_batch: bool
     needs_context: bool
+    #: The handler takes a ``Seeker`` parameter: its source must be seekable.
+    seeks: bool
     #: Extractors for the parameters after the payload, in order, and which are awaitable.
     extractors: tuple[_Extractor, ...]
     awaitable: tuple[bool, ...]
@@ -115,6 +117,7 @@ def analyse(fn: Callable[..., Awaitable[Any]], *, batch: bool = False) -> Handle
     extractors: list[_Extractor] = []
     awaitable: list[bool] = []
     needs_context = False
+    seeks = False
     for param in params[1:]:
         if param.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
             raise ConfigurationError(f"handler {name}: *{param.name} cannot be filled")
@@ -122,6 +125,7 @@ def analyse(fn: Callable[..., Awaitable[Any]], *, batch: bool = False) -> Handle
         extractors.append(extract)
         awaitable.append(is_async)
         needs_context = needs_context or wants_context
+        seeks = seeks or extract is _seeker
     return Handler(
         fn=fn,
         name=name,
@@ -129,6 +133,7 @@ def analyse(fn: Callable[..., Awaitable[Any]], *, batch: bool = False) -> Handle
         decode=decode,
         is_batch=batch,
         needs_context=needs_context,
+        seeks=seeks,
         extractors=tuple(extractors),
         awaitable=tuple(awaitable),
     )

@@ -26,6 +26,13 @@ F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 KeyFunction = Callable[[Any], Hashable]
 
 _PUBLISHERS_ATTR = "__trio_streams_publishers__"
+_BATCH_ATTR = "__trio_streams_batch__"
+
+
+def _batch_publisher_error(name: str) -> ConfigurationError:
+    return ConfigurationError(
+        f"handler {name}: a batch handler returns outcomes, so it cannot have publishers"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +132,8 @@ class Publisher:
         return self._owner.full_prefix() + self.destination
 
     def __call__(self, fn: F) -> F:
+        if getattr(fn, _BATCH_ATTR, False):
+            raise _batch_publisher_error(getattr(fn, "__qualname__", repr(fn)))
         existing = getattr(fn, _PUBLISHERS_ATTR, None)
         if existing is None:
             existing = []
@@ -200,6 +209,10 @@ class Router:
 
         def decorate(fn: F) -> F:
             handler = analyse(fn, batch=options.batch is not None)
+            if options.batch is not None:
+                if getattr(fn, _PUBLISHERS_ATTR, None):
+                    raise _batch_publisher_error(handler.name)
+                setattr(fn, _BATCH_ATTR, True)
             declared = _Declared(source, fn, handler, options, extra, name or handler.name)
             self._declared.append(declared)
             self._on_declared(declared)

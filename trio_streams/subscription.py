@@ -27,7 +27,6 @@ from .channel import DeliveryChannel
 from .delivery import Delivery
 from .dispatch import Dispatcher, HandledMessage
 from .driver import SubscriptionDriver
-from .errors import ConfigurationError
 from .failure import DelayedRetries
 from .outcome import retry
 from .routing import Subscription
@@ -91,14 +90,10 @@ class SubscriptionRunner:
         self.logger = logger
         self.observers = observers
         self._on_change = on_change
-        if subscription.handler.is_batch and subscription.publishers:
-            raise ConfigurationError(
-                f"{self.label}: a batch handler returns outcomes, so it cannot have publishers"
-            )
         self.source: SubscriptionSource = transport.open_subscription(
             subscription.source, subscription.transport_options, label=self.label
         )
-        self.channel = DeliveryChannel(subscription.options.channel_capacity, on_idle=on_change)
+        self.channel = DeliveryChannel(subscription.options.channel_capacity, on_change=on_change)
         self.driver: SubscriptionDriver | None = SubscriptionDriver(
             self.source, self.channel, label=self.label, logger=logger
         )
@@ -163,6 +158,11 @@ class SubscriptionRunner:
             self.error = exc
             raise
         finally:
+            abandoned = self.channel.abandon_rest()
+            if abandoned:
+                self.logger.warning(
+                    "%s: %d delivery(ies) abandoned without an outcome", self.label, abandoned
+                )
             with trio.move_on_after(_CLOSE_TIMEOUT, shield=True) as closing:
                 await self.source.aclose()
             if closing.cancelled_caught:
@@ -191,7 +191,7 @@ class SubscriptionRunner:
         await Dispatcher(self).run()
         if self.state is SubscriptionState.RUNNING:
             self.state = SubscriptionState.DRAINING
-        self.delayed.flush()
+        self.delayed.close()
 
     async def _fire_delayed(self, delivery: Delivery) -> None:
         try:
@@ -204,6 +204,9 @@ class SubscriptionRunner:
         if self.state is SubscriptionState.RUNNING:
             self.state = SubscriptionState.DRAINING
         self._read_scope.cancel()
+        # Delayed retries fire now, so a handler that overruns the drain cannot hold them
+        # back until the timeout cancels them.
+        self.delayed.flush()
 
     def abandon(self) -> None:
         """Cancel whatever is still running: handlers, delayed retries, the reader."""

@@ -59,6 +59,11 @@ class Source(ABC):
     def in_process(self) -> MemoryStream:
         """The in-process source with the same semantics, for ``app.test()``."""
 
+    @property
+    def seekable(self) -> bool:
+        """Whether handlers may seek subscriptions to this source (checked at mount)."""
+        return False
+
 
 class SubscriptionSource(ABC):
     """One mounted subscription's connection to its transport.

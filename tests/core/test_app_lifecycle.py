@@ -14,6 +14,7 @@ from trio_streams import (
     AppFailed,
     ConfigurationError,
     Context,
+    Health,
     HealthState,
     MemoryBroker,
     MemoryStream,
@@ -224,7 +225,10 @@ async def test_pending_delayed_retries_fire_before_brokers_close(
         assert running.stats()[next(iter(running.stats()))].delayed == 1
     assert trio.current_time() - start < 1  # the hour-long delay did not hold shutdown up
     assert attempts == [1]
-    assert settled == ["closed after 1 message(s)"]
+    # The retry copy was published at shutdown, before the broker closed.
+    assert settled == ["closed after 2 message(s)"]
+    copy = broker.hub.log("s").get(2)
+    assert (copy.payload, copy.headers) == (b"1", {"x-ruststream-retry-count": "1"})
 
 
 async def test_a_failing_subscription_fails_the_app_with_its_reason() -> None:
@@ -365,3 +369,12 @@ async def test_readers_opened_before_a_failing_one_are_closed() -> None:
             await nursery.start(app.serve)
     assert closed == ["first"]
     assert app.health.value.state is HealthState.FAILED
+
+
+async def test_cancelling_serve_stops_the_app_without_calling_it_failed() -> None:
+    app = App("svc")
+    app.broker(MemoryBroker())
+    async with trio.open_nursery() as nursery:
+        await nursery.start(app.serve)
+        nursery.cancel_scope.cancel()
+    assert app.health.value == Health(HealthState.STOPPED, "cancelled")

@@ -52,7 +52,7 @@ async def test_a_seek_interrupt_wakes_a_sender_blocked_on_a_full_channel() -> No
 
 async def test_advancing_the_generation_purges_every_queued_delivery() -> None:
     idle: list[bool] = []
-    channel = DeliveryChannel(8, on_idle=lambda: idle.append(True))
+    channel = DeliveryChannel(8, on_change=lambda: idle.append(True))
     old = make(3)
     await channel.send_from(old, 0)
     assert all(channel.is_current(d) for d in old)

@@ -89,6 +89,22 @@ async def test_shutdown_timeout_from_the_command_line_bounds_the_drain() -> None
     assert any("abandoning 1 delivery" in line for line in output)
 
 
+def test_a_failing_app_exits_1_and_says_why() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "trio_streams.cli", "run", "tests.apps.failing_app:app"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert (
+        "trio-streams run: app 'doomed' stopped: subscription 'work' failed: "
+        "OSError('the disk is on fire')" in result.stderr
+    )
+
+
 def test_run_explains_a_target_that_is_not_an_app() -> None:
     for target, message in [
         ("tests.apps.signals_app", "expected MODULE:ATTRIBUTE"),

@@ -7,6 +7,7 @@ import pytest
 import trio
 
 from trio_streams import (
+    RETRY_COUNT_HEADER,
     App,
     Context,
     Depends,
@@ -62,9 +63,12 @@ async def test_an_exception_retries_up_to_the_cap_then_dead_letters_intact() -> 
         assert record.settled == [retry(), retry(), drop()]
         assert [type(e) for e in record.errors] == [RuntimeError] * 3
         dead = t.published("orders.dead")
+        # As the last delivery arrived: the third copy, which carries its retry count.
         assert [(m.payload, dict(m.headers)) for m in dead] == [
-            (payload, {"trace": "abc", "x-weird": "  spaced  "})
+            (payload, {"trace": "abc", "x-weird": "  spaced  ", RETRY_COUNT_HEADER: "2"})
         ]
+        copies = [dict(m.headers).get(RETRY_COUNT_HEADER) for m in t.published("orders")]
+        assert copies == [None, "1", "2"]
         assert len(record.dead_lettered) == 1
     assert attempts == [1, 2, 3]
 

@@ -119,14 +119,27 @@ def test_subscriber_needs_a_source() -> None:
         MemoryBroker().subscriber("orders")  # type: ignore[arg-type]
 
 
-async def test_batch_handlers_cannot_have_publishers() -> None:
-    app = App("svc")
-    broker = app.broker(MemoryBroker())
+def test_batch_handlers_cannot_have_publishers_in_either_decorator_order() -> None:
+    broker = MemoryBroker()
 
-    @broker.subscriber(MemoryStream("s"), batch=2)
-    @broker.publisher("out")
-    async def handle(numbers: list[int]) -> None: ...
+    async def first(numbers: list[int]) -> None: ...
 
-    with pytest.RaisesGroup(pytest.RaisesExc(ConfigurationError, match="cannot have publishers")):
-        async with app.test():
-            pass
+    async def second(numbers: list[int]) -> None: ...
+
+    with pytest.raises(ConfigurationError, match="cannot have publishers"):
+        broker.subscriber(MemoryStream("s"), batch=2)(broker.publisher("out")(first))
+    mounted = broker.subscriber(MemoryStream("s"), batch=2)(second)
+    with pytest.raises(ConfigurationError, match="cannot have publishers"):
+        broker.publisher("out")(mounted)
+
+
+def test_a_seeker_parameter_needs_a_seekable_source() -> None:
+    from trio_streams import Seeker, UnsupportedError
+
+    broker = MemoryBroker()
+
+    async def handle(n: int, seeker: Seeker) -> None: ...
+
+    broker.subscriber(MemoryStream("s"))(handle)
+    with pytest.raises(UnsupportedError, match=r"takes a Seeker, but .* cannot seek"):
+        broker.subscriber(MemoryStream("s", group="g"))(handle)

@@ -82,6 +82,10 @@ class FileStream(Source):
     def streams(self) -> tuple[str, ...]:
         return self.keys
 
+    @property
+    def seekable(self) -> bool:
+        return True
+
     def with_prefix(self, prefix: str) -> Self:
         if not prefix:
             return self

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -11,7 +10,7 @@ from trio.lowlevel import cancel_shielded_checkpoint, checkpoint, checkpoint_if_
 
 from .._schedule import FairShare
 from ..broker import Broker
-from ..delivery import Delivery
+from ..delivery import RETRY_COUNT_HEADER, Delivery, attempt_from_headers, retry_headers
 from ..errors import ConfigurationError, UnsupportedError
 from ..outcome import Outcome
 from ..positions import Position, PositionKind
@@ -70,8 +69,9 @@ class MemoryTransport(Transport):
     ) -> Position:
         if not isinstance(payload, bytes):
             raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
+        await checkpoint_if_cancelled()  # a cancelled publish publishes nothing
         entry = self.hub.append(destination, payload, dict(headers) if headers else {})
-        await self._share.checkpoint()
+        await self._share.after_progress()
         return Position(PositionKind.SEQUENCE, entry.seq, destination)
 
     def open_subscription(
@@ -108,22 +108,19 @@ class MemorySubscription(SubscriptionSource):
         # A replay that keeps following once it reaches the tip (app.test(): the test is still
         # publishing). Seek refusals still treat it as a replay.
         self._ends = stream.replaying and not follow
-        self._redeliveries: deque[Delivery]
         if stream.group is not None:
             group = hub.group(stream.keys, stream.group, start)
             self._cursor: Cursor = group.cursor
-            self._redeliveries = group.redeliveries
             self.seekable = False
         else:
             self._cursor = Cursor(hub, stream.keys, start)
-            self._redeliveries = deque()
             self.seekable = True
 
     def poll(self) -> Sequence[Delivery]:
         return self._take()
 
     def pending(self) -> int:
-        return self._cursor.available() + len(self._redeliveries)
+        return self._cursor.available()
 
     async def read(self) -> Sequence[Delivery] | None:
         # Take, then return without a schedule point: deliveries are never held across a
@@ -139,43 +136,30 @@ class MemorySubscription(SubscriptionSource):
             await self._hub.activity.park()
 
     def _take(self) -> list[Delivery]:
-        taken: list[Delivery] = []
-        redeliveries = self._redeliveries
-        while redeliveries and len(taken) < self._count:
-            taken.append(redeliveries.popleft())
-        if len(taken) < self._count:
-            taken.extend([_deliver(e) for e in self._cursor.take(self._count - len(taken))])
-        return taken
+        return [_deliver(e) for e in self._cursor.take(self._count)]
 
     async def seek(self, position: Position) -> None:
         if not self.seekable:
             raise UnsupportedError(f"{self._label}: a consumer group member cannot seek")
         self._cursor.move(position)
-        # Retries queued before the seek were read at the old position: they are stale too.
-        self._redeliveries.clear()
         self._hub.wake()
         await checkpoint()
 
     async def settle(self, delivery: Delivery, outcome: Outcome) -> None:
         if not outcome.consumes:
-            self._redeliveries.append(
-                Delivery(
-                    delivery.stream,
-                    delivery.payload,
-                    delivery.headers,
-                    position=delivery.position,
-                    attempt=delivery.attempt + 1,
-                    handle=delivery.handle,
-                )
-            )
-            self._hub.wake()
+            # As on a stream file: a retry is a copy at the end of the stream, carrying the
+            # retry count, so it survives seeks and every reader of the stream sees it.
+            self._hub.append(delivery.stream, delivery.payload, retry_headers(delivery))
 
 
 def _deliver(entry: Entry) -> Delivery:
+    headers = entry.headers
     return Delivery(
         entry.stream,
         entry.payload,
-        entry.headers,
+        headers,
         position=Position(PositionKind.SEQUENCE, entry.seq, entry.stream),
+        attempt=attempt_from_headers(headers) if RETRY_COUNT_HEADER in headers else 1,
         handle=entry,
+        timestamp_ms=entry.timestamp_ms,
     )

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import bisect
 import time
-from collections import deque
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
@@ -20,7 +19,7 @@ from ..positions import Position, PositionKind
 from ..transport import SeekRefused
 
 if TYPE_CHECKING:
-    from ..delivery import Delivery
+    pass
 
 __all__ = ["Cursor", "Entry", "Group", "MemoryHub", "StreamLog"]
 
@@ -148,11 +147,10 @@ class MemoryHub:
 
 
 class Group:
-    """A consumer group: one shared cursor and the redeliveries any member may take."""
+    """A consumer group: one cursor shared by its members, so each message goes to one."""
 
     def __init__(self, cursor: Cursor) -> None:
         self.cursor = cursor
-        self.redeliveries: deque[Delivery] = deque()
 
 
 class Cursor:

@@ -75,6 +75,11 @@ class MemoryStream(Source):
     def streams(self) -> tuple[str, ...]:
         return self.keys
 
+    @property
+    def seekable(self) -> bool:
+        """Fan-out subscriptions seek; consumer group members cannot."""
+        return self.group is None
+
     def with_prefix(self, prefix: str) -> Self:
         if not prefix:
             return self
