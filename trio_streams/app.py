@@ -239,14 +239,19 @@ class App:
                 raise failure from failure.__cause__
             raise
 
-    def test(self, *, settle_timeout: float = 30.0) -> AbstractAsyncContextManager[TestClient]:
+    def test(
+        self, *, settle_timeout: float = 30.0, raise_errors: bool = False
+    ) -> AbstractAsyncContextManager[TestClient]:
         """Run this app on in-process transports: ``async with app.test() as t: ...``.
 
-        ``settle_timeout`` bounds each wait for the app to settle (on Trio's clock).
+        ``settle_timeout`` bounds each wait for the app to settle (on Trio's clock). Handler
+        errors run the failure policy as in production and are recorded
+        (``t.handler(fn).errors``); with ``raise_errors=True`` the first one since the last
+        ``publish``/``settled`` is also raised from it.
         """
         from .testing.harness import run_test_client
 
-        return run_test_client(self, settle_timeout=settle_timeout)
+        return run_test_client(self, settle_timeout=settle_timeout, raise_errors=raise_errors)
 
     async def _run_with_signals(self, shutdown_timeout: float | None) -> bool:
         forced = trio.Event()

@@ -113,6 +113,24 @@ async def test_the_same_app_tests_again_with_fresh_state() -> None:
         t.handler(handle).assert_not_called()
 
 
+async def test_raise_errors_surfaces_a_handler_error_from_publish() -> None:
+    app = App("svc")
+    broker = app.broker(MemoryBroker())
+
+    @broker.subscriber(MemoryStream("s"), max_attempts=1)
+    async def handle(n: int) -> None:
+        assert n > 0, "only positive numbers"
+
+    async with app.test() as t:
+        await t.publish("s", -1)  # recorded, not raised
+        assert len(t.handler(handle).errors) == 1
+    async with app.test(raise_errors=True) as t:
+        await t.publish("s", 1)
+        with pytest.raises(AssertionError, match="only positive numbers"):
+            await t.publish("s", -1)
+        await t.publish("s", 2)  # each error is raised once
+
+
 def test_the_pytest_plugin_runs_an_app_per_test(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\ntrio_mode = true\n")
     pytester.makepyfile(

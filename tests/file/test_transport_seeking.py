@@ -92,6 +92,21 @@ def _write_at_instants(path: Path, instants: list[int]) -> None:
             writer.append("s", str(n).encode(), timestamp_ms=ms)
 
 
+async def test_deliveries_carry_their_instant_for_timestamp_seeks(tmp_path: Path) -> None:
+    path = tmp_path / "s.ss"
+    _write_at_instants(path, [1_000, 2_000, 3_000, 4_000])
+    seen: list[tuple[int, int | None]] = []
+
+    async def handle(n: int, ctx: Context) -> None:
+        seen.append((n, ctx.timestamp_ms))
+        if n == 4 and len(seen) == 4:
+            assert seen[1][1] is not None
+            await ctx.seeker.seek(FilePosition.timestamp(seen[1][1]))  # after message 2
+
+    await run_to_end(replay_app(path, handle)[0])
+    assert seen == [(1, 1_000), (2, 2_000), (3, 3_000), (4, 4_000), (3, 3_000), (4, 4_000)]
+
+
 async def test_a_timestamp_seek_lands_on_the_first_message_strictly_later(tmp_path: Path) -> None:
     path = tmp_path / "s.ss"
     # Several messages share an instant: "strictly later" skips all of them.

@@ -334,15 +334,28 @@ class FileSubscription(SubscriptionSource):
     def _deliveries(self, messages: list[Message]) -> list[Delivery]:
         deliveries: list[Delivery] = []
         append = deliveries.append
-        for key, _shard, seq, _ts, payload, _offset in messages:
+        for key, _shard, seq, timestamp_ms, payload, _offset in messages:
             # Built directly: the values come from a checked frame, no need to validate them.
             position = Position(_SEQUENCE, seq, key)
             if payload.startswith(PREFIXES):
                 payload, headers = open_envelope(payload)
                 attempt = attempt_from_headers(headers) if headers else 1
-                append(Delivery(key, payload, headers, position=position, attempt=attempt))
+                append(
+                    Delivery(
+                        key,
+                        payload,
+                        headers,
+                        position=position,
+                        attempt=attempt,
+                        timestamp_ms=timestamp_ms,
+                    )
+                )
             else:
-                append(Delivery(key, payload, _NO_HEADERS, position=position))
+                append(
+                    Delivery(
+                        key, payload, _NO_HEADERS, position=position, timestamp_ms=timestamp_ms
+                    )
+                )
         watermark = self._watermark
         if watermark is not None:
             for delivery in deliveries:

@@ -133,9 +133,15 @@ class TestClient:
         calls: dict[str, list[HandledMessage]],
         changes: _Changes,
         settle_timeout: float,
+        raise_errors: bool,
+        history: list[HandledMessage],
     ) -> None:
         self.app = app
         self.settle_timeout = settle_timeout
+        #: Re-raise, from ``publish``/``settled``, the first handler error since the last call.
+        self.raise_errors = raise_errors
+        self._history = history
+        self._checked = 0
         self.running = running
         self._hubs = hubs
         self._runners = runners
@@ -166,6 +172,12 @@ class TestClient:
                     await self._changes.wait()
         if waiting.cancelled_caught:
             raise NotSettled(f"not settled after {self.settle_timeout}s: {self._busy()}")
+        if self.raise_errors:
+            fresh = self._history[self._checked :]
+            self._checked = len(self._history)
+            for call in fresh:
+                if call.error is not None:
+                    raise call.error
 
     async def wait(self, seconds: float) -> None:
         """Let ``seconds`` pass on Trio's clock (instantly under autojump_clock), then settle."""
@@ -239,16 +251,18 @@ class TestClient:
 
 @asynccontextmanager
 async def run_test_client(
-    app: App, *, settle_timeout: float = DEFAULT_SETTLE_TIMEOUT
+    app: App, *, settle_timeout: float = DEFAULT_SETTLE_TIMEOUT, raise_errors: bool = False
 ) -> AsyncIterator[TestClient]:
     from ..app import _RunOptions
 
     hubs = {broker: MemoryHub() for broker in app.brokers}
     changes = _Changes()
     calls: dict[str, list[HandledMessage]] = {}
+    history: list[HandledMessage] = []
 
     def record(call: HandledMessage) -> None:
         calls.setdefault(call.subscription, []).append(call)
+        history.append(call)
 
     def connect(broker: Broker) -> AbstractAsyncContextManager[Transport]:
         return _in_process(hubs[broker], strict=isinstance(broker, MemoryBroker))
@@ -264,7 +278,17 @@ async def run_test_client(
     )
     async with trio.open_nursery() as nursery:
         running: RunningApp = await nursery.start(app._serve, options)
-        client = TestClient(app, running, hubs, options.runners, calls, changes, settle_timeout)
+        client = TestClient(
+            app,
+            running,
+            hubs,
+            options.runners,
+            calls,
+            changes,
+            settle_timeout,
+            raise_errors,
+            history,
+        )
         try:
             yield client
         finally:
