@@ -16,13 +16,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import trio
 
 from .apps import write_numbers
 
-MESSAGES = 3_000
-KILLS = 4
-NEW_PER_RUN = 500
 ROOT = Path(__file__).parents[2]
 
 
@@ -35,7 +33,9 @@ def _stored(path: Path) -> int | None:
     return sequence
 
 
-async def _run(path: Path, handled: set[int], *, kill: bool) -> tuple[list[int], int]:
+async def _run(
+    path: Path, handled: set[int], *, kill: bool, new_per_run: int
+) -> tuple[list[int], int]:
     """One consumer process; returns what it handled and its exit status."""
     process = await trio.lowlevel.open_process(
         [sys.executable, "-m", "tests.file.durable_consumer", str(path)],
@@ -56,7 +56,7 @@ async def _run(path: Path, handled: set[int], *, kill: bool) -> tuple[list[int],
                 if n not in handled:
                     handled.add(n)
                     new += 1
-            if kill and new >= NEW_PER_RUN and not killed:
+            if kill and new >= new_per_run and not killed:
                 process.kill()
                 killed = True
         assert pending == b""
@@ -70,21 +70,22 @@ async def _run(path: Path, handled: set[int], *, kill: bool) -> tuple[list[int],
     return lines, status
 
 
-async def test_kill_9_of_a_durable_consumer_mid_stream_loses_nothing(tmp_path: Path) -> None:
-    path = tmp_path / "orders.ss"
-    write_numbers(path, MESSAGES, key="orders")
+async def kill_again_and_again(
+    path: Path, *, messages: int, kills: int, new_per_run: int, deadline: float
+) -> None:
+    write_numbers(path, messages, key="orders")
     handled: set[int] = set()
     total = 0
     resumed_from: list[int | None] = []
-    with trio.fail_after(120):
-        for run in range(KILLS + 1):
+    with trio.fail_after(deadline):
+        for run in range(kills + 1):
             start = _stored(path)
             resumed_from.append(start)
-            lines, status = await _run(path, handled, kill=run < KILLS)
+            lines, status = await _run(path, handled, kill=run < kills, new_per_run=new_per_run)
             total += len(lines)
             # A restarted run resumes after its watermark: nothing at or before it again.
             assert all(n > (start or 0) for n in lines), f"run {run} went back before {start}"
-            if run < KILLS:
+            if run < kills:
                 assert status == -signal.SIGKILL
                 watermark = _stored(path)
                 assert watermark is not None
@@ -92,7 +93,20 @@ async def test_kill_9_of_a_durable_consumer_mid_stream_loses_nothing(tmp_path: P
                 assert set(range(1, watermark + 1)) <= handled, f"run {run} stored {watermark}"
             else:
                 assert status == 0
-    assert handled == set(range(1, MESSAGES + 1))  # every message handled at least once
-    assert _stored(path) == MESSAGES
+    assert handled == set(range(1, messages + 1))  # every message handled at least once
+    assert _stored(path) == messages
     assert all(start is not None for start in resumed_from[1:])  # every restart resumed
-    assert total < 2 * MESSAGES  # redelivery is bounded by how often the position is stored
+    assert total < 2 * messages  # redelivery is bounded by how often the position is stored
+
+
+async def test_kill_9_of_a_durable_consumer_mid_stream_loses_nothing(tmp_path: Path) -> None:
+    await kill_again_and_again(
+        tmp_path / "orders.ss", messages=3_000, kills=4, new_per_run=500, deadline=120
+    )
+
+
+@pytest.mark.soak
+async def test_soak_thirty_kills_over_fifty_thousand_messages(tmp_path: Path) -> None:
+    await kill_again_and_again(
+        tmp_path / "orders.ss", messages=50_000, kills=30, new_per_run=1_500, deadline=600
+    )
