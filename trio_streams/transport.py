@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Self
 import trio
 
 from .delivery import Delivery
-from .errors import TrioStreamsError, UnsupportedError
+from .errors import ConfigurationError, TrioStreamsError, UnsupportedError
 from .outcome import Outcome
 from .positions import Position
 
@@ -36,6 +36,19 @@ __all__ = ["SeekRefused", "Source", "SubscriptionSource", "Transport"]
 
 class SeekRefused(TrioStreamsError):
     """A seek could not be carried out; the message says why and which subscription."""
+
+
+def check_source_args(kind: str, names: tuple[str, ...], start_at: object) -> None:
+    """Refuse, with ``ConfigurationError``, the arguments no source can take."""
+    if not names:
+        raise ConfigurationError(f"{kind} needs at least one stream name")
+    for name in names:
+        if not isinstance(name, str) or not name:
+            raise ConfigurationError(f"stream names are non-empty strings, not {name!r}")
+    if len(set(names)) != len(names):
+        raise ConfigurationError(f"stream names repeat: {names!r}")
+    if start_at is not None and not isinstance(start_at, Position):
+        raise ConfigurationError(f"start_at takes a Position, not {start_at!r}")
 
 
 class Source(ABC):

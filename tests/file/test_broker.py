@@ -386,14 +386,14 @@ async def _retry_once_after_a_minute(n: int, ctx: Context) -> Any:
 @pytest.mark.parametrize(
     ("build", "message"),
     [
-        (lambda: FileStream(), "at least one stream key"),
+        (lambda: FileStream(), "at least one stream name"),
         (lambda: FileStream("a b"), "not valid in a stream file"),
         (lambda: FileStream("x" * 250), "not valid in a stream file"),
         (lambda: FileStream("caf\u00e9"), "not valid in a stream file"),
         (lambda: FileStream("SEA_STREAMER_INTERNAL"), "reserved"),
         (lambda: FileStream("SEA_STREAMER_WILDCARD"), "reserved"),
         (lambda: FileStream("a", "a"), "repeat"),
-        (lambda: FileStream("a", start_at=5), "takes a FilePosition"),  # type: ignore[arg-type]
+        (lambda: FileStream("a", start_at=5), "takes a Position"),  # type: ignore[arg-type]
         (lambda: FileStream("a", durable="../up"), "durable consumer name"),
         (lambda: FileStream("a", durable=".hidden"), "durable consumer name"),
         (lambda: FileBroker("x.ss", durable_interval=-1), "durable_interval"),

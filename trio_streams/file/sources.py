@@ -8,7 +8,7 @@ from typing import Self
 from ..errors import ConfigurationError
 from ..memory.sources import MemoryStream
 from ..positions import Position
-from ..transport import Source
+from ..transport import Source, check_source_args
 from .durable import check_consumer_name
 from .format import INTERNAL_KEY, WILDCARD_KEY, key_is_valid
 
@@ -43,16 +43,9 @@ class FileStream(Source):
         durable: str | None = None,
         replaying: bool = False,
     ) -> None:
-        if not keys:
-            raise ConfigurationError("FileStream needs at least one stream key")
+        check_source_args("FileStream", keys, start_at)
         for key in keys:
-            if not isinstance(key, str) or not key:
-                raise ConfigurationError(f"stream keys are non-empty strings, not {key!r}")
             check_stream_key(key)
-        if len(set(keys)) != len(keys):
-            raise ConfigurationError(f"stream keys repeat: {keys!r}")
-        if start_at is not None and not isinstance(start_at, Position):
-            raise ConfigurationError(f"start_at takes a FilePosition, not {start_at!r}")
         if durable is not None:
             check_consumer_name(durable)
         object.__setattr__(self, "keys", tuple(keys))

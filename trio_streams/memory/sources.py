@@ -7,7 +7,7 @@ from typing import Self
 
 from ..errors import ConfigurationError
 from ..positions import Position
-from ..transport import Source
+from ..transport import Source, check_source_args
 
 __all__ = ["MemoryStream"]
 
@@ -35,15 +35,7 @@ class MemoryStream(Source):
         start_at: Position | None = None,
         replaying: bool = False,
     ) -> None:
-        if not streams:
-            raise ConfigurationError("MemoryStream needs at least one stream name")
-        for stream in streams:
-            if not isinstance(stream, str) or not stream:
-                raise ConfigurationError(f"stream names are non-empty strings, not {stream!r}")
-        if len(set(streams)) != len(streams):
-            raise ConfigurationError(f"stream names repeat: {streams!r}")
-        if start_at is not None and not isinstance(start_at, Position):
-            raise ConfigurationError(f"start_at takes a Position, not {start_at!r}")
+        check_source_args("MemoryStream", streams, start_at)
         if group is not None and (not isinstance(group, str) or not group):
             raise ConfigurationError(f"group must be a non-empty string, not {group!r}")
         object.__setattr__(self, "keys", tuple(streams))
