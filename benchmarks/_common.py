@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+
+import trio
 
 MESSAGES = 1_000_000
 PAYLOAD = bytes(range(100))
@@ -34,3 +36,24 @@ def parse_args(description: str | None) -> argparse.Namespace:
     parser.add_argument("--messages", type=int, default=MESSAGES)
     parser.add_argument("--repeats", type=int, default=5)
     return parser.parse_args()
+
+
+def latency_options(
+    description: str | None,
+    reader: Callable[[str, int], Awaitable[None]],
+    writer: Callable[[str, int, float], Awaitable[None]],
+) -> argparse.Namespace | None:
+    """Parse a latency benchmark's options. Run as ``--role reader|writer`` (a subprocess the
+    benchmark started), play that role and return None; otherwise return the options."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--role", choices=("reader", "writer"))
+    parser.add_argument("args", nargs="*")
+    parser.add_argument("--repeats", type=int, default=3)
+    options = parser.parse_args()
+    if options.role == "reader":
+        trio.run(reader, options.args[0], int(options.args[1]))
+        return None
+    if options.role == "writer":
+        trio.run(writer, options.args[0], int(options.args[1]), float(options.args[2]))
+        return None
+    return options

@@ -12,7 +12,6 @@ use the middle of each range), FastStream over Redis Streams (p50 ≈ 2 ms) and 
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -24,6 +23,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from _common import latency_options
 from file_tail_latency import RUST_P50_MS, RUST_P99_MS, percentile
 from file_tail_latency import run_once as library_run_once
 
@@ -70,16 +70,8 @@ def app_run_once(path: Path, count: int, pace_ms: float) -> list[float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--role", choices=("reader", "writer"))
-    parser.add_argument("args", nargs="*")
-    parser.add_argument("--repeats", type=int, default=3)
-    options = parser.parse_args()
-    if options.role == "reader":
-        trio.run(consumer, options.args[0], int(options.args[1]))
-        return
-    if options.role == "writer":
-        trio.run(publisher, options.args[0], int(options.args[1]), float(options.args[2]))
+    options = latency_options(__doc__, consumer, publisher)
+    if options is None:
         return
     print(
         "pacing  who        p50 ms (x aim, x Rust, x FastStream, x library)   "

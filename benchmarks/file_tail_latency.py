@@ -9,7 +9,6 @@ on this machine class (p50 0.3 to 0.6 ms, p99 0.7 to 3 ms; ratios use the middle
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import subprocess
@@ -19,6 +18,10 @@ import time
 from pathlib import Path
 
 import trio
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _common import latency_options
 
 from trio_streams.file.follower import FileSource
 from trio_streams.file.writer import StreamWriter
@@ -72,16 +75,8 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--role", choices=("reader", "writer"))
-    parser.add_argument("args", nargs="*")
-    parser.add_argument("--repeats", type=int, default=3)
-    options = parser.parse_args()
-    if options.role == "reader":
-        trio.run(reader, options.args[0], int(options.args[1]))
-        return
-    if options.role == "writer":
-        trio.run(writer, options.args[0], int(options.args[1]), float(options.args[2]))
+    options = latency_options(__doc__, reader, writer)
+    if options is None:
         return
     print("pacing   messages   p50 ms (x aim, x Rust)        p99 ms (x aim, x Rust)      runs")
     with tempfile.TemporaryDirectory() as tmp:

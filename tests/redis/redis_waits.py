@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from trio_streams.redis.client import RedisClient
+from trio_streams.redis.client.subscriber import Gap, Message, Subscription
 
 
 async def blocked_clients(observer: RedisClient, command: str) -> list[str]:
@@ -50,3 +51,14 @@ async def wait_until_blocked(observer: RedisClient, command: str) -> None:
         return bool(await blocked_clients(observer, command))
 
     await eventually(some_blocked, what=f"a client blocked in {command}")
+
+
+async def read_until_message(
+    subscription: Subscription, items: list[Message | Gap], got_message: trio.Event
+) -> None:
+    """Collect what a subscription yields (gaps included) until its first message."""
+    async for item in subscription:
+        items.append(item)
+        if isinstance(item, Message):
+            got_message.set()
+            return

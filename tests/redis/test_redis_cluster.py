@@ -24,7 +24,7 @@ from trio_streams.redis.client.cluster import parse_cluster_shards, parse_cluste
 from trio_streams.redis.client.keys import KeyFinder, parse_command_table
 from trio_streams.testing.redis_servers import RedisClusterServers
 
-from .redis_waits import eventually
+from .redis_waits import eventually, read_until_message
 
 _prefixes = itertools.count()
 
@@ -328,15 +328,8 @@ async def test_shard_subscription_follows_its_slot_to_a_new_node(
         items: list[Message | Gap] = []
         got_message = trio.Event()
 
-        async def read() -> None:
-            async for item in subscription:
-                items.append(item)
-                if isinstance(item, Message):
-                    got_message.set()
-                    return
-
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(read)
+            nursery.start_soon(read_until_message, subscription, items, got_message)
             # The server drops shard subscriptions of a slot it hands over (sunsubscribe).
             await trio.to_thread.run_sync(redis_cluster.move_slot, slot, target)
 

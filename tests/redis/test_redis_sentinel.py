@@ -17,7 +17,7 @@ from trio_streams.redis.client import (
 from trio_streams.redis.client.sentinel import SentinelLocator
 from trio_streams.testing.redis_servers import RedisSentinelServers
 
-from .redis_waits import eventually
+from .redis_waits import eventually, read_until_message
 
 
 async def test_primary_is_discovered_by_service_name(redis_sentinel: RedisSentinelServers) -> None:
@@ -87,18 +87,11 @@ async def test_failover_is_followed_without_resending(
             items: list[Message | Gap] = []
             got_message = trio.Event()
 
-            async def read() -> None:
-                async for item in subscription:
-                    items.append(item)
-                    if isinstance(item, Message):
-                        got_message.set()
-                        return
-
             async def heard() -> bool:
                 return bool(await client.execute("PUBLISH", "events", "on-new-primary"))
 
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(read)
+                nursery.start_soon(read_until_message, subscription, items, got_message)
                 await eventually(heard, within=10, what="the subscription to resubscribe")
                 with trio.fail_after(5):
                     await got_message.wait()
