@@ -1,4 +1,9 @@
-"""Shared helpers of the stream-file benchmarks: medians of repeated runs, formatted rows."""
+"""Shared helpers of the stream-file benchmarks: medians of repeated runs, formatted rows.
+
+Every ratio a benchmark prints is against a peer it measured in the same run, on the same
+machine and the same data. Figures measured elsewhere (:data:`REFERENCE`) are printed as
+references, with their source and date, never divided by.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +11,21 @@ import argparse
 import statistics
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import trio
 
 MESSAGES = 1_000_000
 PAYLOAD = bytes(range(100))
+
+#: Where the reference figures come from. They were not measured by these scripts.
+REFERENCE_SOURCE = "upstream sea-streamer-file 1.0.0-rc.2, measured 2026-11 on this machine class"
+#: Reference figures (msgs/s; latency p50 in ms per writer pacing in ms), from REFERENCE_SOURCE:
+#: the Rust writer and reader (CRC checked), the high-level consumer replaying, the follower.
+REFERENCE_WRITER = 550_000
+REFERENCE_READER = 354_000
+REFERENCE_CONSUMER = 156_000
+REFERENCE_TAIL_P50_MS = {5.0: 0.16, 200.0: 0.36}
 
 
 def median_rate(run: Callable[[], int], repeats: int) -> tuple[float, list[float]]:
@@ -23,11 +38,17 @@ def median_rate(run: Callable[[], int], repeats: int) -> tuple[float, list[float
     return statistics.median(rates), rates
 
 
-def row(name: str, rate: float, *, peer: float, aim: float) -> str:
+def row(name: str, rate: float, *, peer: float, peer_name: str) -> str:
+    """A throughput and its ratio to ``peer``, a rate measured in the same run."""
     return (
-        f"{name:<34} {rate / 1000:8.1f}k msgs/s   x{rate / peer:5.2f} vs Rust peer "
-        f"({peer / 1000:.0f}k)   x{rate / aim:5.2f} vs aim ({aim / 1000:.0f}k)"
+        f"{name:<34} {rate / 1000:8.1f}k msgs/s   x{rate / peer:5.2f} vs {peer_name} "
+        f"({peer / 1000:.0f}k, same run)"
     )
+
+
+def reference(what: str, figure: str) -> str:
+    """A line stating a reference figure: what it is, the figure, where it comes from."""
+    return f"reference (not a peer; {REFERENCE_SOURCE}): {what} {figure}"
 
 
 def parse_args(description: str | None) -> argparse.Namespace:
@@ -42,13 +63,17 @@ def latency_options(
     description: str | None,
     reader: Callable[[str, int], Awaitable[None]],
     writer: Callable[[str, int, float], Awaitable[None]],
+    poller: Callable[[str, int], None] | None = None,
 ) -> argparse.Namespace | None:
-    """Parse a latency benchmark's options. Run as ``--role reader|writer`` (a subprocess the
-    benchmark started), play that role and return None; otherwise return the options."""
+    """Parse a latency benchmark's options. Run as ``--role reader|writer|poller`` (a subprocess
+    the benchmark started), play that role and return None; otherwise return the options.
+
+    ``--messages N`` caps the messages per pacing (for a short check run)."""
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--role", choices=("reader", "writer"))
+    parser.add_argument("--role", choices=("reader", "writer", "poller"))
     parser.add_argument("args", nargs="*")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--messages", type=int, default=None, help="cap per pacing")
     options = parser.parse_args()
     if options.role == "reader":
         trio.run(reader, options.args[0], int(options.args[1]))
@@ -56,4 +81,14 @@ def latency_options(
     if options.role == "writer":
         trio.run(writer, options.args[0], int(options.args[1]), float(options.args[2]))
         return None
+    if options.role == "poller":
+        assert poller is not None, "this benchmark has no poller role"
+        poller(options.args[0], int(options.args[1]))
+        return None
     return options
+
+
+def capped(options: Any, count: int) -> int:
+    """``count``, or fewer if the options cap the messages per pacing."""
+    cap: int | None = options.messages
+    return count if cap is None else min(cap, count)

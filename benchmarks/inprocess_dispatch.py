@@ -13,6 +13,7 @@ import statistics
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 
 import trio
 
@@ -109,7 +110,7 @@ def main() -> None:
     print(f"bare trio memory channel loop: {peer:>10,.0f} msgs/s (peer)")
     for kind, label in (("raw", "raw bytes"), ("json", "JSON -> dataclass")):
         for workers in (1, 8):
-            rate = median_rate(lambda k=kind, w=workers: framework(k, w, n), args.rounds)
+            rate = median_rate(partial(framework, kind, workers, n), args.rounds)
             print(
                 f"{label:<18} workers={workers}: {rate:>10,.0f} msgs/s  "
                 f"ratio to peer {rate / peer:.2f}"

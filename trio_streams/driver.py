@@ -79,6 +79,7 @@ class SubscriptionDriver:
         self._log = logger
         self._seek_send, self._seek_receive = trio.open_memory_channel[_SeekRequest](_SEEK_QUEUE)
         self._read_scope: trio.CancelScope | None = None
+        #: Shutdown began (``stop``) or the driver ended: every seek is refused from then on.
         self._stopped = False
         self.seeker = Seeker(self)
         #: Deliveries read but not yet in the channel (the test harness counts them as busy).
@@ -94,12 +95,15 @@ class SubscriptionDriver:
         if not isinstance(position, Position):
             raise TypeError(f"seek() takes a Position, not {type(position).__name__}")
         if self._stopped:
-            raise SeekRefused(f"subscription {self.label!r} has stopped; seek refused")
+            raise self._refusal()
         request = _SeekRequest(position)
         try:
             await self._seek_send.send(request)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
-            raise SeekRefused(f"subscription {self.label!r} has stopped; seek refused") from None
+            raise self._refusal() from None
+        if self.stopping:
+            # Shutdown began while this request waited for room in the queue.
+            request.answer(self._refusal())
         self._wake()
         await request.done.wait()
         if request.error is not None:
@@ -110,6 +114,24 @@ class SubscriptionDriver:
         if self._read_scope is not None:
             self._read_scope.cancel()
 
+    @property
+    def stopping(self) -> bool:
+        """Shutdown began or the driver ended: seeks are refused."""
+        return self._stopped
+
+    def stop(self) -> None:
+        """Shutdown began: refuse every seek from now on, and the ones still waiting.
+
+        A seek the driver is carrying out completes and is answered; nothing else moves the
+        reader after this, so a handler looping on ``seek`` cannot hold up the drain.
+        """
+        self._stopped = True
+        self._refuse_queued_seeks(self._refusal())
+        self._wake()
+
+    def _refusal(self) -> SeekRefused:
+        return SeekRefused(f"subscription {self.label!r} has stopped reading; seek refused")
+
     # ---- the driver task ---------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -119,7 +141,8 @@ class SubscriptionDriver:
         finally:
             self._stopped = True
             self.channel.close()
-            self._refuse_waiting_seeks()
+            self._refuse_queued_seeks(self._refusal())
+            self._seek_receive.close()
 
     async def _read_loop(self) -> None:
         source = self.source
@@ -163,21 +186,35 @@ class SubscriptionDriver:
                 self.holding = 0
 
     async def _serve_seeks(self) -> bool:
-        """Run every queued seek to completion. False if the subscription must end."""
+        """Run the seeks queued now to completion. False if the subscription must end.
+
+        Only the requests already queued are served: a handler that asks again as soon as it
+        hears back waits for the next round, so a stream of seeks cannot starve the reads or
+        keep a cancelled driver from stopping (the driver checks for cancellation in between).
+        """
         self.channel.clear_interrupt()
-        while True:
+        for _ in range(self._seek_receive.statistics().current_buffer_used):
             try:
                 request = self._seek_receive.receive_nowait()
             except trio.WouldBlock:
-                return True
+                break
+            if self._stopped:
+                request.answer(self._refusal())
+                continue
             with trio.CancelScope(shield=True):
                 try:
                     await self.source.seek(request.position)
                 except SeekRefused as refusal:
                     request.answer(refusal)
                     if self.source.live:
+                        # It ends here: what it had read at the old position is not delivered.
+                        purged = self.channel.advance_generation()
                         self._log.warning(
-                            "%s: seek refused, live subscription ends: %s", self.label, refusal
+                            "%s: seek refused, live subscription ends (%d queued deliveries "
+                            "dropped): %s",
+                            self.label,
+                            purged,
+                            refusal,
                         )
                         self.ended_by = refusal
                         return False
@@ -196,13 +233,13 @@ class SubscriptionDriver:
                 purged,
             )
             request.answer()
+        await trio.lowlevel.checkpoint_if_cancelled()
+        return True
 
-    def _refuse_waiting_seeks(self) -> None:
-        refusal = SeekRefused(f"subscription {self.label!r} has stopped; seek refused")
+    def _refuse_queued_seeks(self, refusal: SeekRefused) -> None:
         while True:
             try:
                 request = self._seek_receive.receive_nowait()
             except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                 break
             request.answer(refusal)
-        self._seek_receive.close()

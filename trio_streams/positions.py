@@ -2,7 +2,10 @@
 
 One type serves every seekable transport (stream files, in-process), so a handler written
 against a stream file seeks the same way when its app runs on in-process transports in tests.
-Values are validated when the position is built: an out-of-range value never reaches a client.
+Values are validated when the position is built, by the named constructors and by the raw
+``Position(kind, value, ...)`` constructor alike: an out-of-range value, a value of the wrong type
+or a kind that is not a :class:`PositionKind` raises :class:`InvalidPosition` there and never
+reaches a client or a subscription's driver.
 """
 
 from __future__ import annotations
@@ -13,10 +16,19 @@ from dataclasses import dataclass
 
 from .errors import ConfigurationError
 
-__all__ = ["MAX_SEQUENCE", "MAX_TIMESTAMP_MS", "InvalidPosition", "Position", "PositionKind"]
+__all__ = [
+    "MAX_SEQUENCE",
+    "MAX_SHARD",
+    "MAX_TIMESTAMP_MS",
+    "InvalidPosition",
+    "Position",
+    "PositionKind",
+]
 
 #: Sequence numbers are unsigned 64-bit on the wire.
 MAX_SEQUENCE = 2**64 - 1
+#: Shard ids are unsigned 64-bit on the wire.
+MAX_SHARD = 2**64 - 1
 #: The latest instant a stream file can hold: 9999-12-31T23:59:59.999Z, in milliseconds.
 MAX_TIMESTAMP_MS = 253_402_300_799_999
 
@@ -43,12 +55,40 @@ class Position:
     - ``Position.timestamp(ms)``: the first message strictly later than ``ms`` (Unix epoch ms).
 
     ``stream`` names the stream a sequence or timestamp refers to; it may be left out when the
-    subscription reads a single stream.
+    subscription reads a single stream. ``shard`` names the shard of that stream (stream files
+    written by sharded producers; every other stream has one shard): a position read off a
+    delivery from a shard other than 0 names it, so seeking to it redelivers that message. Left
+    out, a seek considers the stream's messages in every shard (exact when a stream lives in one
+    shard, as every writer's default does).
+
+    Every way of building a position validates it (see :class:`InvalidPosition`).
     """
 
     kind: PositionKind
     value: int | None = None
     stream: str | None = None
+    shard: int | None = None
+
+    def __post_init__(self) -> None:
+        kind = self.kind
+        if kind is PositionKind.SEQUENCE:
+            _checked_int("sequence", self.value, 0, MAX_SEQUENCE)
+        elif kind is PositionKind.TIMESTAMP:
+            _checked_int("timestamp", self.value, 0, MAX_TIMESTAMP_MS)
+        elif kind is PositionKind.BEGINNING or kind is PositionKind.END:
+            if self.value is not None or self.stream is not None or self.shard is not None:
+                raise InvalidPosition(
+                    f"a {kind.value} position takes no value, stream or shard "
+                    f"(got {self.value!r}, {self.stream!r}, {self.shard!r})"
+                )
+            return
+        else:
+            raise InvalidPosition(f"a position's kind is a PositionKind, not {kind!r}")
+        stream = self.stream
+        if stream is not None and (not isinstance(stream, str) or not stream):
+            raise InvalidPosition(f"a position's stream is a non-empty str, not {stream!r}")
+        if self.shard is not None:
+            _checked_int("shard", self.shard, 0, MAX_SHARD)
 
     @classmethod
     def beginning(cls) -> Position:
@@ -59,15 +99,13 @@ class Position:
         return _END
 
     @classmethod
-    def sequence(cls, n: int, *, stream: str | None = None) -> Position:
-        return cls(PositionKind.SEQUENCE, _checked_int("sequence", n, 0, MAX_SEQUENCE), stream)
+    def sequence(cls, n: int, *, stream: str | None = None, shard: int | None = None) -> Position:
+        return cls(PositionKind.SEQUENCE, n, stream, shard)
 
     @classmethod
-    def timestamp(cls, ms: int, *, stream: str | None = None) -> Position:
+    def timestamp(cls, ms: int, *, stream: str | None = None, shard: int | None = None) -> Position:
         """The first message strictly later than ``ms`` milliseconds since the Unix epoch."""
-        return cls(
-            PositionKind.TIMESTAMP, _checked_int("timestamp", ms, 0, MAX_TIMESTAMP_MS), stream
-        )
+        return cls(PositionKind.TIMESTAMP, ms, stream, shard)
 
     @classmethod
     def after(cls, instant: _dt.datetime, *, stream: str | None = None) -> Position:
@@ -86,16 +124,33 @@ class Position:
         """This position, bound to ``stream`` if it does not already name one."""
         if self.stream is not None or self.kind in (PositionKind.BEGINNING, PositionKind.END):
             return self
-        return Position(self.kind, self.value, stream)
+        return Position(self.kind, self.value, stream, self.shard)
 
     def __repr__(self) -> str:
         if self.kind in (PositionKind.BEGINNING, PositionKind.END):
             return f"Position.{self.kind.value}()"
         where = f", stream={self.stream!r}" if self.stream is not None else ""
+        if self.shard is not None:
+            where += f", shard={self.shard}"
         return f"Position.{self.kind.value}({self.value}{where})"
 
 
-def _checked_int(what: str, value: int, low: int, high: int) -> int:
+_new = object.__new__
+_set = object.__setattr__
+
+
+def delivered_position(seq: int, stream: str, shard: int | None = None) -> Position:
+    """The position of a message a transport read: built without re-validating values that
+    came from a checked frame or log entry (the hot path builds one per delivery)."""
+    position: Position = _new(Position)
+    _set(position, "kind", PositionKind.SEQUENCE)
+    _set(position, "value", seq)
+    _set(position, "stream", stream)
+    _set(position, "shard", shard)
+    return position
+
+
+def _checked_int(what: str, value: object, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidPosition(f"a {what} position takes an int, not {type(value).__name__}")
     if not low <= value <= high:

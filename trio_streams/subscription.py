@@ -203,6 +203,8 @@ class SubscriptionRunner:
         """Stop reading; what was read is still handled, then the subscription ends."""
         if self.state is SubscriptionState.RUNNING:
             self.state = SubscriptionState.DRAINING
+        if self.driver is not None:
+            self.driver.stop()  # seeks are refused from now on
         self._read_scope.cancel()
         # Delayed retries fire now, so a handler that overruns the drain cannot hold them
         # back until the timeout cancels them.

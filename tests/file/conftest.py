@@ -41,13 +41,26 @@ def as_tuple(row: dict[str, Any]) -> tuple[str, int, int, int, bytes]:
     return (row["stream_key"], row["shard"], row["seq"], row["timestamp_ms"], payload)
 
 
-def _interval(name: str) -> int:
-    return int(next(part for part in name.split("-") if part.isdigit()))
+def _interval(path: Path) -> int:
+    """The beacon interval in the header (a u32 after the magic, version, name and created-at)."""
+    head = path.read_bytes()[:128]
+    return int.from_bytes(head[12 + head[3] : 16 + head[3]], "big")
+
+
+def _ends_with_eos(path: Path) -> bool:
+    """Whether the file's last 56 bytes are the EOS frame (key, shard 0, seq 0, ts, "EOS")."""
+    tail = path.read_bytes()[-56:]
+    return tail[:22] == b"\x15SEA_STREAMER_INTERNAL" and tail[-6:] == b"EOS\xed\x7c\r"
 
 
 #: Vectors with an ndjson description (written by the Rust writer from it).
 DESCRIBED = [
-    Vector(p.stem, p.with_suffix(".ss"), _interval(p.stem), "noeos" not in p.stem)
+    Vector(
+        p.stem,
+        p.with_suffix(".ss"),
+        _interval(p.with_suffix(".ss")),
+        _ends_with_eos(p.with_suffix(".ss")),
+    )
     for p in sorted(VECTORS.glob("*.ndjson"))
 ]
 #: Every .ss vector, including the upstream samples without a description.

@@ -18,6 +18,7 @@ from .errors import (
     StreamFileNotFoundError,
     StreamFormatError,
     TruncatedError,
+    UnprovenTailError,
     WriterClosedError,
     WriterLockedError,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "StreamFormatError",
     "StreamWriter",
     "TruncatedError",
+    "UnprovenTailError",
     "WatchRegistry",
     "WriterClosedError",
     "WriterHandle",

@@ -30,7 +30,7 @@ from ..broker import Broker
 from ..delivery import Delivery, attempt_from_headers, retry_headers
 from ..errors import ConfigurationError
 from ..outcome import Outcome, OutcomeKind
-from ..positions import Position, PositionKind
+from ..positions import Position, PositionKind, delivered_position
 from ..transport import SeekRefused, Source, SubscriptionSource, Transport
 from .durable import (
     PERSIST_EVERY,
@@ -237,7 +237,7 @@ class FileSubscription(SubscriptionSource):
         self._watermark: Watermark | None = None
         self._saved_at = float("-inf")  # the first move is saved at once
         #: The stored message a resumed consumer skips (it settled before the restart).
-        self._skip: tuple[str, int] | None = None
+        self._skip: tuple[str, int, int] | None = None
         # Open now, not at the first read: a live subscription starts at the tip as it is when
         # the app starts, before anything is published.
         reader = FileReader(
@@ -292,7 +292,11 @@ class FileSubscription(SubscriptionSource):
             return
         assert stored.stream is not None and stored.sequence is not None
         try:
-            reader.seek(Position.sequence(stored.sequence, stream=stored.stream))
+            reader.seek(
+                Position.sequence(stored.sequence, stream=stored.stream),
+                key=stored.stream,
+                shard=stored.shard,
+            )
         except SeekError as exc:
             raise DurableStateError(
                 f"{self._label}: consumer {store.name!r} stopped after sequence "
@@ -300,11 +304,11 @@ class FileSubscription(SubscriptionSource):
                 f"({_why(exc)}); remove {store.path} to start over",
                 path=self.path,
             ) from exc
-        self._skip = (stored.stream, stored.sequence)
+        self._skip = (stored.stream, stored.shard or 0, stored.sequence)
 
     def _start_at(self, reader: FileReader, position: Position) -> None:
         try:
-            reader.seek(position, key=self._seek_key(position))
+            reader.seek(position, key=self._seek_key(position), shard=position.shard)
         except SeekError as exc:
             raise SeekRefused(
                 f"{self._label}: start_at {position!r} refused in {self.path}: {_why(exc)}"
@@ -326,7 +330,7 @@ class FileSubscription(SubscriptionSource):
                 return ()
         if self._skip is not None:
             first = messages[0]
-            if (first.stream_key, first.seq) == self._skip:
+            if (first.stream_key, first.shard, first.seq) == self._skip:
                 messages = messages[1:]
             self._skip = None
         return self._deliveries(messages)
@@ -334,9 +338,10 @@ class FileSubscription(SubscriptionSource):
     def _deliveries(self, messages: list[Message]) -> list[Delivery]:
         deliveries: list[Delivery] = []
         append = deliveries.append
-        for key, _shard, seq, timestamp_ms, payload, _offset in messages:
-            # Built directly: the values come from a checked frame, no need to validate them.
-            position = Position(_SEQUENCE, seq, key)
+        for key, shard, seq, timestamp_ms, payload, _offset in messages:
+            # The values come from a checked frame, no need to validate them again. Shard 0 is
+            # left unnamed, so the position equals ``FilePosition.sequence(seq, stream=key)``.
+            position = delivered_position(seq, key, shard or None)
             if payload.startswith(PREFIXES):
                 payload, headers = open_envelope(payload)
                 attempt = attempt_from_headers(headers) if headers else 1
@@ -386,7 +391,7 @@ class FileSubscription(SubscriptionSource):
             raise SeekRefused(f"{self._label}: the subscription's reader is closed")
         key = self._seek_key(position)
         try:
-            await self._source.seek(position, key=key)
+            offset = await self._source.seek(position, key=key, shard=position.shard)
         except SeekError as exc:
             raise SeekRefused(
                 f"{self._label}: seek to {format_position(position)} in {self.path}"
@@ -396,7 +401,10 @@ class FileSubscription(SubscriptionSource):
         self._appended_from = None
         self._skip = None
         if self._watermark is not None:
-            self._watermark.restart()
+            # The stored position follows the seek at once: a restart resumes where the handler
+            # moved the reader (nothing after it skipped, nothing it skipped read again).
+            self._watermark.restart(StoredPosition.at_offset(offset))
+            self._save_now()
 
     def _seek_key(self, position: Position) -> str | None:
         if position.kind is PositionKind.BEGINNING or position.kind is PositionKind.END:
@@ -430,14 +438,19 @@ class FileSubscription(SubscriptionSource):
 
     def _save_if_due(self) -> None:
         watermark = self._watermark
-        assert watermark is not None and self._store is not None
-        now = trio.current_time()
+        assert watermark is not None
         if watermark.moved >= PERSIST_EVERY or (
-            watermark.moved and now - self._saved_at >= self._transport.durable_interval
+            watermark.moved
+            and trio.current_time() - self._saved_at >= self._transport.durable_interval
         ):
-            self._store.save(watermark.committed)
-            watermark.moved = 0
-            self._saved_at = now
+            self._save_now()
+
+    def _save_now(self) -> None:
+        watermark = self._watermark
+        assert watermark is not None and self._store is not None
+        self._store.save(watermark.committed)
+        watermark.moved = 0
+        self._saved_at = trio.current_time()
 
     # ---- closing -----------------------------------------------------------------------------
 

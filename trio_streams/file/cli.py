@@ -1,8 +1,10 @@
-"""``trio-streams file decode|tail|stat|write``: look into stream files and make fixtures.
+"""``trio-streams file decode|tail|stat|write|repair``: look into, make and mend stream files.
 
-``decode --format ndjson`` prints, and ``write`` reads, one message a line as
-``{"stream_key", "shard", "seq", "timestamp_ms", "payload", "encoding"}`` with ``encoding``
-``utf8`` (the payload is the text) or ``base64``, so the two round-trip byte for byte.
+``decode --format ndjson`` prints, and ``write`` reads, first the file's header as
+``{"file_header": {"file_name", "created_at_ms", "beacon_interval"}}``, then one message a line
+as ``{"stream_key", "shard", "seq", "timestamp_ms", "payload", "encoding"}`` with ``encoding``
+``utf8`` (the payload is the text) or ``base64``. Every message is printed, internal ones and the
+end-of-stream message decoding stops at included, so the two round-trip byte for byte.
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ from __future__ import annotations
 import argparse
 import base64
 import binascii
+import itertools
 import json
+import os
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -22,11 +26,13 @@ import trio
 from ..errors import TrioStreamsError
 from ..positions import Position, PositionKind
 from .envelope import open_envelope
+from .errors import StreamFileNotFoundError
 from .follower import FileSource
-from .format import DEFAULT_BEACON_INTERVAL, HEADER_SIZE, Message
+from .format import DEFAULT_BEACON_INTERVAL, HEADER_SIZE, INTERNAL_KEY, Header, Message
 from .positions import format_position, parse_position
 from .reader import FileReader
-from .writer import StreamWriter
+from .repair import RepairPlan, apply_repair, plan_repair
+from .writer import StreamWriter, lock_for_writing
 
 #: Files at least this large show a progress bar on ``stat`` (when stderr is a terminal).
 _PROGRESS_FROM_BYTES = 32 << 20
@@ -46,6 +52,27 @@ def message_to_json(message: Message) -> dict[str, Any]:
         "payload": payload,
         "encoding": encoding,
     }
+
+
+def header_to_json(header: Header) -> dict[str, Any]:
+    """The first ndjson line of ``decode``: what ``write`` needs to recreate the header."""
+    return {
+        "file_header": {
+            "file_name": header.file_name,
+            "created_at_ms": header.created_at_ms,
+            "beacon_interval": header.beacon_interval,
+        }
+    }
+
+
+def header_from_json(row: dict[str, Any]) -> Header:
+    """The header described by a ``{"file_header": ...}`` line."""
+    fields = row["file_header"]
+    if not isinstance(fields, dict):
+        raise TypeError("file_header must be an object")
+    return Header(
+        str(fields["file_name"]), int(fields["created_at_ms"]), int(fields["beacon_interval"])
+    )
 
 
 def payload_from_json(row: dict[str, Any]) -> bytes:
@@ -97,11 +124,18 @@ def _decode(args: argparse.Namespace) -> int:
     position = parse_position(args.start)
     key = _one_key(args.key, position)
     emit = _printer(args.format, sys.stdout)
-    with FileReader(args.file, keys=args.key) as reader:
+    # Internal messages are printed unless other keys were asked for; the end-of-stream message
+    # decoding stops at always is (the last line), so `decode | write` gives the file back.
+    internal = args.key is None or INTERNAL_KEY in args.key
+    with FileReader(args.file, keys=args.key, internal=internal) as reader:
+        if args.format == "ndjson" and args.header:
+            sys.stdout.write(json.dumps(header_to_json(reader.header)) + "\n")
         if position != Position.beginning():
             reader.seek(position, key=key)
         for message in reader:
             emit(message)
+        if reader.eos is not None:
+            emit(reader.eos)
     return 0
 
 
@@ -203,17 +237,43 @@ def _rows(lines: Iterable[str]) -> Iterable[tuple[int, dict[str, Any]]]:
     for number, line in enumerate(lines, 1):
         if line.strip():
             try:
-                yield number, json.loads(line)
+                row = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise SystemExit(f"error: line {number}: not JSON ({exc})") from None
+            if not isinstance(row, dict):
+                raise SystemExit(f"error: line {number}: not a JSON object")
+            yield number, row
 
 
 def _write(args: argparse.Namespace) -> int:
+    rows = iter(_rows(sys.stdin))
+    first = next(rows, None)
+    header: Header | None = None
+    if first is not None and "file_header" in first[1]:
+        try:
+            header = header_from_json(first[1])
+        except (KeyError, ValueError, TypeError) as exc:
+            raise SystemExit(f"error: line {first[0]}: bad file_header ({exc!r})") from None
+        first = None
+    # Options win over the header line, which wins over the defaults; all only matter when the
+    # file is created (an existing file keeps its header).
+    interval: int | None = args.beacon_interval
+    created_at_ms: int | None = args.created_at_ms
+    file_name: str | None = args.file_name
+    if header is not None:
+        interval = header.beacon_interval if interval is None else interval
+        created_at_ms = header.created_at_ms if created_at_ms is None else created_at_ms
+        file_name = header.file_name if file_name is None else file_name
     writer = StreamWriter(
-        args.file, beacon_interval=args.beacon_interval, created_at_ms=args.created_at_ms
+        args.file,
+        beacon_interval=DEFAULT_BEACON_INTERVAL if interval is None else interval,
+        created_at_ms=created_at_ms,
+        file_name=file_name,
     )
     try:
-        for number, row in _rows(sys.stdin):
+        for number, row in itertools.chain([first] if first else [], rows):
+            if "file_header" in row:
+                raise SystemExit(f"error: line {number}: a file_header line must come first")
             try:
                 payload = payload_from_json(row)
                 writer.write_message(
@@ -232,6 +292,62 @@ def _write(args: argparse.Namespace) -> int:
     return 0
 
 
+def _describe(plan: RepairPlan, out: TextIO) -> None:
+    if plan.offset is None:
+        out.write(
+            f"{plan.path}: all {plan.size} bytes decode ({plan.messages} messages); "
+            "nothing to repair\n"
+        )
+        return
+    out.write(
+        f"{plan.path}: {plan.size} bytes; everything before byte {plan.offset} decodes "
+        f"({plan.messages} messages)\n"
+        f"from byte {plan.offset}: {plan.reason}\n"
+        f"repair moves the {plan.tail_bytes} bytes from byte {plan.offset} to the end into "
+        f"{plan.side_file} (a new file), then truncates {plan.path} to {plan.offset} bytes; "
+        f"{plan.messages} messages stay\n"
+    )
+
+
+def _confirmed(out: TextIO) -> bool:
+    out.write("move them? [y/N] ")
+    out.flush()
+    answer = sys.stdin.readline() if sys.stdin is not None else ""
+    if sys.stdin is None or not sys.stdin.isatty():
+        out.write("\n")  # the answer was not echoed
+    return answer.strip().lower() in ("y", "yes")
+
+
+def _repair(args: argparse.Namespace) -> int:
+    out = sys.stdout
+    if args.dry_run:
+        plan = plan_repair(args.file)
+        _describe(plan, out)
+        if plan.offset is not None:
+            out.write("dry run: nothing changed\n")
+        return 0
+    try:
+        fd = os.open(args.file, os.O_RDWR | os.O_CLOEXEC)
+    except OSError as exc:
+        raise StreamFileNotFoundError(f"cannot open: {exc.strerror}", path=args.file) from exc
+    try:
+        lock_for_writing(fd, args.file)  # no writer may append while the tail is moved
+        plan = plan_repair(args.file, fd)
+        _describe(plan, out)
+        if plan.offset is None:
+            return 0
+        if not args.yes and not _confirmed(out):
+            out.write("refused: nothing changed\n")
+            return 1
+        side = apply_repair(plan, fd)
+    finally:
+        os.close(fd)
+    out.write(
+        f"moved {plan.tail_bytes} bytes to {side}; {plan.path} now ends at byte {plan.offset}\n"
+    )
+    return 0
+
+
 def _guarded(handler: Any) -> Any:
     def run(args: argparse.Namespace) -> int:
         try:
@@ -239,6 +355,8 @@ def _guarded(handler: Any) -> Any:
         except TrioStreamsError as exc:
             sys.stdout.flush()
             sys.stderr.write(f"error: {exc}\n")
+            for note in getattr(exc, "__notes__", ()):
+                sys.stderr.write(f"  {note}\n")
             return 1
         except ValueError as exc:
             sys.stderr.write(f"error: {exc}\n")
@@ -263,6 +381,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
             "frames as stored, one JSON object a line, the input format of `write`",
         )
         p.add_argument("--key", action="append", help="only this stream key (repeatable)")
+        if name == "decode":
+            p.add_argument(
+                "--no-header",
+                dest="header",
+                action="store_false",
+                help="ndjson: leave out the first line, the file header",
+            )
         p.add_argument(
             "--from",
             dest="start",
@@ -287,12 +412,29 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     write.add_argument(
         "--beacon-interval",
         type=int,
-        default=DEFAULT_BEACON_INTERVAL,
-        help=f"bytes between beacons for a new file (default {DEFAULT_BEACON_INTERVAL})",
+        default=None,
+        help="bytes between beacons for a new file (default: the file_header line's, else "
+        f"{DEFAULT_BEACON_INTERVAL})",
     )
     write.add_argument(
-        "--created-at-ms", type=int, default=None, help="the header's creation time (default now)"
+        "--created-at-ms",
+        type=int,
+        default=None,
+        help="the header's creation time (default: the file_header line's, else now)",
+    )
+    write.add_argument(
+        "--file-name",
+        default=None,
+        help="the header's file name (default: the file_header line's, else the file's name)",
     )
     write.add_argument("--eos", action="store_true", help="end with an end-of-stream message")
     write.add_argument("--eos-timestamp-ms", type=int, default=None)
     write.set_defaults(handler=_guarded(_write))
+    repair = sub.add_parser(
+        "repair",
+        help="move the part of a file that does not decode into a side file, then truncate",
+    )
+    repair.add_argument("file", help="the stream file (.ss)")
+    repair.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    repair.add_argument("--dry-run", action="store_true", help="only say what would be done")
+    repair.set_defaults(handler=_guarded(_repair))

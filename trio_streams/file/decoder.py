@@ -35,11 +35,14 @@ from .format import (
     key_is_valid,
 )
 
-#: What to do on reaching an end-of-stream message:
+#: What to do on reaching an end-of-stream message. An EOS that stays in the file ends the stream
+#: for every reader (as upstream's readers do); the policies differ only at the tip:
 #: ``stop`` — consume it, remember it in :attr:`FrameDecoder.eos` and decode nothing more (replay);
-#: ``hold`` — if it is the last thing in the file, stop *before* it and remember it, so a writer
-#: that reopens the file and overwrites it is read correctly; an EOS followed by more frames
-#: (left by older writers) is skipped (live);
+#: ``hold`` — stop *before* it and remember it in :attr:`FrameDecoder.held_eos` without consuming
+#: it: the bytes held may predate a writer that reopened the file and overwrote it. The caller
+#: looks at the file again (see :meth:`FileReader.read_messages`): if the EOS is still there with
+#: more written after it, it stays and ends the stream (:meth:`FrameDecoder.end_at_held_eos`);
+#: if it was overwritten, reading goes on with what replaced it (live);
 #: ``include`` — treat it as an ordinary message of the internal key (scans).
 EosPolicy = Literal["stop", "hold", "include"]
 
@@ -88,8 +91,13 @@ class FrameDecoder:
         self._key_info: dict[bytes, tuple[str, bool, bool]] = {}
         #: The last beacon stepped over: (index = offset // interval, beacon).
         self.last_beacon: tuple[int, Beacon] | None = None
-        #: The end-of-stream message reached (``stop``) or waiting at the tip (``hold``).
+        #: The end-of-stream message that ended the stream (consumed; nothing more is decoded).
         self.eos: Message | None = None
+        #: ``hold``: the end-of-stream message decoding stopped before (not consumed).
+        self.held_eos: Message | None = None
+        #: The file bytes of :attr:`held_eos` as they were fed (beacons they span included).
+        self.held_eos_bytes = b""
+        self._held_next = (0, 0, 0)
 
     # -- feeding ---------------------------------------------------------------------------------
 
@@ -121,12 +129,18 @@ class FrameDecoder:
         """
         self._buf = b""
         self._pos = 0
-        if self._on_eos == "hold":
-            self.eos = None
+        self.held_eos = None
+        self.held_eos_bytes = b""
+
+    def end_at_held_eos(self) -> None:
+        """The held end-of-stream message stays in the file: consume it; the stream ended."""
+        assert self.held_eos is not None
+        self.eos, self.held_eos, self.held_eos_bytes = self.held_eos, None, b""
+        self._commit(*self._held_next)
 
     def check_finished(self) -> None:
         """Declare that no more bytes will come; raise :class:`TruncatedError` if one was cut."""
-        if self.pending and self.eos is None:
+        if self.pending and self.eos is None and self.held_eos is None:
             what = "beacon" if self.offset == self._next_beacon else "frame"
             raise TruncatedError(
                 f"file ends {self.pending} bytes into a {what}", path=self.path, offset=self.offset
@@ -147,8 +161,8 @@ class FrameDecoder:
 
     @property
     def stopped(self) -> bool:
-        """Whether the decoder stopped at an end-of-stream message."""
-        return self.eos is not None and self._on_eos == "stop"
+        """Whether the decoder stopped at an end-of-stream message that ended the stream."""
+        return self.eos is not None
 
     # -- decoding --------------------------------------------------------------------------------
 
@@ -161,6 +175,7 @@ class FrameDecoder:
         out: list[Message] = []
         if self.eos is not None:
             return out
+        self.held_eos = None  # met again below if still there
         buf = self._buf
         p = self._pos
         off = self.offset
@@ -239,12 +254,15 @@ class FrameDecoder:
                     )
                 if info[2] and payload == EOS_PAYLOAD and self._on_eos != "include":
                     eos = _new_message(Message, (info[0], shard, seq, ts, payload, off))
-                    if self._on_eos == "stop" or not self._more_after(buf, np, noff, nnb):
+                    if self._on_eos == "hold":
+                        self.held_eos = eos
+                        self.held_eos_bytes = buf[p:np]
+                        self._held_next = (np, noff, nnb)
+                    else:
                         self.eos = eos
-                        if self._on_eos == "stop":
-                            p, off, nb = np, noff, nnb
-                        break
-                elif info[1]:
+                        p, off, nb = np, noff, nnb
+                    break
+                if info[1]:
                     append(_new_message(Message, (info[0], shard, seq, ts, payload, off)))
                 if last_beacon is not None:
                     self.last_beacon = last_beacon
@@ -303,12 +321,3 @@ class FrameDecoder:
             off += take
             n -= take
         return b"".join(parts), p, off, nb, last
-
-    def _more_after(self, buf: bytes, p: int, off: int, nb: int) -> bool:
-        """Whether frame bytes follow position ``p`` in the buffer (past a beacon due there)."""
-        if off == nb:
-            parsed = decode_beacon(buf, p, off, self.path)
-            if parsed is None:
-                return False
-            p += parsed[1]
-        return p < len(buf)

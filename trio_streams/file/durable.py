@@ -24,6 +24,12 @@ Resuming seeks to the stored message (``Position.sequence(seq, stream=key)`` is 
 skips it, so every message after it in the file is read, of every key the subscription reads.
 Before anything has settled, the store holds the byte offset where the consumer first started
 (the tip, for a live consumer), so messages written while it was down are not skipped either.
+
+**A seek moves the stored position with it**, at once: the store then holds the byte offset the
+seek landed on, until a message read there settles. A restart resumes where the handler moved
+the reader — nothing after that skipped, nothing the handler skipped past read again — and the
+settles of deliveries read before the seek (the seeking delivery's own included) no longer move
+it back.
 """
 
 from __future__ import annotations
@@ -87,17 +93,19 @@ def store_directory(stream_path: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class StoredPosition:
-    """Where a consumer resumes: right after message ``sequence`` of ``stream`` (the last of the
-    settled run), or, before it has settled anything, at byte ``offset`` (where it first started).
+    """Where a consumer resumes: right after message ``sequence`` of ``stream`` (and ``shard``,
+    when not 0; the last of the settled run), or at byte ``offset``: where it first started,
+    before it has settled anything, or where a seek moved it, before it settled anything there.
     """
 
     stream: str | None = None
     sequence: int | None = None
     offset: int | None = None
+    shard: int | None = None
 
     @classmethod
-    def after(cls, stream: str, sequence: int) -> StoredPosition:
-        return cls(stream, sequence)
+    def after(cls, stream: str, sequence: int, shard: int | None = None) -> StoredPosition:
+        return cls(stream, sequence, shard=shard or None)
 
     @classmethod
     def at_offset(cls, offset: int) -> StoredPosition:
@@ -150,12 +158,15 @@ class DurableStore:
                 raise ValueError(f"not a format {_FORMAT} consumer state")
             created = state["file_created_at_ms"]
             stream, sequence, offset = state["stream"], state["sequence"], state["offset"]
+            shard = state.get("shard")
+            if shard is not None and not (_is_int(shard) and shard >= 0):
+                raise ValueError("shard is not a non-negative integer")
             if not _is_int(created):
                 raise ValueError("file_created_at_ms is not an integer")
             if stream is None and sequence is None and _is_int(offset) and offset >= HEADER_SIZE:
                 position = StoredPosition.at_offset(offset)
             elif isinstance(stream, str) and _is_int(sequence) and sequence >= 0 and offset is None:
-                position = StoredPosition.after(stream, sequence)
+                position = StoredPosition.after(stream, sequence, shard)
             else:
                 raise ValueError("neither a stream and sequence number nor a file offset")
         except (ValueError, KeyError, TypeError) as exc:
@@ -183,6 +194,8 @@ class DurableStore:
             "sequence": position.sequence,
             "offset": position.offset,
         }
+        if position.shard is not None:
+            state["shard"] = position.shard
         data = json.dumps(state).encode() + b"\n"
         try:
             fd = os.open(self._temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
@@ -255,13 +268,17 @@ class Watermark:
             self.moved += 1
         position = last.position
         assert position is not None and position.value is not None
-        self.committed = StoredPosition.after(last.stream, position.value)
+        self.committed = StoredPosition.after(last.stream, position.value, position.shard)
         return True
 
-    def restart(self) -> None:
+    def restart(self, committed: StoredPosition) -> None:
+        """A seek moved the reader: resume at ``committed`` (where it landed), and forget the
+        deliveries read before it, whose settles no longer move anything."""
         self._base += len(self._read)
         self._read.clear()
         self._done.clear()
+        self.committed = committed
+        self.moved += 1
 
     @property
     def in_flight(self) -> int:

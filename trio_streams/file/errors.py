@@ -69,6 +69,22 @@ class TruncatedError(StreamFormatError):
     """A finished file ends in the middle of a header, frame or beacon."""
 
 
+class UnprovenTailError(StreamFormatError):
+    """The end of a file does not decode, and is not provably a write cut short by a crash.
+
+    A writer reopening the file refuses to truncate such a tail (it may hold messages behind a
+    damaged length field) and leaves the file unchanged; ``offset`` is where the undecodable
+    bytes start and :attr:`why` says what keeps them from being a cut. ``trio-streams file
+    repair`` moves them to a side file.
+    """
+
+    def __init__(
+        self, message: str, *, why: str = "", path: str | None = None, offset: int | None = None
+    ):
+        self.why = why
+        super().__init__(message, path=path, offset=offset)
+
+
 class FileRemovedError(StreamFileError):
     """The file was removed from disk while it was being followed or written."""
 

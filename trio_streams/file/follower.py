@@ -45,11 +45,17 @@ MAX_BACKOFF_MS = 1024
 class FileSource(AsyncClosing):
     """Messages of one stream file, read in batches; see the module docstring for the loop.
 
-    ``live``: starts after the last complete message and follows the file as it grows; a
-    trailing end-of-stream message is held, not delivered, so a writer that reopens the file
-    (overwriting it) is followed seamlessly. ``replay``: starts at the first message and ends
-    after the last one, or at an end-of-stream message; a frame cut by the end of the file is a
+    ``live``: starts after the last complete message and follows the file as it grows. An
+    end-of-stream message at the tip is waited at, not delivered: a writer that reopens the file
+    overwrites it, and the source goes on with what replaced it. An end-of-stream message that
+    stays in the file (something was written after it) ends the stream, as it ends a replay and
+    ``file decode``. ``replay``: starts at the first message and ends after the last one, or at
+    an end-of-stream message; a frame cut by the end of the file is a
     :class:`~trio_streams.file.errors.TruncatedError`.
+
+    Waiting at the tip (after the last message, before a trailing end-of-stream message or a
+    frame still being written) never spins: :meth:`read_available` reports the end of what the
+    file holds and :meth:`wait` sleeps until the file changes or the polling timeout expires.
     """
 
     def __init__(self, reader: FileReader, mode: Mode, watch: FileWatch, registry: WatchRegistry):
@@ -104,7 +110,8 @@ class FileSource(AsyncClosing):
 
     @property
     def ended(self) -> bool:
-        """Replay only: every message has been returned (end of file or end-of-stream)."""
+        """Every message has been returned: a replay reached the end of the file or an
+        end-of-stream message; a live source reached an end-of-stream message that stays."""
         return self._ended
 
     @property
@@ -132,7 +139,9 @@ class FileSource(AsyncClosing):
         batch = reader.read_messages(max_n)
         if batch:
             self._backoff_ms = MIN_BACKOFF_MS
-        elif self.mode == "replay":
+        elif self.mode == "live":
+            self._ended = reader.eos is not None
+        else:
             if reader.eos is None and reader.decoder.pending:
                 # The last frame may have been completed since it was read: look once more.
                 batch = reader.read_messages(max_n)
@@ -163,7 +172,9 @@ class FileSource(AsyncClosing):
 
     # -- moving ----------------------------------------------------------------------------------
 
-    async def seek(self, position: Position, *, key: str | None = None, shard: int = 0) -> int:
+    async def seek(
+        self, position: Position, *, key: str | None = None, shard: int | None = None
+    ) -> int:
         """Move to ``position`` and return the offset of the next message read.
 
         Runs to completion in short synchronous steps separated by checkpoints, so it can run in

@@ -30,10 +30,12 @@ from .errors import (
 )
 from .format import (
     HEADER_SIZE,
+    MAX_U64,
     Header,
     Message,
     decode_beacon,
     decode_header,
+    markers_per_beacon,
     max_markers,
 )
 from .survey import Survey, target_value
@@ -41,6 +43,11 @@ from .survey import Survey, target_value
 #: Bytes read from the file per call: large enough to amortise the syscall, small enough to keep
 #: a read (and so the time between two checkpoints of an async caller) short.
 READ_CHUNK = 256 * 1024
+#: Bytes a seek reads first after the bracketing beacon (at least two pages are read).
+_FIRST_SCAN_CHUNK = 16 * 1024
+#: Bytes a seek reads of a beacon first: room for the markers of a dozen short keys. A beacon
+#: that needs more is read again in full (at most :func:`max_beacon_bytes`).
+_FIRST_BEACON_BYTES = 512
 #: Beacon probes between two yields of a seek.
 _PROBES_PER_STEP = 32
 
@@ -112,7 +119,12 @@ class FileReader:
 
     @property
     def eos(self) -> Message | None:
-        """The end-of-stream message this reader stopped at (or holds at the tip), if any."""
+        """The end-of-stream message that ended this reader's stream, if it reached one.
+
+        A live reader (``on_eos="hold"``) parked before an EOS at the tip has not reached it: a
+        writer reopening the file overwrites it. Only an EOS with more written after it, which
+        stays in the file, ends a live reader's stream.
+        """
         return self._decoder.eos
 
     @property
@@ -124,6 +136,12 @@ class FileReader:
 
         Returns fewer (maybe none) at the end of what the file holds now. A corrupt frame raises
         its typed error, after the messages before it have been returned.
+
+        A live reader that meets an end-of-stream message looks at the file again from it,
+        because the bytes it holds may predate a writer that reopened the file and overwrote it:
+        still there with more written after it, the message stays and ends the stream; still
+        there and last, the reader is at the tip (it reports the end of the file and reads it
+        again once the file changes); gone, the reader reads on with what replaced it.
         """
         decoder = self._decoder
         out = decoder.next_messages(max_n)
@@ -131,6 +149,15 @@ class FileReader:
             return out
         try:
             while len(out) < max_n and decoder.eos is None:
+                if decoder.held_eos is not None:
+                    state = self._held_eos_state()
+                    if state == "stays":
+                        decoder.end_at_held_eos()
+                        break
+                    decoder.discard_pending()  # read again from where the EOS is (or was)
+                    if state == "tip":
+                        self.at_eof = True
+                        break
                 at = decoder.fed_end
                 data = os.pread(self._fd, READ_CHUNK, at)
                 if not data:
@@ -146,9 +173,29 @@ class FileReader:
                 raise
             return out
         if self._live and len(out) < max_n and decoder.pending:
-            # Bytes of a frame still being written, or an EOS a reopening writer will overwrite.
+            # Bytes of a frame still being written: read them again, from the file, once it
+            # changes (a writer that finishes or, after a crash, rewrites the frame may change
+            # them). Until then the reader is at the end of what the file holds, so its
+            # follower waits instead of reading them again.
             decoder.discard_pending()
+            self.at_eof = True
         return out
+
+    def _held_eos_state(self) -> str:
+        """Where the end-of-stream message the decoder holds stands in the file now: ``stays``
+        (unchanged, more written after it), ``tip`` (unchanged and last) or ``gone``."""
+        decoder = self._decoder
+        held = decoder.held_eos
+        assert held is not None
+        expected = decoder.held_eos_bytes
+        # One read covers the message and what follows it, so it sees the file of one moment: a
+        # writer overwriting it truncates to its offset before writing there.
+        now = os.pread(self._fd, len(expected) + 1, held.offset)
+        if now[: len(expected)] != expected:
+            return "gone"
+        end = held.offset + len(expected)
+        self.known_size = max(self.known_size, end)
+        return "stays" if len(now) > len(expected) else "tip"
 
     def check_finished(self) -> None:
         """For a finished file: raise :class:`TruncatedError` if the last frame is cut short."""
@@ -186,22 +233,29 @@ class FileReader:
 
     # -- moving ----------------------------------------------------------------------------------
 
-    def seek(self, position: Position, *, key: str | None = None, shard: int = 0) -> int:
+    def seek(self, position: Position, *, key: str | None = None, shard: int | None = None) -> int:
         """Move to ``position`` (see :meth:`seek_steps`) and return the offset landed on."""
         return run_steps(self.seek_steps(position, key=key, shard=shard))
 
     def seek_steps(
-        self, position: Position, *, key: str | None = None, shard: int = 0
+        self, position: Position, *, key: str | None = None, shard: int | None = None
     ) -> SeekSteps:
         """Move to ``position`` in bounded steps; the generator returns the new offset.
 
         Beginning and end move straight there. A sequence number lands on the first message of
-        the stream (``key``, ``shard``) with seq ≥ n, a timestamp on the first one strictly
-        later, found by surveying beacons, rewinding to the bracketing beacon and reading forward
-        through messages of that stream only. A sequence number one past the stream's last lands
-        at the end, where that message will be written. Anything past the end raises
-        :class:`SeekOutOfRangeError`, and the reader is exactly where it was: the new position is
-        only committed when the seek succeeds.
+        stream ``key``, in file order, with seq ≥ n, a timestamp on the first one strictly later;
+        ``shard`` None means a message in any shard of the key, an int exactly that shard. The
+        message is found by surveying beacons (see :mod:`~trio_streams.file.survey`, which also
+        says when "any shard" is exact), rewinding to the bracketing beacon and reading forward
+        through messages of that stream only; at an interval too small for any marker there is
+        nothing to survey and the reading starts at the first message.
+
+        A sequence number up to one past the stream's last (the next the file will write; a
+        stream without messages has last 0, so 0 and 1) lands at the end when no message at or
+        after it exists. Anything further raises :class:`SeekOutOfRangeError`, which states the
+        stream's real last sequence number or that it has no messages in this file, and the
+        reader is exactly where it was: the new position is only committed when the seek
+        succeeds.
         """
         if position.kind is PositionKind.BEGINNING:
             self._commit(HEADER_SIZE)
@@ -211,61 +265,102 @@ class FileReader:
             self._commit(tip)
             return tip
         key = self._seek_key(key, position)
+        if shard is not None and not 0 <= shard <= MAX_U64:
+            raise SeekError(f"shard {shard} is outside 0..2**64-1", path=self.path)
         target = target_value(position)
+        by_seq = position.kind is PositionKind.SEQUENCE
         size = self.file_size()
         interval = self.beacon_interval
-        survey = Survey(position, key, shard, size // interval)
-        beacon_bytes = max_beacon_bytes(interval)
-        probes = 0
-        while (index := survey.next_probe()) is not None:
-            data = os.pread(self._fd, beacon_bytes, index * interval)
-            parsed = decode_beacon(data, 0, index * interval, self.path)
-            survey.observe(index, None if parsed is None else parsed[0])
-            probes += 1
-            if probes % _PROBES_PER_STEP == 0:
-                yield
-        start = self._align(survey.left * interval if survey.left else HEADER_SIZE, size)
-        last_seq = survey.left_marker[0] if survey.left_marker else 0
+        left = 0
+        # Highest seq of the stream seen so far (None: no message of it seen).
+        last_seq: int | None = None
+        # Below 571 bytes writers put no marker in beacons: there is nothing to survey (reading
+        # them would cost a probe per beacon and rule nothing out).
+        if markers_per_beacon(interval):
+            survey = Survey(position, key, shard, size // interval)
+            beacon_bytes = max_beacon_bytes(interval)
+            first_bytes = min(beacon_bytes, _FIRST_BEACON_BYTES)
+            while (index := survey.next_probe()) is not None:
+                at = index * interval
+                data = os.pread(self._fd, first_bytes, at)
+                parsed = decode_beacon(data, 0, at, self.path)
+                if parsed is None and len(data) == first_bytes < beacon_bytes:
+                    data = os.pread(self._fd, beacon_bytes, at)  # many markers, or long keys
+                    parsed = decode_beacon(data, 0, at, self.path)
+                survey.observe(index, None if parsed is None else parsed[0])
+                if survey.probes % _PROBES_PER_STEP == 0:
+                    yield
+            left = survey.left
+            if survey.left_marker is not None:
+                last_seq = survey.left_marker[0]
+        start = self._align(left * interval if left else HEADER_SIZE, size)
+        other_shards: set[int] = set()
         if start is not None:
-            scan = FrameDecoder(interval, start, keys=(key,), on_eos="stop", path=self.path)
+            # An end-of-stream message on the way does not stop the search: it ends a reader that
+            # reads through it, but a position after it is where the seek lands.
+            scan = FrameDecoder(interval, start, keys=(key,), on_eos="include", path=self.path)
             at = start
+            # The target is usually within a page of the bracketing beacon: read a little first,
+            # then more and more, so a seek decodes about a page, a scan whole chunks.
+            chunk = min(READ_CHUNK, max(_FIRST_SCAN_CHUNK, 2 * interval))
             while True:
-                batch = scan.next_messages(4096)
+                batch = scan.next_messages(256)
                 for message in batch:
-                    if message.shard != shard:
+                    if shard is not None and message.shard != shard:
+                        other_shards.add(message.shard)
                         continue
-                    if position.kind is PositionKind.SEQUENCE:
-                        if message.seq >= target:
-                            self._commit(message.offset)
-                            return message.offset
-                        last_seq = max(last_seq, message.seq)
-                    elif message.timestamp_ms > target:
+                    if (message.seq >= target) if by_seq else (message.timestamp_ms > target):
                         self._commit(message.offset)
                         return message.offset
+                    if last_seq is None or message.seq > last_seq:
+                        last_seq = message.seq
                 if batch:
                     continue
                 if scan.eos is not None or at >= size:
                     break
-                data = os.pread(self._fd, min(READ_CHUNK, size - at), at)
+                data = os.pread(self._fd, min(chunk, size - at), at)
                 if not data:
                     break
                 scan.feed(data)
                 at += len(data)
+                chunk = min(READ_CHUNK, 2 * chunk)
                 yield
-        if position.kind is PositionKind.SEQUENCE and target == last_seq + 1:
+        if by_seq and target <= (last_seq or 0) + 1:
             tip = self._find_tip()
             self._commit(tip)
             return tip
-        self._refuse(position, key, shard, last_seq)
+        # With no message of (key, shard) no beacon is left of anything: the scan above read
+        # the whole file, so other_shards is every shard the key has.
+        self._refuse(position, key, shard, last_seq, other_shards)
 
-    def _refuse(self, position: Position, key: str, shard: int, last_seq: int) -> NoReturn:
-        what = (
-            f"sequence {position.value} is past the last sequence {last_seq} of stream {key!r}"
-            if position.kind is PositionKind.SEQUENCE
-            else f"no message of stream {key!r} is later than {position.value} ms"
-        )
-        if shard:
-            what += f" (shard {shard})"
+    def _refuse(
+        self,
+        position: Position,
+        key: str,
+        shard: int | None,
+        last_seq: int | None,
+        other_shards: Collection[int] = (),
+    ) -> NoReturn:
+        """Refuse a seek, saying what the file holds of the stream (``last_seq`` None: none)."""
+        stream = f"stream {key!r}" + ("" if shard is None else f" (shard {shard})")
+        if last_seq is not None:
+            what = (
+                f"sequence {position.value} is past the last sequence {last_seq} of {stream}"
+                if position.kind is PositionKind.SEQUENCE
+                else f"no message of {stream} is later than {position.value} ms"
+            )
+        else:
+            what = (
+                f"sequence {position.value} is past 1, the next sequence of {stream}, which has "
+                "no messages in this file"
+                if position.kind is PositionKind.SEQUENCE
+                else f"no message of {stream} is later than {position.value} ms: it has no "
+                "messages in this file"
+            )
+            if other_shards:
+                plural = "s" if len(other_shards) > 1 else ""
+                listed = ", ".join(str(s) for s in sorted(other_shards))
+                what += f" (stream {key!r} has messages only in shard{plural} {listed})"
         raise SeekOutOfRangeError(f"seek refused: {what}", path=self.path)
 
     def _seek_key(self, key: str | None, position: Position) -> str:
@@ -317,7 +412,9 @@ class FileReader:
         return offset
 
     def _find_tip(self) -> int:
-        """The offset after the last complete message (before a trailing EOS when holding)."""
+        """The offset after the last complete frame, or before it if that is an end-of-stream
+        message (a writer reopening the file overwrites it, and a reader starting there reads
+        what replaces it). An EOS earlier in the file does not stop the scan."""
         size = self.file_size()
         interval = self.beacon_interval
         index = size // interval
@@ -327,14 +424,18 @@ class FileReader:
                 break
             index -= 1
         start = HEADER_SIZE if start is None else start
-        scan = FrameDecoder(interval, start, keys=(), on_eos=self._on_eos, path=self.path)
+        scan = FrameDecoder(interval, start, internal=True, on_eos="include", path=self.path)
+        trailing_eos: int | None = None
         at = start
-        while at < size and scan.eos is None:
+        while at < size:
             data = os.pread(self._fd, min(READ_CHUNK, size - at), at)
             if not data:
                 break
             scan.feed(data)
             at += len(data)
-            scan.next_messages(1)
+            while batch := scan.next_messages(4096):
+                last = batch[-1]
+                trailing_eos = last.offset if last.is_eos else None
+        tip = scan.offset if trailing_eos is None else trailing_eos
         self.known_size = max(self.known_size, at)
-        return scan.offset
+        return tip

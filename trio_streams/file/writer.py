@@ -8,9 +8,13 @@ message as soon as it is flushed; only :meth:`StreamWriter.close` fsyncs.
 
 Reopening an existing file continues it correctly (this deliberately differs from upstream): the
 whole file is scanned once, so each stream's sequence numbers and the beacons' running checksums
-continue from their true values; the write position is after the last complete frame (a frame
-cut by a crash is truncated away); a trailing end-of-stream message is overwritten by the next
-write; the header is never rewritten.
+continue from their true values; the write position is after the last complete frame; a trailing
+end-of-stream message is overwritten by the next write; the header is never rewritten. A tail
+that does not decode is truncated away only when it is provably a write cut short by a crash
+(:func:`~trio_streams.file.repair.check_cut_tail`); otherwise, as for any corruption found by the
+scan, opening raises a typed :class:`~trio_streams.file.errors.StreamFormatError` naming the
+offset and leaves the file byte for byte as it was (``trio-streams file repair`` moves such a tail
+aside).
 
 Publishers of one path in one process share the writer through :class:`WriterRegistry`, which
 counts references and closes the file when the last :class:`WriterHandle` is closed.
@@ -27,7 +31,7 @@ from typing import Any
 import trio
 
 from ._closing import AsyncClosing
-from .decoder import FrameDecoder, first_beacon_at_or_after
+from .decoder import FrameDecoder
 from .encoder import FrameEncoder, StreamState
 from .errors import (
     FileRemovedError,
@@ -42,11 +46,11 @@ from .format import (
     HEADER_SIZE,
     Header,
     crc16,
-    decode_beacon,
     decode_header,
     encode_header,
 )
-from .reader import READ_CHUNK, max_beacon_bytes
+from .reader import READ_CHUNK
+from .repair import check_cut_tail, repair_hint
 
 #: Buffered bytes that trigger a write without an explicit flush (as upstream: 1 MiB).
 AUTO_FLUSH_BYTES = 1 << 20
@@ -55,6 +59,20 @@ AUTO_FLUSH_BYTES = 1 << 20
 def now_ms() -> int:
     """Wall-clock milliseconds since the Unix epoch: the timestamp unit of the format."""
     return time.time_ns() // 1_000_000
+
+
+def lock_for_writing(fd: int, path: str) -> None:
+    """Take the exclusive lock every writer of a stream file holds (dropped when ``fd`` closes).
+
+    Raises :class:`WriterLockedError` at once if another writer (or repair) holds it.
+    """
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise WriterLockedError(
+            "another writer (another process, or another open of this file) holds its lock",
+            path=path,
+        ) from None
 
 
 class StreamWriter:
@@ -102,13 +120,7 @@ class StreamWriter:
         self._encoder.beacon_now()
 
     def _lock(self) -> None:
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise WriterLockedError(
-                "another writer (another process, or another open of this file) holds its lock",
-                path=self.path,
-            ) from None
+        lock_for_writing(self._fd, self.path)
 
     def _reopen(self, size: int) -> FrameEncoder:
         """Scan the file to continue it: per-stream state, write position, trailing EOS."""
@@ -121,7 +133,11 @@ class StreamWriter:
         trailing_eos: tuple[int, StreamState | None] | None = None
         at = HEADER_SIZE
         while True:
-            batch = decoder.next_messages(4096)
+            try:
+                batch = decoder.next_messages(4096)
+            except StreamFormatError as exc:
+                exc.add_note(f"{self.path}: {repair_hint(self.path)}")
+                raise
             for message in batch:
                 state = states.get((message.stream_key, message.shard))
                 if message.is_eos:
@@ -146,10 +162,16 @@ class StreamWriter:
             decoder.feed(data)
         position = decoder.offset
         if size > position:
-            # A frame or beacon cut short by a crash: never leave it behind as garbage. But a
-            # corrupt size field also looks like a cut frame: truncate only when every beacon in
-            # the tail agrees with the length the frame declares.
-            self._check_cut_tail(position, size, decoder.pending_frame_size())
+            # The file ends inside a frame or beacon. Cut it away only if it provably holds no
+            # message (a write cut short by a crash): a damaged length field looks the same.
+            check_cut_tail(
+                self._read,
+                interval,
+                position,
+                size,
+                path=self.path,
+                streams={k: (s.seq, s.ts) for k, s in states.items()},
+            )
             os.ftruncate(self._fd, position)
         if trailing_eos is not None:
             position, before = trailing_eos
@@ -164,29 +186,8 @@ class StreamWriter:
         encoder.restore(list(states.values()))
         return encoder
 
-    def _check_cut_tail(self, start: int, size: int, declared: int | None) -> None:
-        interval = self.header.beacon_interval
-        boundary = first_beacon_at_or_after(start, interval)
-        written = 0  # frame bytes between start and the boundary being checked
-        at = start
-        while boundary < size:
-            written += boundary - at
-            parsed = decode_beacon(
-                os.pread(self._fd, max_beacon_bytes(interval), boundary), 0, boundary, self.path
-            )
-            if parsed is None:
-                return  # the cut falls inside this beacon
-            beacon, beacon_size = parsed
-            if declared is not None and beacon.remaining != declared - written:
-                raise StreamFormatError(
-                    f"frame at byte {start} declares {declared} bytes but the beacon at byte "
-                    f"{boundary} says {beacon.remaining} remain: corrupt, not cut; "
-                    "refusing to truncate it",
-                    path=self.path,
-                    offset=start,
-                )
-            at = boundary + beacon_size
-            boundary += interval
+    def _read(self, offset: int, n: int) -> bytes:
+        return os.pread(self._fd, n, offset)
 
     # -- writing ---------------------------------------------------------------------------------
 

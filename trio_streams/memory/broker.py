@@ -13,8 +13,8 @@ from ..broker import Broker
 from ..delivery import RETRY_COUNT_HEADER, Delivery, attempt_from_headers, retry_headers
 from ..errors import ConfigurationError, UnsupportedError
 from ..outcome import Outcome
-from ..positions import Position, PositionKind
-from ..transport import Source, SubscriptionSource, Transport
+from ..positions import Position, delivered_position
+from ..transport import SeekRefused, Source, SubscriptionSource, Transport
 from .log import Cursor, Entry, MemoryHub
 from .sources import MemoryStream
 
@@ -72,7 +72,7 @@ class MemoryTransport(Transport):
         await checkpoint_if_cancelled()  # a cancelled publish publishes nothing
         entry = self.hub.append(destination, payload, dict(headers) if headers else {})
         await self._share.after_progress()
-        return Position(PositionKind.SEQUENCE, entry.seq, destination)
+        return delivered_position(entry.seq, destination)
 
     def open_subscription(
         self, source: Source, options: Mapping[str, Any], *, label: str
@@ -141,7 +141,11 @@ class MemorySubscription(SubscriptionSource):
     async def seek(self, position: Position) -> None:
         if not self.seekable:
             raise UnsupportedError(f"{self._label}: a consumer group member cannot seek")
-        self._cursor.move(position)
+        try:
+            self._cursor.move(position)
+        except SeekRefused as exc:
+            # Name the subscription, as a stream file's refusal does.
+            raise SeekRefused(f"{self._label}: seek to {position!r} refused: {exc}") from None
         self._hub.wake()
         await checkpoint()
 
@@ -158,7 +162,7 @@ def _deliver(entry: Entry) -> Delivery:
         entry.stream,
         entry.payload,
         headers,
-        position=Position(PositionKind.SEQUENCE, entry.seq, entry.stream),
+        position=delivered_position(entry.seq, entry.stream),
         attempt=attempt_from_headers(headers) if RETRY_COUNT_HEADER in headers else 1,
         handle=entry,
         timestamp_ms=entry.timestamp_ms,

@@ -212,6 +212,11 @@ class Cursor:
         index = self._stream_index(position)
         log = self._logs[index]
         assert position.value is not None
+        if position.shard:
+            raise SeekRefused(
+                f"{position!r} names shard {position.shard}, but in-process streams have one "
+                "shard (0)"
+            )
         if kind is PositionKind.SEQUENCE:
             if position.value > log.next_seq:
                 raise SeekRefused(

@@ -22,8 +22,6 @@ import pytest
 from ..app import App
 from .harness import TestClient
 
-pytest.register_assert_rewrite("trio_streams.testing.harness")
-
 
 @pytest.fixture
 async def app_client(request: pytest.FixtureRequest) -> AsyncIterator[TestClient]:
