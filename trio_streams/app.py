@@ -24,6 +24,7 @@ from trio_util import AsyncValue
 from .broker import Broker
 from .dispatch import HandledMessage
 from .errors import ConfigurationError, TrioStreamsError
+from .host import Fault
 from .routing import Subscription
 from .subscription import SubscriptionRunner, SubscriptionState, SubscriptionStats
 from .transport import Transport
@@ -47,6 +48,8 @@ class AppFailed(TrioStreamsError):
 class HealthState(enum.Enum):
     STARTING = "starting"
     RUNNING = "running"
+    #: Running, while a transport recovers from a fault (the reason names each one).
+    DEGRADED = "degraded"
     SHUTTING_DOWN = "shutting down"
     STOPPED = "stopped"
     FAILED = "failed"
@@ -59,7 +62,8 @@ class Health:
 
     @property
     def ok(self) -> bool:
-        return self.state is HealthState.RUNNING
+        """Running, degraded or not: a degraded app still serves (a load balancer keeps it)."""
+        return self.state is HealthState.RUNNING or self.state is HealthState.DEGRADED
 
     def __str__(self) -> str:
         return f"{self.state.value}: {self.reason}" if self.reason else self.state.value
@@ -89,6 +93,7 @@ class _RunOptions:
     shutdown_timeout: float
     stop_when_finished: bool = True
     observers: tuple[Callable[[HandledMessage], None], ...] = ()
+    fault_observers: tuple[Callable[[Fault], None], ...] = ()
     on_change: Callable[[], None] | None = None
     runners: list[SubscriptionRunner] = field(default_factory=list)
 
@@ -315,6 +320,7 @@ class App:
                         nursery.start_soon(self._stop_when_finished, handle)
                     await self._run_hooks("after_startup")
                     self.health.value = Health(HealthState.RUNNING)
+                    self._refresh_health(runners)
                     task_status.started(handle)
                     await handle._stop.wait()
                     reason = str(handle._failure) if handle._failure else None
@@ -348,7 +354,29 @@ class App:
             logger=logging.getLogger(f"trio_streams.subscription.{subscription.name}"),
             on_change=options.on_change,
             observers=options.observers,
+            on_fault=lambda fault: self._fault_changed(fault, options),
         )
+
+    def _fault_changed(self, fault: Fault, options: _RunOptions) -> None:
+        for observer in options.fault_observers:
+            observer(fault)
+        self._refresh_health(options.runners)
+
+    def _refresh_health(self, runners: Sequence[SubscriptionRunner]) -> None:
+        """Running, or degraded while a fault of any subscription lasts."""
+        if self.health.value.state not in (HealthState.RUNNING, HealthState.DEGRADED):
+            return
+        active = [
+            str(fault)
+            for runner in runners
+            if runner.host is not None
+            for fault in runner.host.active.values()
+        ]
+        health = Health(HealthState.DEGRADED, "; ".join(active)) if active else None
+        if health is None:
+            health = Health(HealthState.RUNNING)
+        if health != self.health.value:
+            self.health.value = health
 
     async def _supervise(
         self,

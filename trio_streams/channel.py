@@ -27,12 +27,19 @@ from trio.lowlevel import ParkingLot, cancel_shielded_checkpoint, checkpoint_if_
 
 from ._schedule import FairShare
 from .delivery import Delivery
+from .transport import Unsettled
 
 __all__ = ["DeliveryChannel"]
 
 
 class DeliveryChannel:
-    def __init__(self, capacity: int, *, on_change: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        capacity: int,
+        *,
+        on_change: Callable[[], None] | None = None,
+        on_unsettled: Callable[[Delivery, Unsettled], None] | None = None,
+    ) -> None:
         if capacity < 1:
             raise ValueError(f"a delivery channel needs capacity >= 1, got {capacity}")
         self._capacity = capacity
@@ -45,6 +52,8 @@ class DeliveryChannel:
         self._interrupted = False
         self._outstanding = 0
         self._on_change = on_change
+        #: Told of each delivery the channel lets go of unsettled (purged, abandoned).
+        self._on_unsettled = on_unsettled
         self._send_share = FairShare()
         self._receive_share = FairShare()
         #: Deliveries purged because a seek made them stale (for stats and tests).
@@ -134,7 +143,7 @@ class DeliveryChannel:
         """Open a new generation: every queued delivery is stale and purged. Returns how many."""
         self._generation += 1
         purged = len(self._buffer)
-        self._buffer.clear()
+        self._let_go(Unsettled.PURGED)
         self.stale_count += purged
         if self._send_waiters:
             self._send_waiters.unpark_all()
@@ -193,11 +202,20 @@ class DeliveryChannel:
         raise trio.WouldBlock
 
     def abandon_rest(self) -> int:
-        """Forget every delivery still counted (the subscription was cancelled): how many."""
-        self._buffer.clear()
+        """Forget every delivery still counted (the subscription was cancelled): how many.
+
+        Those still queued are reported abandoned here; those in the dispatcher's hands were
+        reported by the dispatcher as it was cancelled."""
+        self._let_go(Unsettled.ABANDONED)
         left = self._outstanding
         self._release(left)
         return left
+
+    def _let_go(self, why: Unsettled) -> None:
+        buffer, self._buffer = self._buffer, deque()
+        if self._on_unsettled is not None:
+            for delivery in buffer:
+                self._on_unsettled(delivery, why)
 
     def finished(self, delivery: Delivery) -> None:
         """The dispatcher is done with ``delivery``: settled, found stale, or abandoned."""

@@ -14,7 +14,7 @@ Three shapes, all reading the one bounded channel:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +24,8 @@ from .codec import DecodeError
 from .context import Context
 from .delivery import Delivery
 from .failure import Verdict
-from .outcome import Outcome, OutcomeKind, ack
+from .outcome import Outcome, OutcomeKind, ack, drop
+from .transport import Unsettled
 
 if TYPE_CHECKING:
     from .subscription import SubscriptionRunner
@@ -71,19 +72,30 @@ class Dispatcher:
         self._channel = runner.channel
         self._publishers = subscription.publishers
         self._log = runner.logger
+        #: Deliveries taken off the channel by the lane router, not yet by their lane's worker.
+        self._in_lanes: dict[int, Delivery] = {}
 
     async def run(self) -> None:
-        """Handle deliveries until the channel is closed and drained."""
+        """Handle deliveries until the channel is closed and drained.
+
+        Cancelled, every delivery it holds that was not settled is reported abandoned to the
+        source (``SubscriptionSource.unsettled``).
+        """
         options = self._options
-        async with trio.open_nursery() as nursery:
-            if options.batch is not None:
-                for _ in range(options.workers):
-                    nursery.start_soon(self._batch_worker, options.batch, options.max_wait)
-            elif options.by_key is not None and options.workers > 1:
-                await self._route_lanes(nursery, options.workers)
-            else:
-                for _ in range(options.workers):
-                    nursery.start_soon(self._worker)
+        try:
+            async with trio.open_nursery() as nursery:
+                if options.batch is not None:
+                    for _ in range(options.workers):
+                        nursery.start_soon(self._batch_worker, options.batch, options.max_wait)
+                elif options.by_key is not None and options.workers > 1:
+                    await self._route_lanes(nursery, options.workers)
+                else:
+                    for _ in range(options.workers):
+                        nursery.start_soon(self._worker)
+        finally:
+            waiting, self._in_lanes = self._in_lanes, {}
+            for delivery in waiting.values():
+                self._runner.unsettled(delivery, Unsettled.ABANDONED)
 
     # ---- shapes ------------------------------------------------------------------------------
 
@@ -112,6 +124,7 @@ class Dispatcher:
                     delivery = await self._channel.receive()
                 except trio.EndOfChannel:
                     return
+                self._in_lanes[id(delivery)] = delivery
                 key, message = key_of(delivery)
                 await senders[hash(key) % lanes].send((delivery, message))
 
@@ -139,8 +152,10 @@ class Dispatcher:
         return key_of
 
     async def _lane_worker(self, receive: trio.MemoryReceiveChannel[tuple[Delivery, Any]]) -> None:
+        in_lanes = self._in_lanes
         async with receive:
             async for delivery, message in receive:
+                del in_lanes[id(delivery)]
                 await self._process(delivery, message)
 
     async def _batch_worker(self, size: int, max_wait: float) -> None:
@@ -151,21 +166,26 @@ class Dispatcher:
             except trio.EndOfChannel:
                 return
             ended = False
-            with trio.move_on_after(max_wait):
-                while len(batch) < size:
-                    try:
-                        batch.append(channel.receive_nowait())
-                        continue
-                    except trio.WouldBlock:
-                        pass
-                    except trio.EndOfChannel:
-                        ended = True
-                        break
-                    try:
-                        batch.append(await channel.receive())
-                    except trio.EndOfChannel:
-                        ended = True
-                        break
+            try:
+                with trio.move_on_after(max_wait):
+                    while len(batch) < size:
+                        try:
+                            batch.append(channel.receive_nowait())
+                            continue
+                        except trio.WouldBlock:
+                            pass
+                        except trio.EndOfChannel:
+                            ended = True
+                            break
+                        try:
+                            batch.append(await channel.receive())
+                        except trio.EndOfChannel:
+                            ended = True
+                            break
+            except BaseException:
+                for delivery in batch:  # cancelled while filling the batch
+                    self._runner.unsettled(delivery, Unsettled.ABANDONED)
+                raise
             await self._process_batch(batch)
             if ended:
                 return
@@ -174,15 +194,24 @@ class Dispatcher:
 
     async def _process(self, delivery: Delivery, message: Any) -> None:
         later = False
+        done = False
         try:
             if not self._channel.is_current(delivery):
-                return  # a seek made it stale before its handler started
-            later = await self._handle_one(delivery, message)
+                # A seek made it stale before its handler started.
+                self._runner.unsettled(delivery, Unsettled.STALE)
+            else:
+                later = await self._handle_one(delivery, message)
+            done = True
         finally:
+            if not done:
+                # Cancelled (or failed) before it was settled: it never will be.
+                self._runner.unsettled(delivery, Unsettled.ABANDONED)
             if not later:
                 self._channel.finished(delivery)
 
     async def _handle_one(self, delivery: Delivery, message: Any) -> bool:
+        if delivery.attempt > self._policy.max_attempts:
+            return await self._spent(delivery)
         handler = self._handler
         context = Context(self._runner, delivery) if handler.needs_context else None
         error: BaseException | None = None
@@ -203,7 +232,9 @@ class Dispatcher:
             outcome = self._failed(delivery, exc)
             args = None
         if args is not None and not self._channel.is_current(delivery):
-            return False  # a seek made it stale while its arguments were being built
+            # A seek made it stale while its arguments were being built.
+            self._runner.unsettled(delivery, Unsettled.STALE)
+            return False
         if args is not None:
             try:
                 result = await handler.fn(*args)
@@ -213,10 +244,25 @@ class Dispatcher:
                 outcome = self._failed(delivery, exc)
         if outcome is _ACK and not self._runner.observers:
             # The common case, without building a verdict.
-            await self._runner.source.settle(delivery, outcome)
+            await self._runner.settle(delivery, outcome)
             return False
         verdict = self._policy.decide(delivery, outcome)
         self._observe(delivery, args[0] if args else None, outcome, verdict, error)
+        return await self._settle(delivery, verdict)
+
+    async def _spent(self, delivery: Delivery) -> bool:
+        """A delivery already tried ``max_attempts`` times (a handler that crashed the process
+        never settled it, or the cap was lowered): not handled again, dead-lettered or dropped.
+        True if a delayed retry now owns it (never)."""
+        self._log.warning(
+            "%s: message at %r delivered %d times, more than max_attempts=%d: not handled again",
+            self._runner.label,
+            delivery.position,
+            delivery.attempt,
+            self._policy.max_attempts,
+        )
+        verdict = Verdict(drop(), self._policy.dead_letter)
+        self._observe(delivery, None, verdict.outcome, verdict, None)
         return await self._settle(delivery, verdict)
 
     async def _undecodable(self, delivery: Delivery, exc: DecodeError) -> bool:
@@ -255,9 +301,29 @@ class Dispatcher:
 
     async def _process_batch(self, batch: list[Delivery]) -> None:
         channel = self._channel
+        runner = self._runner
         later: set[int] = set()
+        #: Deliveries settled, delayed or reported unsettled: the rest were abandoned.
+        ended: set[int] = set()
+
+        def stale(delivery: Delivery) -> None:
+            runner.unsettled(delivery, Unsettled.STALE)
+            ended.add(id(delivery))
+
+        async def settle(delivery: Delivery, settling: Awaitable[bool]) -> None:
+            if await settling:
+                later.add(id(delivery))
+            ended.add(id(delivery))
+
         try:
-            current = [d for d in batch if channel.is_current(d)]
+            current = []
+            for delivery in batch:
+                if not channel.is_current(delivery):
+                    stale(delivery)
+                elif delivery.attempt > self._policy.max_attempts:
+                    await settle(delivery, self._spent(delivery))
+                else:
+                    current.append(delivery)
             good: list[Delivery] = []
             messages: list[Any] = []
             decode = self._handler.decode
@@ -265,18 +331,21 @@ class Dispatcher:
                 try:
                     messages.append(decode(delivery.payload))
                 except DecodeError as exc:
-                    if await self._undecodable(delivery, exc):
-                        later.add(id(delivery))
+                    await settle(delivery, self._undecodable(delivery, exc))
                 except Exception as exc:  # noqa: BLE001 - one bad message fails alone
                     outcome = self._failed(delivery, exc)
                     verdict = self._policy.decide(delivery, outcome)
                     self._observe(delivery, None, outcome, verdict, exc)
-                    if await self._settle(delivery, verdict):
-                        later.add(id(delivery))
+                    await settle(delivery, self._settle(delivery, verdict))
                 else:
                     good.append(delivery)
             # Settling undecodable ones may have yielded: a seek may have made others stale.
-            kept = [(d, m) for d, m in zip(good, messages, strict=True) if channel.is_current(d)]
+            kept = []
+            for delivery, message in zip(good, messages, strict=True):
+                if channel.is_current(delivery):
+                    kept.append((delivery, message))
+                else:
+                    stale(delivery)
             if not kept:
                 return
             good = [d for d, _ in kept]
@@ -285,10 +354,11 @@ class Dispatcher:
             for delivery, message, outcome in zip(good, messages, outcomes, strict=True):
                 verdict = self._policy.decide(delivery, outcome)
                 self._observe(delivery, message, outcome, verdict, error)
-                if await self._settle(delivery, verdict):
-                    later.add(id(delivery))
+                await settle(delivery, self._settle(delivery, verdict))
         finally:
             for delivery in batch:
+                if id(delivery) not in ended:
+                    runner.unsettled(delivery, Unsettled.ABANDONED)
                 if id(delivery) not in later:
                     channel.finished(delivery)
 
@@ -338,7 +408,7 @@ class Dispatcher:
         if outcome.kind is OutcomeKind.RETRY_AFTER and not runner.source.durable_delay:
             await runner.delayed.schedule(delivery, outcome.delay)
             return True
-        await runner.source.settle(delivery, outcome)
+        await runner.settle(delivery, outcome)
         return False
 
     def _observe(

@@ -18,13 +18,18 @@ import trio
 from .channel import DeliveryChannel
 from .delivery import Delivery
 from .errors import UnsupportedError
+from .host import SubscriptionHost
 from .positions import Position
-from .transport import SeekRefused, SubscriptionSource
+from .transport import SeekRefused, SourceFault, SubscriptionSource, Unsettled
 
 __all__ = ["Seeker", "SubscriptionDriver"]
 
 #: Seek requests waiting for the driver; each requester waits for its answer, so few queue up.
 _SEEK_QUEUE = 16
+#: Pause after a read that raised ``SourceFault``: doubling from the first to the last while
+#: reads keep failing, so a failing source is retried promptly but never in a busy loop.
+_FAULT_PAUSE_FIRST = 0.001
+_FAULT_PAUSE_MAX = 1.0
 
 
 class _SeekRequest:
@@ -86,6 +91,10 @@ class SubscriptionDriver:
         self.holding = 0
         #: Why a live subscription ended after a refused seek, if it did.
         self.ended_by: SeekRefused | None = None
+        #: Where faults are reported; the runner sets it when it opens the source.
+        self.host: SubscriptionHost | None = None
+        self._read_fault: str | None = None
+        self._fault_pause = _FAULT_PAUSE_FIRST
 
     # ---- requests from handlers --------------------------------------------------------------
 
@@ -150,16 +159,22 @@ class SubscriptionDriver:
         while True:
             if channel.interrupted and not await self._serve_seeks():
                 return
-            batch: Sequence[Delivery] | None = source.poll()
-            if not batch:
-                with trio.CancelScope() as scope:
-                    self._read_scope = scope
-                    try:
-                        batch = await source.read()
-                    finally:
-                        self._read_scope = None
-                if scope.cancelled_caught:
-                    continue  # woken by a seek request: serve it at the top
+            try:
+                batch: Sequence[Delivery] | None = source.poll()
+                if not batch:
+                    with trio.CancelScope() as scope:
+                        self._read_scope = scope
+                        try:
+                            batch = await source.read()
+                        finally:
+                            self._read_scope = None
+                    if scope.cancelled_caught:
+                        continue  # woken by a seek request: serve it at the top
+            except SourceFault as fault:
+                await self._read_failed(fault)
+                continue
+            if self._read_fault is not None:
+                self._read_recovered()
             if batch is None:
                 if channel.outstanding or channel.interrupted:
                     await channel.wait_idle_or_interrupt()
@@ -184,6 +199,34 @@ class SubscriptionDriver:
                     self.holding = len(batch) - sent
             finally:
                 self.holding = 0
+                if sent < len(batch):
+                    # The rest of this read never reaches the channel: a seek made it stale,
+                    # or the driver was cancelled (shutdown) while it waited for room.
+                    why = Unsettled.STALE if channel.generation != generation else None
+                    for delivery in batch[sent:]:
+                        self.source.unsettled(delivery, why or Unsettled.ABANDONED)
+
+    async def _read_failed(self, fault: SourceFault) -> None:
+        """Report a fault the source raised from a read, then pause before reading again (a
+        seek request or a stop ends the pause early)."""
+        self._read_fault = fault.kind
+        if self.host is not None:
+            self.host.report_fault(fault.kind, fault.message, error=fault)
+        else:
+            self._log.warning("%s: fault %r: %s", self.label, fault.kind, fault.message)
+        pause, self._fault_pause = self._fault_pause, min(self._fault_pause * 2, _FAULT_PAUSE_MAX)
+        with trio.move_on_after(pause) as scope:
+            self._read_scope = scope
+            try:
+                await trio.sleep_forever()
+            finally:
+                self._read_scope = None
+
+    def _read_recovered(self) -> None:
+        kind, self._read_fault = self._read_fault, None
+        self._fault_pause = _FAULT_PAUSE_FIRST
+        if self.host is not None and kind is not None:
+            self.host.clear_fault(kind)
 
     async def _serve_seeks(self) -> bool:
         """Run the seeks queued now to completion. False if the subscription must end.

@@ -93,8 +93,10 @@ class DelayedRetries:
         capacity: int,
         logger: logging.Logger,
         on_change: Callable[[], None] | None = None,
+        on_abandoned: Callable[[Delivery], None] | None = None,
     ) -> None:
         self._fire = fire
+        self._on_abandoned = on_abandoned
         self._heap: list[tuple[float, int, Delivery]] = []
         self._order = itertools.count()
         self._room = trio.Semaphore(capacity)
@@ -129,7 +131,19 @@ class DelayedRetries:
         self.flush()
 
     async def run(self) -> None:
-        """The timer task: fire each retry when due. Returns once closed and empty."""
+        """The timer task: fire each retry when due. Returns once closed and empty.
+
+        Cancelled, it abandons the retries still waiting: each is reported to ``on_abandoned``.
+        """
+        try:
+            await self._run()
+        finally:
+            heap, self._heap = self._heap, []
+            if self._on_abandoned is not None:
+                for _, _, delivery in heap:
+                    self._on_abandoned(delivery)
+
+    async def _run(self) -> None:
         while True:
             if not self._heap:
                 if self._closed:

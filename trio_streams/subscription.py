@@ -28,9 +28,10 @@ from .delivery import Delivery
 from .dispatch import Dispatcher, HandledMessage
 from .driver import SubscriptionDriver
 from .failure import DelayedRetries
-from .outcome import retry
+from .host import Fault, SubscriptionHost
+from .outcome import Outcome, retry
 from .routing import Subscription
-from .transport import SubscriptionSource, Transport
+from .transport import SourceFault, SubscriptionSource, Transport, Unsettled
 
 if TYPE_CHECKING:
     from .app import State
@@ -70,6 +71,10 @@ class SubscriptionStats:
     #: Deliveries dropped unhandled because a seek made them stale.
     stale: int
     generation: int
+    #: Faults the source reported (or raised) and recovered from, since it started.
+    faults: int = 0
+    #: The kinds of the faults that last now (the subscription is degraded while any does).
+    degraded: tuple[str, ...] = ()
 
 
 class SubscriptionRunner:
@@ -82,6 +87,7 @@ class SubscriptionRunner:
         logger: logging.Logger,
         on_change: Callable[[], None] | None = None,
         observers: tuple[Callable[[HandledMessage], None], ...] = (),
+        on_fault: Callable[[Fault], None] | None = None,
     ) -> None:
         self.subscription = subscription
         self.label = subscription.name
@@ -90,10 +96,17 @@ class SubscriptionRunner:
         self.logger = logger
         self.observers = observers
         self._on_change = on_change
+        self._on_fault = on_fault
+        #: The source's view of this subscription; set when ``run`` opens the source.
+        self.host: SubscriptionHost | None = None
         self.source: SubscriptionSource = transport.open_subscription(
             subscription.source, subscription.transport_options, label=self.label
         )
-        self.channel = DeliveryChannel(subscription.options.channel_capacity, on_change=on_change)
+        self.channel = DeliveryChannel(
+            subscription.options.channel_capacity,
+            on_change=on_change,
+            on_unsettled=self.unsettled,
+        )
         self.driver: SubscriptionDriver | None = SubscriptionDriver(
             self.source, self.channel, label=self.label, logger=logger
         )
@@ -102,6 +115,7 @@ class SubscriptionRunner:
             capacity=subscription.options.max_delayed,
             logger=logger,
             on_change=on_change,
+            on_abandoned=lambda delivery: self.unsettled(delivery, Unsettled.ABANDONED),
         )
         self.state = SubscriptionState.CREATED
         #: True once its tasks are running (a failure after this fails the app, not its start).
@@ -110,6 +124,8 @@ class SubscriptionRunner:
         self.finished = trio.Event()
         self._read_scope = trio.CancelScope()
         self._scope = trio.CancelScope()
+        #: The kind of the fault the last settle raised, until a settle succeeds.
+        self._settle_failing: str | None = None
 
     @property
     def broker(self) -> Broker:
@@ -128,6 +144,8 @@ class SubscriptionRunner:
             unread=self.source.pending(),
             stale=channel.stale_count,
             generation=channel.generation,
+            faults=0 if self.host is None else self.host.count,
+            degraded=() if self.host is None else tuple(self.host.active),
         )
 
     def quiescent(self) -> bool:
@@ -144,13 +162,27 @@ class SubscriptionRunner:
         """Run until the source ends and everything is settled, or until stopped."""
         try:
             with self._scope:
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._drive)
-                    nursery.start_soon(self._dispatch)
-                    nursery.start_soon(self.delayed.run)
-                    self.state = SubscriptionState.RUNNING
-                    self.started = True
-                    task_status.started()
+                # The source's own tasks live here: cancelled once the dispatcher has drained,
+                # before the source is closed.
+                async with trio.open_nursery() as services:
+                    self.host = SubscriptionHost(
+                        self.label,
+                        self.subscription.options,
+                        services,
+                        logger=self.logger,
+                        on_fault=self._fault_changed,
+                    )
+                    assert self.driver is not None
+                    self.driver.host = self.host
+                    await self.source.open(self.host)
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(self._drive)
+                        nursery.start_soon(self._dispatch)
+                        nursery.start_soon(self.delayed.run)
+                        self.state = SubscriptionState.RUNNING
+                        self.started = True
+                        task_status.started()
+                    services.cancel_scope.cancel()
             if self.state is not SubscriptionState.FAILED:
                 self.state = SubscriptionState.ENDED
         except BaseException as exc:
@@ -164,7 +196,7 @@ class SubscriptionRunner:
                     "%s: %d delivery(ies) abandoned without an outcome", self.label, abandoned
                 )
             with trio.move_on_after(_CLOSE_TIMEOUT, shield=True) as closing:
-                await self.source.aclose()
+                await self.close_source()
             if closing.cancelled_caught:
                 self.logger.error(
                     "%s: the reader did not close within %ss", self.label, _CLOSE_TIMEOUT
@@ -178,7 +210,43 @@ class SubscriptionRunner:
         if not self.started and not self.finished.is_set():
             self.finished.set()
             with trio.move_on_after(_CLOSE_TIMEOUT, shield=True):
-                await self.source.aclose()
+                await self.close_source()
+
+    async def close_source(self) -> None:
+        """Close the source; a ``SourceFault`` from it is reported, not raised."""
+        try:
+            await self.source.aclose()
+        except SourceFault as fault:
+            self.report(fault)
+
+    def report(self, fault: SourceFault) -> None:
+        """Report a fault the source raised (see :mod:`trio_streams.host`)."""
+        if self.host is not None:
+            self.host.report_fault(fault.kind, fault.message, error=fault)
+        else:
+            self.logger.warning("%s: fault %r: %s", self.label, fault.kind, fault.message)
+
+    async def settle(self, delivery: Delivery, outcome: Outcome) -> None:
+        """Settle through the source; a ``SourceFault`` is reported, and clears at the next
+        settle that succeeds (the transport keeps the delivery pending, to deliver it again)."""
+        try:
+            await self.source.settle(delivery, outcome)
+        except SourceFault as fault:
+            self._settle_failing = fault.kind
+            self.report(fault)
+            return
+        if self._settle_failing is not None:
+            kind, self._settle_failing = self._settle_failing, None
+            assert self.host is not None
+            self.host.clear_fault(kind)
+
+    def unsettled(self, delivery: Delivery, why: Unsettled) -> None:
+        """``delivery`` ends without a settle: tell the source (synchronously)."""
+        self.source.unsettled(delivery, why)
+
+    def _fault_changed(self, fault: Fault) -> None:
+        if self._on_fault is not None:
+            self._on_fault(fault)
 
     async def _drive(self) -> None:
         assert self.driver is not None
@@ -195,7 +263,7 @@ class SubscriptionRunner:
 
     async def _fire_delayed(self, delivery: Delivery) -> None:
         try:
-            await self.source.settle(delivery, retry())
+            await self.settle(delivery, retry())
         finally:
             self.channel.finished(delivery)
 

@@ -17,6 +17,7 @@ core never needs to know.
 
 from __future__ import annotations
 
+import enum
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Self
@@ -25,17 +26,53 @@ import trio
 
 from .delivery import Delivery
 from .errors import ConfigurationError, TrioStreamsError, UnsupportedError
+from .host import SubscriptionHost
 from .outcome import Outcome
 from .positions import Position
 
 if TYPE_CHECKING:
     from .memory.sources import MemoryStream
 
-__all__ = ["SeekRefused", "Source", "SubscriptionSource", "Transport"]
+__all__ = [
+    "SeekRefused",
+    "Source",
+    "SourceFault",
+    "SubscriptionSource",
+    "Transport",
+    "Unsettled",
+]
 
 
 class SeekRefused(TrioStreamsError):
     """A seek could not be carried out; the message says why and which subscription."""
+
+
+class Unsettled(enum.Enum):
+    """Why a delivery ended without a settle (see :meth:`SubscriptionSource.unsettled`)."""
+
+    #: A seek moved the reader before its handler started: dropped unhandled.
+    STALE = "stale"
+    #: Still queued when a seek moved the reader (or a live subscription ended): purged.
+    PURGED = "purged"
+    #: Shutdown (or a failure) cancelled it before it was settled, wherever it was: read and not
+    #: yet queued, queued, waiting for a lane, in a handler, or waiting out a delay.
+    ABANDONED = "abandoned"
+
+
+class SourceFault(TrioStreamsError):
+    """A fault the source recovers from, raised from ``read``, ``settle`` or ``aclose``.
+
+    The core does not fail the app: it reports the fault (logged when it begins, counted, health
+    ``degraded``; see :mod:`trio_streams.host`) and carries on — it calls ``read`` again after a
+    pause that starts at 1 ms and doubles to 1 s while reads keep failing; a failed ``settle``
+    leaves the delivery to the transport (an entry whose settle failed stays pending and is
+    delivered again). The fault clears when the same operation next succeeds.
+    """
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(f"{kind}: {message}")
+        self.kind = kind
+        self.message = message
 
 
 def check_source_args(kind: str, names: tuple[str, ...], start_at: object) -> None:
@@ -96,6 +133,16 @@ class SubscriptionSource(ABC):
     #: True for a live (tail-following) subscription: a refused seek ends it.
     live: bool = True
 
+    async def open(self, host: SubscriptionHost) -> None:
+        """Prepare, before the app reports started (create a consumer group, take back this
+        consumer's own pending entries, check keys), and start the source's own tasks with
+        ``host.start_soon``. An exception here fails ``serve``'s start, not a running app.
+
+        Cancelled, it leaves nothing half-done that ``aclose`` does not undo: ``aclose`` is
+        called whether or not ``open`` completed.
+        """
+        await trio.lowlevel.checkpoint()
+
     @abstractmethod
     async def read(self) -> Sequence[Delivery] | None: ...
 
@@ -120,6 +167,17 @@ class SubscriptionSource(ABC):
         ``retry`` and ``retry_after`` copies carry ``retry_headers(delivery)``. The core calls
         this at most once per delivery; a delivery abandoned without an outcome is never settled.
         """
+
+    def unsettled(self, delivery: Delivery, why: Unsettled) -> None:
+        """``delivery`` ended without a settle, and never will be settled (see :class:`Unsettled`).
+
+        Called synchronously, once per such delivery, at the moment the core lets go of it, so
+        a source can tell when no unsettled delivery remains (a pipeline window's flush rule) or
+        stop renewing a lease. A durable transport leaves the entry pending, to deliver again.
+        Must not block or raise. Every delivery ``read`` returns gets exactly one of ``settle``
+        (through a retry copy, a dead letter or an ack) or ``unsettled``.
+        """
+        del delivery, why  # nothing to do for a source that keeps no per-delivery state
 
     def pending(self) -> int:
         """Messages available without waiting, where the source can tell (0 if unknown)."""

@@ -25,6 +25,7 @@ from ..broker import Broker
 from ..codec import decoder_for
 from ..dispatch import HandledMessage
 from ..errors import ConfigurationError, TrioStreamsError
+from ..host import Fault, SubscriptionHost
 from ..memory.broker import MemoryBroker, MemoryTransport
 from ..memory.log import MemoryHub
 from ..outcome import Outcome
@@ -135,8 +136,11 @@ class TestClient:
         settle_timeout: float,
         raise_errors: bool,
         history: list[HandledMessage],
+        faults: list[Fault],
     ) -> None:
         self.app = app
+        #: Every fault a source reported or raised, and every clearing of one, in order.
+        self.faults = faults
         self.settle_timeout = settle_timeout
         #: Re-raise, from ``publish``/``settled``, the first handler error since the last call.
         self.raise_errors = raise_errors
@@ -200,6 +204,23 @@ class TestClient:
         label = names[0] if len(names) == 1 else ", ".join(names)
         return HandlerRecord(label, calls)
 
+    def report_fault(self, handler: Callable[..., Any] | str, kind: str, message: str) -> None:
+        """Make the source of ``handler``'s subscription report a fault, as a server transport
+        does when it loses its connection: health is degraded until :meth:`clear_fault`, and the
+        fault is recorded in :attr:`faults` (and counted in the subscription's stats)."""
+        self._host(handler).report_fault(kind, message)
+
+    def clear_fault(self, handler: Callable[..., Any] | str, kind: str) -> None:
+        """The fault :meth:`report_fault` began is over."""
+        self._host(handler).clear_fault(kind)
+
+    def _host(self, handler: Callable[..., Any] | str) -> SubscriptionHost:
+        for runner in self._runners:
+            if handler in (runner.label, runner.subscription.handler.fn) and runner.host:
+                return runner.host
+        known = [runner.label for runner in self._runners]
+        raise ConfigurationError(f"no running subscription runs {handler!r}; these do: {known}")
+
     def published(
         self, destination: str, *, broker: Broker | None = None
     ) -> list[PublishedMessage]:
@@ -259,6 +280,7 @@ async def run_test_client(
     changes = _Changes()
     calls: dict[str, list[HandledMessage]] = {}
     history: list[HandledMessage] = []
+    faults: list[Fault] = []
 
     def record(call: HandledMessage) -> None:
         calls.setdefault(call.subscription, []).append(call)
@@ -274,6 +296,7 @@ async def run_test_client(
         shutdown_timeout=app.shutdown_timeout,
         stop_when_finished=False,
         observers=(record,),
+        fault_observers=(faults.append,),
         on_change=changes.notify,
     )
     async with trio.open_nursery() as nursery:
@@ -288,6 +311,7 @@ async def run_test_client(
             settle_timeout,
             raise_errors,
             history,
+            faults,
         )
         try:
             yield client

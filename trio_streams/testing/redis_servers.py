@@ -57,20 +57,32 @@ def redis_binary(name: str = "redis-server") -> str:
     return path
 
 
+#: Ports handed out by :func:`free_port` in this process (cluster buses included): a port free
+#: now may be given to another server before the first one binds it (a cluster node's bus port
+#: is ``port + 10000``, inside the range the OS hands out), so none is handed out twice.
+_handed_out: set[int] = set()
+
+
 def free_port(host: str = "127.0.0.1", *, bus_offset: int | None = None) -> int:
-    """A port free on ``host`` right now (and ``port + bus_offset`` too, for cluster buses)."""
+    """A port free on ``host`` right now (and ``port + bus_offset`` too, for cluster buses),
+    never one this process handed out before, as a port or as a bus."""
     for _ in range(100):
         with socket.socket() as probe:
             probe.bind((host, 0))
             port: int = probe.getsockname()[1]
+        if port in _handed_out:
+            continue
         if bus_offset is None:
+            _handed_out.add(port)
             return port
-        if port + bus_offset < 65536:
+        bus_port = port + bus_offset
+        if bus_port < 65536 and bus_port not in _handed_out:
             with socket.socket() as bus:
                 try:
-                    bus.bind((host, port + bus_offset))
+                    bus.bind((host, bus_port))
                 except OSError:
                     continue
+            _handed_out.update((port, bus_port))
             return port
     raise ServerLaunchError(f"no free port pair on {host} after 100 tries")
 

@@ -1,0 +1,105 @@
+"""What a subscription offers the transport source it runs: its options, an owner for the
+source's own tasks, and a way to report faults it recovers from.
+
+A server transport does more than hand out deliveries. It renews leases and heartbeats, reclaims
+entries of dead consumers, promotes delayed messages, and it meets faults it recovers from: a
+dropped connection while it reconnects, a flush that failed, a gap in a Pub/Sub stream. None of
+that may stop the app, and none of it may run in a task nobody owns. The subscription hands its
+source a :class:`SubscriptionHost` at :meth:`~trio_streams.transport.SubscriptionSource.open`:
+
+- ``host.options`` — the core's options for the subscription (workers, lanes, batch, channel
+  capacity, the attempts cap), so the source can size its reads;
+- ``host.start_soon(fn, *args)`` — run a task in the subscription's own nursery. Such tasks are
+  cancelled after the dispatcher has drained and before the source is closed; one that raises
+  fails the subscription (and so the app), like any task of it;
+- ``host.report_fault(kind, message)`` and ``host.clear_fault(kind)`` — a fault that lasts until
+  it clears (a connection being re-established). While any fault of any subscription lasts, the
+  app's health is ``degraded``. A fault is logged once when it begins and once when it clears,
+  counted in the subscription's stats, and delivered to fault observers (the test harness
+  records them as ``t.faults``).
+
+A source may also raise :class:`~trio_streams.transport.SourceFault` from ``read``, ``settle``
+or ``aclose``: the core reports it like ``report_fault`` and carries on; the fault clears when
+the same operation next succeeds. Any other exception still fails the app.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, final
+
+import trio
+
+if TYPE_CHECKING:
+    from .routing import SubscriberOptions
+
+__all__ = ["Fault", "SubscriptionHost"]
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """One change of a fault: it began (``cleared`` False) or it cleared (``cleared`` True)."""
+
+    subscription: str
+    #: A short, stable name of what went wrong (``"connection"``, ``"flush"``, ``"gap"``).
+    kind: str
+    message: str
+    error: BaseException | None = None
+    cleared: bool = False
+
+    def __str__(self) -> str:
+        what = "cleared" if self.cleared else self.message
+        return f"{self.subscription}: {self.kind}: {what}"
+
+
+@final
+class SubscriptionHost:
+    """The subscription, as its source sees it; see the module docstring."""
+
+    def __init__(
+        self,
+        label: str,
+        options: SubscriberOptions,
+        nursery: trio.Nursery,
+        *,
+        logger: logging.Logger,
+        on_fault: Callable[[Fault], None],
+    ) -> None:
+        self.label = label
+        self.options = options
+        self._nursery = nursery
+        self._log = logger
+        self._on_fault = on_fault
+        #: Faults that began and have not cleared, by kind.
+        self.active: dict[str, Fault] = {}
+        #: Faults reported since the subscription started (each report counts).
+        self.count = 0
+
+    def start_soon(
+        self, fn: Callable[..., Awaitable[Any]], *args: Any, name: str | None = None
+    ) -> None:
+        """Run ``fn(*args)`` in the subscription's nursery (see the module docstring)."""
+        self._nursery.start_soon(fn, *args, name=name or f"{self.label}: {fn!r}")
+
+    def report_fault(self, kind: str, message: str, *, error: BaseException | None = None) -> None:
+        """A fault of ``kind`` began (or goes on): counted each time, logged when it begins."""
+        self.count += 1
+        fault = Fault(self.label, kind, message, error)
+        began = kind not in self.active
+        self.active[kind] = fault
+        if began:
+            self._log.warning(
+                "%s: fault %r: %s (recovering)", self.label, kind, message, exc_info=error
+            )
+        self._on_fault(fault)
+
+    def clear_fault(self, kind: str) -> None:
+        """The fault of ``kind`` is over (nothing happens if none is active)."""
+        fault = self.active.pop(kind, None)
+        if fault is None:
+            return
+        self._log.info("%s: fault %r cleared", self.label, kind)
+        self._on_fault(Fault(self.label, kind, fault.message, cleared=True))
