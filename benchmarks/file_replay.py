@@ -2,8 +2,8 @@
 
 An app with a ``FileBroker`` and a ``FileStream("bench").replay()`` subscription, handler
 ``async def handle(payload: bytes) -> None``, timed from ``serve`` to the app stopping by itself
-at the end of the replay. Two settings: the defaults (64 messages per read, a channel of 16) and
-a larger read and channel (256 and 256).
+at the end of the replay. Two settings: the defaults (64 messages per read, a channel sized to
+one read: 64) and a larger read and channel (256 and 256).
 
 Prints medians of several runs, with ratios against the peer measured in the same run: the
 stream-file library alone (``FileSource.read_available``, no framework), the limit the framework
@@ -67,7 +67,7 @@ def main() -> None:
         print(row("library alone (the limit, peer)", limit, peer=limit, peer_name=LIMIT))
         slowest = limit
         for label, count, buffer in (
-            ("app, defaults (64 / 16)", 64, None),
+            ("app, defaults (64 / 64)", 64, None),
             ("app, count=256 buffer=256", 256, 256),
         ):
             run = partial(replay_through_the_app, path, count, buffer)

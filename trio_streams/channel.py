@@ -92,10 +92,6 @@ class DeliveryChannel:
 
     # ---- driver side -------------------------------------------------------------------------
 
-    async def send(self, delivery: Delivery) -> bool:
-        """Queue one delivery, waiting for room. False, queueing nothing, if interrupted."""
-        return await self.send_from([delivery], 0) == 1
-
     async def send_from(self, batch: Sequence[Delivery], start: int) -> int:
         """Queue ``batch[start:]``, as much as there is room for, waiting for room if none.
 

@@ -14,6 +14,7 @@ Three shapes, all reading the one bounded channel:
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -25,7 +26,7 @@ from .context import Context
 from .delivery import Delivery
 from .failure import Verdict
 from .outcome import Outcome, OutcomeKind, ack, drop
-from .transport import Unsettled
+from .transport import DeadLetter, Unsettled
 
 if TYPE_CHECKING:
     from .subscription import SubscriptionRunner
@@ -248,7 +249,7 @@ class Dispatcher:
             return False
         verdict = self._policy.decide(delivery, outcome)
         self._observe(delivery, args[0] if args else None, outcome, verdict, error)
-        return await self._settle(delivery, verdict)
+        return await self._settle(delivery, verdict, error)
 
     async def _spent(self, delivery: Delivery) -> bool:
         """A delivery already tried ``max_attempts`` times (a handler that crashed the process
@@ -275,7 +276,7 @@ class Dispatcher:
         )
         verdict = self._policy.on_undecodable()
         self._observe(delivery, None, verdict.outcome, verdict, exc)
-        return await self._settle(delivery, verdict)
+        return await self._settle(delivery, verdict, exc, reason="undecodable")
 
     def _failed(self, delivery: Delivery, exc: Exception) -> Outcome:
         self._log.error(
@@ -336,7 +337,7 @@ class Dispatcher:
                     outcome = self._failed(delivery, exc)
                     verdict = self._policy.decide(delivery, outcome)
                     self._observe(delivery, None, outcome, verdict, exc)
-                    await settle(delivery, self._settle(delivery, verdict))
+                    await settle(delivery, self._settle(delivery, verdict, exc))
                 else:
                     good.append(delivery)
             # Settling undecodable ones may have yielded: a seek may have made others stale.
@@ -354,7 +355,7 @@ class Dispatcher:
             for delivery, message, outcome in zip(good, messages, outcomes, strict=True):
                 verdict = self._policy.decide(delivery, outcome)
                 self._observe(delivery, message, outcome, verdict, error)
-                await settle(delivery, self._settle(delivery, verdict))
+                await settle(delivery, self._settle(delivery, verdict, error))
         finally:
             for delivery in batch:
                 if id(delivery) not in ended:
@@ -382,18 +383,36 @@ class Dispatcher:
 
     # ---- settling ----------------------------------------------------------------------------
 
-    async def _settle(self, delivery: Delivery, verdict: Verdict) -> bool:
+    async def _settle(
+        self,
+        delivery: Delivery,
+        verdict: Verdict,
+        error: BaseException | None = None,
+        *,
+        reason: str = "max-attempts",
+    ) -> bool:
         """Carry out ``verdict``. True if a delayed retry now owns the delivery."""
         runner = self._runner
         if verdict.dead_letter is not None:
-            await runner.transport.publish(verdict.dead_letter, delivery.payload, delivery.headers)
+            letter = DeadLetter(
+                verdict.dead_letter,
+                reason,
+                DeadLetter.describe(error),
+                delivery.attempt,
+                runner.label,
+                time.time_ns() // 1_000_000,
+            )
             self._log.warning(
-                "%s: message at %r dead-lettered to %r after %d attempt(s)",
+                "%s: message at %r dead-lettered to %r after %d attempt(s): %s%s",
                 runner.label,
                 delivery.position,
                 verdict.dead_letter,
                 delivery.attempt,
+                reason,
+                f" ({letter.error})" if letter.error else "",
             )
+            await runner.dead_letter(delivery, letter)
+            return False
         elif (
             verdict.outcome.kind is OutcomeKind.DROP
             and delivery.attempt >= self._policy.max_attempts

@@ -89,8 +89,6 @@ class SubscriptionDriver:
         self.seeker = Seeker(self)
         #: Deliveries read but not yet in the channel (the test harness counts them as busy).
         self.holding = 0
-        #: Why a live subscription ended after a refused seek, if it did.
-        self.ended_by: SeekRefused | None = None
         #: Where faults are reported; the runner sets it when it opens the source.
         self.host: SubscriptionHost | None = None
         self._read_fault: str | None = None
@@ -259,7 +257,6 @@ class SubscriptionDriver:
                             purged,
                             refusal,
                         )
-                        self.ended_by = refusal
                         return False
                     self._log.info(
                         "%s: seek refused, staying where it was: %s", self.label, refusal

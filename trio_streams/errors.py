@@ -2,7 +2,7 @@
 
 Errors carry context (which subscription, which file and byte offset, which server) so the
 message alone tells an operator what failed and where. Transports add their own subclasses in
-their packages (``trio_streams.file.errors``, ``trio_streams.redis.errors``).
+their packages (``trio_streams.file.errors``, ``trio_streams.redis.client.errors``).
 """
 
 from __future__ import annotations
@@ -17,4 +17,9 @@ class ConfigurationError(TrioStreamsError, ValueError):
 
 
 class UnsupportedError(ConfigurationError):
-    """A transport was asked for something it cannot do; raised at mount time, never at run time."""
+    """A transport was asked for something it cannot do.
+
+    Raised at mount time for what a subscription declares (its source, its options), and at run
+    time for a capability a handler asks for that its source lacks (``ctx.seeker.seek`` on a
+    source that cannot seek), as soon as it asks.
+    """

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import trio
 
 from .delivery import Delivery
-from .outcome import Outcome, OutcomeKind, drop, retry, retry_after
+from .outcome import Outcome, drop, retry, retry_after
 
 __all__ = ["DelayedRetries", "FailurePolicy", "Verdict"]
 
@@ -44,8 +44,6 @@ class FailurePolicy:
     max_attempts: int = 3
     dead_letter: str | None = None
     retry_delay: RetryDelay = 0.0
-    #: Decode failures go to the dead letter (when one is set) or are dropped.
-    dead_letter_undecodable: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int):
@@ -66,15 +64,13 @@ class FailurePolicy:
 
     def decide(self, delivery: Delivery, outcome: Outcome) -> Verdict:
         """Apply the attempts cap: a retry of a delivery tried max_attempts times is spent."""
-        kind = outcome.kind
-        if (
-            kind is OutcomeKind.RETRY or kind is OutcomeKind.RETRY_AFTER
-        ) and delivery.attempt >= self.max_attempts:
+        if outcome.is_retry and delivery.attempt >= self.max_attempts:
             return Verdict(drop(), self.dead_letter)
         return Verdict(outcome)
 
     def on_undecodable(self) -> Verdict:
-        return Verdict(drop(), self.dead_letter if self.dead_letter_undecodable else None)
+        """Decode failures go to the dead letter (when one is set) or are dropped."""
+        return Verdict(drop(), self.dead_letter)
 
 
 class DelayedRetries:

@@ -71,9 +71,15 @@ class SubscriberOptions:
 
     @property
     def channel_capacity(self) -> int:
+        """The delivery channel's capacity, before the transport's read count is known."""
+        return self.capacity_for(0)
+
+    def capacity_for(self, read_count: int) -> int:
+        """``buffer`` if set; else enough for every worker twice over, at least 16, and at least
+        one read of the transport (``read_count``)."""
         if self.buffer is not None:
             return self.buffer
-        return max(2 * self.workers * (self.batch or 1), 16)
+        return max(2 * self.workers * (self.batch or 1), 16, read_count)
 
 
 @dataclass(slots=True)
@@ -186,7 +192,8 @@ class Router:
         Core options: ``workers``, ``by_key`` (ordered lanes), ``batch``/``max_wait``,
         ``max_attempts`` (deliveries including the first), ``dead_letter`` (destination for
         spent and undecodable deliveries), ``retry_delay`` (seconds, or a function of the
-        attempt, before a failed delivery is retried), ``buffer`` (delivery channel capacity).
+        attempt, before a failed delivery is retried), ``buffer`` (delivery channel capacity; by
+        default twice the workers, at least 16 and at least one read of the transport).
         Other keywords are the transport's; it refuses what it cannot do, right here.
         """
         if not isinstance(source, Source):

@@ -29,9 +29,9 @@ from .dispatch import Dispatcher, HandledMessage
 from .driver import SubscriptionDriver
 from .failure import DelayedRetries
 from .host import Fault, SubscriptionHost
-from .outcome import Outcome, retry
+from .outcome import Outcome, drop, retry
 from .routing import Subscription
-from .transport import SourceFault, SubscriptionSource, Transport, Unsettled
+from .transport import DeadLetter, SourceFault, SubscriptionSource, Transport, Unsettled
 
 if TYPE_CHECKING:
     from .app import State
@@ -103,7 +103,7 @@ class SubscriptionRunner:
             subscription.source, subscription.transport_options, label=self.label
         )
         self.channel = DeliveryChannel(
-            subscription.options.channel_capacity,
+            subscription.options.capacity_for(self.source.read_count),
             on_change=on_change,
             on_unsettled=self.unsettled,
         )
@@ -141,7 +141,7 @@ class SubscriptionRunner:
             outstanding=channel.outstanding,
             held=self.driver.holding if self.driver is not None else 0,
             delayed=len(self.delayed),
-            unread=self.source.pending(),
+            unread=self.source.unread(),
             stale=channel.stale_count,
             generation=channel.generation,
             faults=0 if self.host is None else self.host.count,
@@ -154,7 +154,7 @@ class SubscriptionRunner:
         return (
             self.channel.outstanding == len(self.delayed)
             and (self.driver is None or self.driver.holding == 0)
-            and (self.finished.is_set() or self.source.pending() == 0)
+            and (self.finished.is_set() or self.source.unread() == 0)
             and self.delayed.next_deadline() > trio.current_time()
         )
 
@@ -239,6 +239,20 @@ class SubscriptionRunner:
             kind, self._settle_failing = self._settle_failing, None
             assert self.host is not None
             self.host.clear_fault(kind)
+
+    async def dead_letter(self, delivery: Delivery, letter: DeadLetter) -> None:
+        """Dead-letter ``delivery``: in one step where the source can, else publish the copy
+        through the transport and settle the delivery with ``drop()``."""
+        try:
+            done = await self.source.dead_letter(delivery, letter)
+        except SourceFault as fault:
+            self.report(fault)  # the delivery stays with the transport, to deliver again
+            return
+        if not done:
+            await self.transport.publish(
+                letter.destination, delivery.payload, letter.headers_for(delivery)
+            )
+            await self.settle(delivery, drop())
 
     def unsettled(self, delivery: Delivery, why: Unsettled) -> None:
         """``delivery`` ends without a settle: tell the source (synchronously)."""

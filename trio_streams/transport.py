@@ -20,7 +20,8 @@ from __future__ import annotations
 import enum
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Self
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Self, final
 
 import trio
 
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
     from .memory.sources import MemoryStream
 
 __all__ = [
+    "DEAD_LETTER_HEADERS",
+    "DeadLetter",
     "SeekRefused",
     "Source",
     "SourceFault",
@@ -45,6 +48,65 @@ __all__ = [
 
 class SeekRefused(TrioStreamsError):
     """A seek could not be carried out; the message says why and which subscription."""
+
+
+#: Headers a dead letter carries besides the ones it arrived with (see :class:`DeadLetter`).
+DEAD_LETTER_HEADERS = (
+    "x-dead-letter-reason",
+    "x-dead-letter-error",
+    "x-dead-letter-attempts",
+    "x-dead-letter-stream",
+    "x-dead-letter-position",
+    "x-dead-letter-subscription",
+    "x-dead-letter-at-ms",
+)
+#: A dead letter's error text is cut to this many characters.
+_ERROR_TEXT_LIMIT = 1000
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """Where a spent delivery goes, and why: the copy carries the headers it arrived with and
+    ``x-dead-letter-*`` headers saying why (see :meth:`headers_for`)."""
+
+    destination: str
+    #: ``max-attempts`` (tried as often as allowed) or ``undecodable`` (the payload cannot be
+    #: decoded, which no retry fixes).
+    reason: str
+    #: The exception type and message of the last failure ("" when an outcome asked for it).
+    error: str
+    attempts: int
+    subscription: str
+    #: Wall-clock milliseconds since the Unix epoch when it was dead-lettered.
+    at_ms: int
+
+    def headers_for(self, delivery: Delivery) -> dict[str, str]:
+        """The dead letter's headers: the delivery's own, then why."""
+        headers = dict(delivery.headers)
+        position = delivery.position
+        where = "" if position is None else f"{position.kind.value}:{position.value}"
+        if position is not None and position.shard is not None:
+            where += f"@{position.shard}"
+        values = (
+            self.reason,
+            self.error,
+            str(self.attempts),
+            delivery.stream,
+            where,
+            self.subscription,
+            str(self.at_ms),
+        )
+        headers.update(zip(DEAD_LETTER_HEADERS, values, strict=True))
+        return headers
+
+    @staticmethod
+    def describe(error: BaseException | None) -> str:
+        """``Type: message`` of ``error`` on one line, cut to a sane length ("" for None)."""
+        if error is None:
+            return ""
+        text = f"{type(error).__name__}: {error}".replace("\r", " ").replace("\n", " ").strip()
+        return text[:_ERROR_TEXT_LIMIT]
 
 
 class Unsettled(enum.Enum):
@@ -120,9 +182,32 @@ class SubscriptionSource(ABC):
 
     ``read`` returns the deliveries of one read (at least one), or None once the source has
     ended (a replay reached its end, a stream's end-of-stream marker). It may block until there
-    is something to read, and must be safe to cancel while blocked: a cancelled read loses
-    nothing. After returning None it may be called again (a retry or a seek may have given the
-    source more to read); it returns None again if not.
+    is something to read. After returning None it may be called again (a retry or a seek may
+    have given the source more to read); it returns None again if not.
+
+    Who calls what: one task, the subscription's driver, calls ``open`` (first), ``poll``,
+    ``read`` and ``seek``; the dispatcher's workers call ``settle``, ``dead_letter`` and
+    ``unsettled``; the runner calls ``aclose`` last, whatever happened before.
+
+    What cancellation means, per method (the way Trio's own ABCs say it):
+
+    - ``read``: the driver cancels a blocked read whenever a seek is requested and at shutdown.
+      A cancelled read must leave whatever it took recoverable: nothing is lost for a file or an
+      in-process stream (the next read returns it); a server transport whose blocking read was
+      cancelled with a reply on the wire cannot promise "not taken", only "still pending" (the
+      entry stays in the consumer's pending list and is delivered again after a restart or a
+      reclaim), and must discard the connection rather than reuse it half-read.
+    - ``seek``: called in a shielded scope, so it is never cancelled halfway; it must bound its
+      own time (bounded steps, a timeout) and leave the reader where it was if it refuses.
+    - ``settle`` / ``dead_letter``: cancelled only when the subscription is abandoned (the drain
+      timed out). A settle cut short may or may not have taken effect; a durable transport keeps
+      the entry pending, so the worst case is a redelivery, never a loss.
+    - ``aclose``: called in a shielded scope with a time limit (10 s): it should flush what it
+      collected and release its resources within it.
+    - ``open``: cancelled with the app's start; ``aclose`` still runs.
+    - ``Transport.publish``: a cancelled publish either published the message or did not;
+      transports whose publish is one local step (files, in-process) do it entirely or not at
+      all.
     """
 
     #: True if ``seek`` works; handlers of other sources get a clear error from ``ctx.seeker``.
@@ -132,6 +217,9 @@ class SubscriptionSource(ABC):
     durable_delay: bool = False
     #: True for a live (tail-following) subscription: a refused seek ends it.
     live: bool = True
+    #: The most deliveries one ``read`` returns (0: no fixed bound). Unless the subscription
+    #: sets ``buffer``, its delivery channel is made at least this large, so a read fits in it.
+    read_count: int = 0
 
     async def open(self, host: SubscriptionHost) -> None:
         """Prepare, before the app reports started (create a consumer group, take back this
@@ -168,6 +256,18 @@ class SubscriptionSource(ABC):
         this at most once per delivery; a delivery abandoned without an outcome is never settled.
         """
 
+    async def dead_letter(self, delivery: Delivery, letter: DeadLetter) -> bool:
+        """Write ``letter`` (a copy of ``delivery`` with ``letter.headers_for(delivery)``) and
+        settle ``delivery`` as one step, where the transport can (a Redis stream: XADD and XACK
+        in one MULTI/EXEC). Return False, the default, to have the core do it in two steps:
+        publish the copy through the transport, then settle the delivery with ``drop()``.
+
+        Cancelled: as ``settle`` — the transport decides what a half-done step leaves (an entry
+        whose settle did not complete stays pending and is delivered again).
+        """
+        await trio.lowlevel.checkpoint()
+        return False
+
     def unsettled(self, delivery: Delivery, why: Unsettled) -> None:
         """``delivery`` ended without a settle, and never will be settled (see :class:`Unsettled`).
 
@@ -179,8 +279,9 @@ class SubscriptionSource(ABC):
         """
         del delivery, why  # nothing to do for a source that keeps no per-delivery state
 
-    def pending(self) -> int:
-        """Messages available without waiting, where the source can tell (0 if unknown)."""
+    def unread(self) -> int:
+        """Messages available to read without waiting, where the source can tell (0 if
+        unknown). Not a Redis pending list: those are read and not yet settled."""
         return 0
 
     async def aclose(self) -> None:

@@ -34,12 +34,12 @@ async def test_send_from_queues_what_fits_and_waits_for_room() -> None:
 
 async def test_a_seek_interrupt_wakes_a_sender_blocked_on_a_full_channel() -> None:
     channel = DeliveryChannel(1)
-    await channel.send(make(1)[0])
+    await _send(channel, make(1)[0])
     outcome: list[bool] = []
     async with trio.open_nursery() as nursery:
 
         async def send() -> None:
-            outcome.append(await channel.send(make(1)[0]))
+            outcome.append(await _send(channel, make(1)[0]))
 
         nursery.start_soon(send)
         await trio.testing.wait_all_tasks_blocked()
@@ -61,14 +61,14 @@ async def test_advancing_the_generation_purges_every_queued_delivery() -> None:
     assert not any(channel.is_current(d) for d in old)
     assert idle == [True]
     new = make(1)[0]
-    await channel.send(new)
+    await _send(channel, new)
     assert channel.is_current(new) and new.generation == 1
 
 
 async def test_outstanding_counts_until_the_dispatcher_finishes() -> None:
     channel = DeliveryChannel(4)
     d = make(1)[0]
-    await channel.send(d)
+    await _send(channel, d)
     got = await channel.receive()
     assert channel.queued == 0 and channel.outstanding == 1
     channel.finished(got)
@@ -84,7 +84,7 @@ async def test_close_lets_receivers_drain_then_end() -> None:
     with pytest.raises(trio.EndOfChannel):
         await channel.receive()
     with pytest.raises(trio.ClosedResourceError):
-        await channel.send(make(1)[0])
+        await _send(channel, make(1)[0])
 
 
 async def test_a_cancelled_receive_takes_nothing(autojump_clock: trio.abc.Clock) -> None:
@@ -93,7 +93,7 @@ async def test_a_cancelled_receive_takes_nothing(autojump_clock: trio.abc.Clock)
         await channel.receive()
     assert scope.cancelled_caught
     d = make(1)[0]
-    await channel.send(d)
+    await _send(channel, d)
     assert await channel.receive() is d
 
 
@@ -101,13 +101,13 @@ async def test_wait_idle_returns_when_nothing_is_outstanding_or_on_interrupt() -
     channel = DeliveryChannel(4)
     await channel.wait_idle_or_interrupt()  # nothing outstanding: at once
     d = make(1)[0]
-    await channel.send(d)
+    await _send(channel, d)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(channel.wait_idle_or_interrupt)
         await trio.testing.wait_all_tasks_blocked()
         channel.finished(await channel.receive())
     async with trio.open_nursery() as nursery:
-        await channel.send(make(1)[0])
+        await _send(channel, make(1)[0])
         nursery.start_soon(channel.wait_idle_or_interrupt)
         await trio.testing.wait_all_tasks_blocked()
         channel.interrupt()
@@ -140,3 +140,8 @@ async def test_receive_yields_to_the_scheduler_regularly_even_when_never_waiting
 def test_capacity_must_be_positive() -> None:
     with pytest.raises(ValueError, match="capacity"):
         DeliveryChannel(0)
+
+
+async def _send(channel: DeliveryChannel, delivery: Delivery) -> bool:
+    """Queue one delivery; False, queueing nothing, if interrupted by a seek request."""
+    return await channel.send_from([delivery], 0) == 1

@@ -63,10 +63,22 @@ async def test_an_exception_retries_up_to_the_cap_then_dead_letters_intact() -> 
         assert record.settled == [retry(), retry(), drop()]
         assert [type(e) for e in record.errors] == [RuntimeError] * 3
         dead = t.published("orders.dead")
-        # As the last delivery arrived: the third copy, which carries its retry count.
-        assert [(m.payload, dict(m.headers)) for m in dead] == [
-            (payload, {"trace": "abc", "x-weird": "  spaced  ", RETRY_COUNT_HEADER: "2"})
-        ]
+        # As the last delivery arrived (the third copy, which carries its retry count), and why.
+        [letter] = dead
+        assert letter.payload == payload
+        headers = dict(letter.headers)
+        assert {k: headers[k] for k in ("trace", "x-weird", RETRY_COUNT_HEADER)} == {
+            "trace": "abc",
+            "x-weird": "  spaced  ",
+            RETRY_COUNT_HEADER: "2",
+        }
+        assert headers["x-dead-letter-reason"] == "max-attempts"
+        assert headers["x-dead-letter-error"] == "RuntimeError: payment service down"
+        assert headers["x-dead-letter-attempts"] == "3"
+        assert headers["x-dead-letter-stream"] == "orders"
+        assert headers["x-dead-letter-position"] == "sequence:3"
+        assert headers["x-dead-letter-subscription"] == record.name
+        assert int(headers["x-dead-letter-at-ms"]) > 1_700_000_000_000
         copies = [dict(m.headers).get(RETRY_COUNT_HEADER) for m in t.published("orders")]
         assert copies == [None, "1", "2"]
         assert len(record.dead_lettered) == 1
@@ -130,9 +142,12 @@ async def test_an_undecodable_payload_goes_to_the_dead_letter_when_one_is_set() 
     async with app.test() as t:
         await t.publish("orders", b"\xff\xfe", headers={"h": "v"})
         assert t.handler(handle).call_count == 1  # never retried
-        assert [(m.payload, dict(m.headers)) for m in t.published("dlq")] == [
-            (b"\xff\xfe", {"h": "v"})
-        ]
+        [letter] = t.published("dlq")
+        assert letter.payload == b"\xff\xfe"
+        assert letter.headers["h"] == "v"
+        assert letter.headers["x-dead-letter-reason"] == "undecodable"
+        assert letter.headers["x-dead-letter-error"].startswith("DecodeError: ")
+        assert letter.headers["x-dead-letter-attempts"] == "1"
 
 
 async def test_a_missing_header_runs_the_decode_policy() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +22,7 @@ from trio_streams.delivery import RETRY_COUNT_HEADER, Delivery
 from trio_streams.host import Fault, SubscriptionHost
 from trio_streams.memory.broker import MemorySubscription, MemoryTransport
 from trio_streams.outcome import Outcome, retry_after
-from trio_streams.transport import Source, SourceFault, Unsettled
+from trio_streams.transport import DEAD_LETTER_HEADERS, DeadLetter, Source, SourceFault, Unsettled
 
 Behaviour = Callable[["Scripted"], None]
 
@@ -514,3 +515,103 @@ async def test_a_retry_waiting_out_its_delay_at_shutdown_is_fired_not_left_unset
         # Shutdown fires due and pending delayed retries at once: settled with retry().
         await running.aclose()
     assert script.endings() == {"retry": 1}
+
+
+# ---- 5. "Dead letters inside settle: hand the transport the whole verdict (outcome, dead-letter
+# destination, reason); keep today's behaviour as the default implementation." And a dead letter
+# "carries headers with the reason (exception type and message, attempts, source stream and
+# position, time), on every transport."
+
+
+async def test_a_source_that_dead_letters_in_one_step_gets_the_whole_verdict() -> None:
+    letters: list[tuple[bytes, DeadLetter]] = []
+
+    class OneStep(Script):
+        async def on_open(self, source: Scripted, host: SubscriptionHost) -> None:
+            await super().on_open(source, host)
+
+            async def dead_letter(delivery: Delivery, letter: DeadLetter) -> bool:
+                letters.append((delivery.payload, letter))
+                self.ends.append((id(delivery), "dead-letter"))
+                await trio.lowlevel.checkpoint()
+                return True
+
+            source.dead_letter = dead_letter  # type: ignore[method-assign]
+
+    script = OneStep()
+    app, broker = scripted_app(script)
+    done = trio.Event()
+
+    @broker.subscriber(MemoryStream("s"), name="sub", max_attempts=1, dead_letter="dlq")
+    async def handle(n: int) -> None:
+        done.set()
+        raise ValueError(f"bad {n}")
+
+    async with trio.open_nursery() as nursery:
+        running = await nursery.start(app.serve)
+        await broker.publish("s", 7)
+        with trio.fail_after(10):
+            await done.wait()
+        for _ in range(10):
+            await trio.lowlevel.checkpoint()
+        await running.aclose()
+    [(payload, letter)] = letters
+    assert payload == b"7"
+    assert (letter.destination, letter.reason, letter.error, letter.attempts) == (
+        "dlq",
+        "max-attempts",
+        "ValueError: bad 7",
+        1,
+    )
+    assert broker.hub.log("dlq").next_seq == 1  # the core published nothing itself
+    assert script.endings() == {"dead-letter": 1}  # and settled nothing besides
+
+
+@pytest.mark.parametrize("transport", ["in-process", "file"])
+async def test_a_dead_letter_says_why_on_every_transport(
+    transport: str, tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    from trio_streams.file import FileBroker, FileStream
+    from trio_streams.file.envelope import open_envelope
+    from trio_streams.file.reader import FileReader
+
+    app = App("svc")
+    path = tmp_path / "orders.ss"
+    broker = app.broker(FileBroker(path))
+    calls = 0
+    second_call = trio.Event()
+
+    @broker.subscriber(
+        FileStream("orders"), name="charge", max_attempts=2, dead_letter="orders.dead"
+    )
+    async def charge(n: int) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            second_call.set()
+        raise ConnectionError("payment service down")
+
+    if transport == "in-process":
+        async with app.test() as t:
+            await t.publish("orders", 5, headers={"trace": "t1"})
+            [letter] = t.published("orders.dead")
+            headers = dict(letter.headers)
+    else:
+        async with trio.open_nursery() as nursery:
+            running = await nursery.start(app.serve)
+            await broker.publish("orders", 5, headers={"trace": "t1"})
+            with trio.fail_after(30):
+                await second_call.wait()
+            await running.aclose()  # drains: the second failure is dead-lettered first
+        with FileReader(path, keys=["orders.dead"]) as reader:
+            [message] = list(reader)
+        _, opened = open_envelope(message.payload)
+        headers = dict(opened)
+    assert headers["trace"] == "t1"
+    assert headers["x-dead-letter-reason"] == "max-attempts"
+    assert headers["x-dead-letter-error"] == "ConnectionError: payment service down"
+    assert headers["x-dead-letter-attempts"] == "2"
+    assert headers["x-dead-letter-stream"] == "orders"
+    assert headers["x-dead-letter-position"] == "sequence:2"
+    assert headers["x-dead-letter-subscription"] == "charge"
+    assert set(DEAD_LETTER_HEADERS) <= set(headers)

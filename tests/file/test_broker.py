@@ -355,10 +355,15 @@ async def test_spent_retries_are_dead_lettered_to_their_key_as_they_arrived(
         with trio.fail_after(10):
             await done.wait()
     [dead] = messages_in(path, "orders.dead")
-    assert open_envelope(dead.payload) == (
-        b'{"id":7,"amount":1.0}',
-        {"trace-id": "t7", RETRY_COUNT_HEADER: "1"},
-    )
+    payload, headers = open_envelope(dead.payload)
+    assert payload == b'{"id":7,"amount":1.0}'
+    # As it arrived, plus why.
+    assert {k: headers[k] for k in ("trace-id", RETRY_COUNT_HEADER)} == {
+        "trace-id": "t7",
+        RETRY_COUNT_HEADER: "1",
+    }
+    assert headers["x-dead-letter-reason"] == "max-attempts"
+    assert headers["x-dead-letter-error"] == "ValueError: cannot handle"
 
 
 async def test_retry_after_appends_the_copy_after_the_delay(

@@ -228,6 +228,7 @@ class FileSubscription(SubscriptionSource):
         self._transport = transport
         self._label = label
         self._count = count
+        self.read_count = count
         self._keys = stream.keys
         self.live = not stream.replaying
         self.path = transport.path
@@ -381,7 +382,7 @@ class FileSubscription(SubscriptionSource):
                 self._save_if_due()
             await source.wait()
 
-    def pending(self) -> int:
+    def unread(self) -> int:
         return 0
 
     # ---- seeking -----------------------------------------------------------------------------

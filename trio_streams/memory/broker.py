@@ -101,6 +101,7 @@ class MemorySubscription(SubscriptionSource):
         self._hub = hub
         self._label = label
         self._count = count
+        self.read_count = count
         start = stream.start_at
         if start is None:
             start = Position.beginning() if stream.replaying else Position.end()
@@ -119,7 +120,7 @@ class MemorySubscription(SubscriptionSource):
     def poll(self) -> Sequence[Delivery]:
         return self._take()
 
-    def pending(self) -> int:
+    def unread(self) -> int:
         return self._cursor.available()
 
     async def read(self) -> Sequence[Delivery] | None:

@@ -262,7 +262,7 @@ class TestClient:
 
     def _busy(self) -> str:
         busy = [
-            f"{r.label} (in flight {r.channel.outstanding}, unread {r.source.pending()}, "
+            f"{r.label} (in flight {r.channel.outstanding}, unread {r.source.unread()}, "
             f"delayed {len(r.delayed)})"
             for r in self._runners
             if not r.quiescent()
