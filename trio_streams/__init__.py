@@ -16,6 +16,7 @@ from .errors import ConfigurationError, TrioStreamsError, UnsupportedError
 from .handler import Depends, Header, Headers
 from .memory import MemoryBroker, MemoryStream
 from .outcome import Outcome, ack, drop, retry, retry_after
+from .pipeline import Pipeline
 from .positions import InvalidPosition, Position
 from .routing import Publisher, Router
 from .transport import SeekRefused
@@ -39,6 +40,7 @@ __all__ = [
     "MemoryStream",
     "NotConnected",
     "Outcome",
+    "Pipeline",
     "Position",
     "Publisher",
     "Router",

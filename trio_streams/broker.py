@@ -74,6 +74,16 @@ class Broker(Router):
             raise UnsupportedError(
                 f"handler {declared.handler.name} takes a Seeker, but {source!r} cannot seek"
             )
+        if declared.handler.pipelines and not declared.transport_options.get("pipeline"):
+            raise UnsupportedError(
+                f"handler {declared.handler.name} takes a Pipeline, but its subscription to "
+                f"{source!r} has no pipeline window: mount it with pipeline=True"
+                + (
+                    ""
+                    if "pipeline" in self.subscriber_options
+                    else f" on a transport that has one ({self.name} has none)"
+                )
+            )
         if (
             declared.options.policy.dead_letter is not None
             and not declared.options.policy.dead_letter

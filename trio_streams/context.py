@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from .app import State
     from .broker import Broker
     from .driver import Seeker
+    from .pipeline import Pipeline
     from .subscription import SubscriptionRunner
 
 __all__ = ["Context"]
@@ -81,6 +82,18 @@ class Context:
                 f"subscription {self._runner.label!r} reads a source that cannot seek"
             )
         return driver.seeker
+
+    @property
+    def pipeline(self) -> Pipeline:
+        """This delivery's segment of the pipeline window: commands sent with its
+        acknowledgement if the outcome is ``ack``, discarded otherwise (``pipeline=True``)."""
+        pipeline = self._runner.source.pipeline(self.message)
+        if pipeline is None:
+            raise UnsupportedError(
+                f"subscription {self._runner.label!r} has no pipeline window: mount it with "
+                "pipeline=True on a transport that has one"
+            )
+        return pipeline
 
     async def publish(
         self,

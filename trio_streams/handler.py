@@ -29,6 +29,7 @@ from .context import Context
 from .delivery import Delivery
 from .driver import Seeker
 from .errors import ConfigurationError
+from .pipeline import Pipeline
 from .positions import Position
 
 __all__ = ["Depends", "Handler", "Header", "Headers", "analyse"]
@@ -72,6 +73,8 @@ class Handler:
     needs_context: bool
     #: The handler takes a ``Seeker`` parameter: its source must be seekable.
     seeks: bool
+    #: The handler takes a ``Pipeline`` parameter: its subscription needs a pipeline window.
+    pipelines: bool
     #: Extractors for the parameters after the payload, in order, and which are awaitable.
     extractors: tuple[_Extractor, ...]
     awaitable: tuple[bool, ...]
@@ -118,6 +121,7 @@ def analyse(fn: Callable[..., Awaitable[Any]], *, batch: bool = False) -> Handle
     awaitable: list[bool] = []
     needs_context = False
     seeks = False
+    pipelines = False
     for param in params[1:]:
         if param.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
             raise ConfigurationError(f"handler {name}: *{param.name} cannot be filled")
@@ -126,6 +130,7 @@ def analyse(fn: Callable[..., Awaitable[Any]], *, batch: bool = False) -> Handle
         awaitable.append(is_async)
         needs_context = needs_context or wants_context
         seeks = seeks or extract is _seeker
+        pipelines = pipelines or extract is _pipeline
     return Handler(
         fn=fn,
         name=name,
@@ -134,6 +139,7 @@ def analyse(fn: Callable[..., Awaitable[Any]], *, batch: bool = False) -> Handle
         is_batch=batch,
         needs_context=needs_context,
         seeks=seeks,
+        pipelines=pipelines,
         extractors=tuple(extractors),
         awaitable=tuple(awaitable),
     )
@@ -186,6 +192,8 @@ def _extractor_for(
         return _context, False, True
     if bare is Seeker:
         return _seeker, False, True
+    if bare is Pipeline:
+        return _pipeline, False, True
     if bare is Position or bare == Position | None:
         return _position, False, False
     if bare in (Headers, Mapping, dict[str, str]):
@@ -195,7 +203,7 @@ def _extractor_for(
         return (lambda delivery, context: default), False, False
     raise ConfigurationError(
         f"{where}: cannot tell what to pass. Annotate it Context, Headers, Position, Seeker, "
-        f"Annotated[T, Header(...)] or Annotated[T, Depends(...)], or give it a default"
+        "Pipeline, Annotated[T, Header(...)] or Annotated[T, Depends(...)], or give it a default"
     )
 
 
@@ -210,6 +218,11 @@ def _batch_contexts(delivery: Delivery, context: Context | None) -> Any:
 def _seeker(delivery: Delivery, context: Context | None) -> Seeker:
     assert context is not None
     return context.seeker
+
+
+def _pipeline(delivery: Delivery, context: Context | None) -> Pipeline:
+    assert context is not None
+    return context.pipeline
 
 
 def _position(delivery: Delivery, context: Context | None) -> Position | None:

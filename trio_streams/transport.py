@@ -29,6 +29,7 @@ from .delivery import Delivery
 from .errors import ConfigurationError, TrioStreamsError, UnsupportedError
 from .host import SubscriptionHost
 from .outcome import Outcome
+from .pipeline import Pipeline
 from .positions import Position
 
 if TYPE_CHECKING:
@@ -267,6 +268,12 @@ class SubscriptionSource(ABC):
         """
         await trio.lowlevel.checkpoint()
         return False
+
+    def pipeline(self, delivery: Delivery) -> Pipeline | None:
+        """``delivery``'s segment of the pipeline window (``ctx.pipeline``), created at the first
+        call; None where the subscription has no window (the default)."""
+        del delivery
+        return None
 
     def unsettled(self, delivery: Delivery, why: Unsettled) -> None:
         """``delivery`` ended without a settle, and never will be settled (see :class:`Unsettled`).

@@ -226,7 +226,7 @@ def test_the_memory_broker_refuses_sources_and_options_it_cannot_serve() -> None
     with pytest.raises(UnsupportedError, match="cannot subscribe to"):
         broker.subscriber(Alien())(handle)
     with pytest.raises(UnsupportedError, match="does not understand subscriber option"):
-        broker.subscriber(MemoryStream("s"), pipeline=True)(handle)
+        broker.subscriber(MemoryStream("s"), lease=30)(handle)
     with pytest.raises(ConfigurationError, match="count must be"):
         broker.subscriber(MemoryStream("s"), count=0)(handle)
     broker.subscriber(Other("s"))(handle)  # subclasses are fine

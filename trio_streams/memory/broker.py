@@ -12,9 +12,10 @@ from .._schedule import FairShare
 from ..broker import Broker
 from ..delivery import RETRY_COUNT_HEADER, Delivery, attempt_from_headers, retry_headers
 from ..errors import ConfigurationError, UnsupportedError
-from ..outcome import Outcome
+from ..outcome import Outcome, OutcomeKind
+from ..pipeline import Pipeline, Segment
 from ..positions import Position, delivered_position
-from ..transport import SeekRefused, Source, SubscriptionSource, Transport
+from ..transport import SeekRefused, Source, SubscriptionSource, Transport, Unsettled
 from .log import Cursor, Entry, MemoryHub
 from .sources import MemoryStream
 
@@ -27,11 +28,15 @@ DEFAULT_COUNT = 64
 class MemoryBroker(Broker):
     """In-process streams. Messages live as long as the broker object (``max_len`` per stream).
 
-    Subscriber option: ``count`` — messages taken per read (default 64).
+    Subscriber options: ``count`` — messages taken per read (default 64); ``pipeline=True`` —
+    emulate the Redis pipeline window: each delivery's ``ctx.pipeline`` segment is kept when
+    its outcome is ``ack`` and discarded otherwise, and recorded (``hub.segments``,
+    ``t.segments(handler)`` under ``app.test()``); ``atomic=True`` is accepted alongside it (in
+    process, every segment and its settle already take effect together).
     """
 
     source_types = (MemoryStream,)
-    subscriber_options = frozenset({"count"})
+    subscriber_options = frozenset({"count", "pipeline", "atomic"})
 
     def __init__(self, *, name: str | None = None, max_len: int = 100_000, **defaults: Any) -> None:
         super().__init__(name=name or "memory", **defaults)
@@ -40,6 +45,7 @@ class MemoryBroker(Broker):
     def check_subscription(self, source: Source, options: Mapping[str, Any]) -> None:
         super().check_subscription(source, options)
         _check_count(options)
+        _check_window(options)
 
     @asynccontextmanager
     async def connect(self) -> AsyncIterator[Transport]:
@@ -51,6 +57,15 @@ def _check_count(options: Mapping[str, Any]) -> int:
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise ConfigurationError(f"count must be an int >= 1, got {count!r}")
     return count
+
+
+def _check_window(options: Mapping[str, Any]) -> bool:
+    for name in ("pipeline", "atomic"):
+        if not isinstance(options.get(name, False), bool):
+            raise ConfigurationError(f"{name} is True or False, not {options[name]!r}")
+    if options.get("atomic") and not options.get("pipeline"):
+        raise ConfigurationError("atomic=True wraps the pipeline window: give pipeline=True too")
+    return bool(options.get("pipeline", False))
 
 
 class MemoryTransport(Transport):
@@ -79,8 +94,15 @@ class MemoryTransport(Transport):
     ) -> SubscriptionSource:
         stream = source if isinstance(source, MemoryStream) else source.in_process()
         count = _check_count(options) if self._strict else DEFAULT_COUNT
+        # Whatever the real transport, a window asked for is emulated (app.test()).
+        window = _check_window(options) if self._strict else bool(options.get("pipeline"))
         return MemorySubscription(
-            self.hub, stream, label=label, count=count, follow=self._follow_replays
+            self.hub,
+            stream,
+            label=label,
+            count=count,
+            follow=self._follow_replays,
+            window=window,
         )
 
 
@@ -97,8 +119,11 @@ class MemorySubscription(SubscriptionSource):
         label: str,
         count: int,
         follow: bool = False,
+        window: bool = False,
     ) -> None:
         self._hub = hub
+        #: The segment of each delivery whose handler queued a command (pipeline=True only).
+        self._window: dict[int, Pipeline] | None = {} if window else None
         self._label = label
         self._count = count
         self.read_count = count
@@ -150,7 +175,31 @@ class MemorySubscription(SubscriptionSource):
         self._hub.wake()
         await checkpoint()
 
+    def pipeline(self, delivery: Delivery) -> Pipeline | None:
+        window = self._window
+        if window is None:
+            return None
+        segment = window.get(id(delivery))
+        if segment is None:
+            segment = window[id(delivery)] = Pipeline()
+        return segment
+
+    def unsettled(self, delivery: Delivery, why: Unsettled) -> None:
+        if self._window is not None:
+            self._decide(delivery, kept=False, decided_by=why.value)
+
+    def _decide(self, delivery: Delivery, *, kept: bool, decided_by: str) -> None:
+        assert self._window is not None
+        segment = self._window.pop(id(delivery), None)
+        if segment is not None and len(segment):
+            self._hub.segments.append(
+                Segment(self._label, delivery.stream, segment.commands, kept, decided_by)
+            )
+
     async def settle(self, delivery: Delivery, outcome: Outcome) -> None:
+        if self._window is not None:
+            kept = outcome.kind is OutcomeKind.ACK
+            self._decide(delivery, kept=kept, decided_by=outcome.kind.value)
         if not outcome.consumes:
             # As on a stream file: a retry is a copy at the end of the stream, carrying the
             # retry count, so it survives seeks and every reader of the stream sees it.

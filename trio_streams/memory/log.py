@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import bisect
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from trio.lowlevel import ParkingLot
 
+from ..pipeline import Segment
 from ..positions import Position, PositionKind
 from ..transport import SeekRefused
 
@@ -101,6 +103,9 @@ class MemoryHub:
         #: Readers waiting for a publish (or a redelivery) park here.
         self.activity = ParkingLot()
         self._listeners: list[Callable[[], None]] = []
+        #: Pipeline-window segments decided in-process (``pipeline=True``), oldest first; the
+        #: last ``max_len`` are kept.
+        self.segments: deque[Segment] = deque(maxlen=max_len)
 
     def log(self, stream: str) -> StreamLog:
         log = self._logs.get(stream)

@@ -29,6 +29,7 @@ from ..host import Fault, SubscriptionHost
 from ..memory.broker import MemoryBroker, MemoryTransport
 from ..memory.log import MemoryHub
 from ..outcome import Outcome
+from ..pipeline import Segment
 from ..transport import Transport
 
 if TYPE_CHECKING:
@@ -231,6 +232,21 @@ class TestClient:
             PublishedMessage(destination, e.seq, e.payload, e.headers)
             for e in log.slice(log.first_seq, log.next_seq)
         ]
+
+    def segments(self, handler: Callable[..., Any] | str) -> list[Segment]:
+        """What became of the pipeline-window segments of ``handler``'s subscription
+        (``pipeline=True``): each delivery whose handler queued commands through
+        ``ctx.pipeline``, with the commands, whether they were kept (``ack``) or discarded, and
+        what decided it."""
+        labels = {
+            runner.label
+            for runner in self._runners
+            if handler in (runner.label, runner.subscription.handler.fn)
+        }
+        if not labels:
+            known = [runner.label for runner in self._runners]
+            raise ConfigurationError(f"no subscription runs {handler!r}; these do: {known}")
+        return [s for hub in self._hubs.values() for s in hub.segments if s.subscription in labels]
 
     def hub(self, broker: Broker) -> MemoryHub:
         return self._hubs[broker]
