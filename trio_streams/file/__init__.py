@@ -27,8 +27,7 @@ from .format import Header, Message
 from .positions import FilePosition
 from .reader import FileReader
 from .sources import FileStream
-from .watch import FileWatch, WatchRegistry, watches
-from .writer import StreamWriter, WriterHandle, WriterRegistry, writers
+from .writer import StreamWriter
 
 __all__ = [
     "ChecksumError",
@@ -41,7 +40,6 @@ __all__ = [
     "FileRemovedError",
     "FileSource",
     "FileStream",
-    "FileWatch",
     "Header",
     "Message",
     "SeekError",
@@ -52,11 +50,6 @@ __all__ = [
     "StreamWriter",
     "TruncatedError",
     "UnprovenTailError",
-    "WatchRegistry",
     "WriterClosedError",
-    "WriterHandle",
     "WriterLockedError",
-    "WriterRegistry",
-    "watches",
-    "writers",
 ]
