@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING
 import trio
 
 from .channel import DeliveryChannel
+from .delayed import DelayedRetries
 from .delivery import Delivery
 from .dispatch import Dispatcher, HandledMessage
 from .driver import SubscriptionDriver
-from .failure import DelayedRetries
 from .host import Fault, SubscriptionHost
 from .outcome import Outcome, drop, retry
 from .routing import Subscription
