@@ -138,6 +138,14 @@ class SourceFault(TrioStreamsError):
         self.message = message
 
 
+def read_count_option(options: Mapping[str, Any], default: int) -> int:
+    """The ``count=`` subscriber option (messages taken per read), checked: an int >= 1."""
+    count = options.get("count", default)
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ConfigurationError(f"count must be an int >= 1, got {count!r}")
+    return count
+
+
 def check_source_args(kind: str, names: tuple[str, ...], start_at: object) -> None:
     """Refuse, with ``ConfigurationError``, the arguments no source can take."""
     if not names:

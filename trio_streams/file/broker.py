@@ -31,7 +31,7 @@ from ..delivery import Delivery, attempt_from_headers, retry_headers
 from ..errors import ConfigurationError
 from ..outcome import Outcome, OutcomeKind
 from ..positions import Position, PositionKind, delivered_position
-from ..transport import SeekRefused, Source, SubscriptionSource, Transport
+from ..transport import SeekRefused, Source, SubscriptionSource, Transport, read_count_option
 from .durable import (
     PERSIST_EVERY,
     PERSIST_INTERVAL,
@@ -135,10 +135,7 @@ def _prepare(path: str, *, existing_only: bool, beacon_interval: int) -> None:
 
 
 def _check_count(options: Mapping[str, Any]) -> int:
-    count = options.get("count", DEFAULT_COUNT)
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise ConfigurationError(f"count must be an int >= 1, got {count!r}")
-    return count
+    return read_count_option(options, DEFAULT_COUNT)
 
 
 class FileTransport(Transport):

@@ -15,7 +15,14 @@ from ..errors import ConfigurationError, UnsupportedError
 from ..outcome import Outcome, OutcomeKind
 from ..pipeline import Pipeline, Segment
 from ..positions import Position, delivered_position
-from ..transport import SeekRefused, Source, SubscriptionSource, Transport, Unsettled
+from ..transport import (
+    SeekRefused,
+    Source,
+    SubscriptionSource,
+    Transport,
+    Unsettled,
+    read_count_option,
+)
 from .log import Cursor, Entry, MemoryHub
 from .sources import MemoryStream
 
@@ -53,10 +60,7 @@ class MemoryBroker(Broker):
 
 
 def _check_count(options: Mapping[str, Any]) -> int:
-    count = options.get("count", DEFAULT_COUNT)
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise ConfigurationError(f"count must be an int >= 1, got {count!r}")
-    return count
+    return read_count_option(options, DEFAULT_COUNT)
 
 
 def _check_window(options: Mapping[str, Any]) -> bool:
