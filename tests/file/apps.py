@@ -25,6 +25,15 @@ def write_numbers(
             assert seq == n, f"{path} already held messages of {key!r}"
 
 
+def write_at_instants(path: Path, instants: list[int], *, key: str = "s") -> None:
+    """Append messages whose payload is their sequence number, the n-th written at
+    ``instants[n - 1]`` (Unix epoch milliseconds)."""
+    with StreamWriter(path, beacon_interval=1024) as writer:
+        for n, ms in enumerate(instants, 1):
+            seq, _, _ = writer.append(key, str(n).encode(), timestamp_ms=ms)
+            assert seq == n, f"{path} already held messages of {key!r}"
+
+
 def file_app(path: Path, *, name: str = "file", **options: Any) -> tuple[App, FileBroker]:
     """An app with one ``FileBroker`` on ``path`` (``options`` are the broker's)."""
     app = App(name)

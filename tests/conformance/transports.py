@@ -1,0 +1,198 @@
+"""What the conformance suite needs from a transport, and one fixture class per transport.
+
+A test asks its ``transport`` fixture for an app with a broker of that transport, preloads
+stream ``"s"`` with messages whose payload is their sequence number (so ``seen`` lists read like
+positions), and mounts sources it makes (``transport.live()`` / ``transport.replay()``).
+
+A transport joins the suite by adding a subclass of :class:`Transport` to :data:`TRANSPORTS`
+and declaring, in ``cannot``, each :class:`Capability` it lacks and why. A test that needs a
+capability says so with ``@needs(Capability...)`` (on the test or its module): the ``transport``
+fixture skips it, with the transport's reason, where the capability is declared missing. A test
+that uses a capability it did not declare fails instead of skipping, so nothing is skipped
+silently; ``test_capabilities.py`` checks that the declarations tell the truth.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from tests.file.apps import write_at_instants, write_numbers
+from trio_streams import App, Broker, MemoryBroker, MemoryStream, Position
+from trio_streams.file import FileBroker, FileStream
+from trio_streams.memory.log import MemoryHub
+from trio_streams.transport import Source
+
+__all__ = ["TRANSPORTS", "Capability", "FileTransport", "MemoryTransport", "Transport", "needs"]
+
+
+class Capability(enum.Enum):
+    """Something a test may need that not every transport can do."""
+
+    #: Handlers seek their subscription (``ctx.seeker``); sources report ``seekable``.
+    SEEK = "seek a subscription"
+    #: ``.replay()``: read a stream from its beginning and end after its last message.
+    REPLAY = "replay a stream from its beginning"
+    #: Preload messages written at instants the test chooses (for timestamp seeks).
+    PIN_INSTANTS = "write messages at chosen instants"
+
+
+def needs(*capabilities: Capability) -> pytest.MarkDecorator:
+    """Mark a test (or a module, with ``pytestmark``) as needing ``capabilities``."""
+    return pytest.mark.needs(*capabilities)
+
+
+class Transport(ABC):
+    """One transport as the conformance tests see it (a test fixture, not the core's ABC)."""
+
+    #: The pytest id of the parameter.
+    name: ClassVar[str]
+    #: What this transport cannot do, with the reason a skipped test reports.
+    cannot: ClassVar[Mapping[Capability, str]] = {}
+
+    def __init__(self, tmp_path: Path) -> None:
+        #: The test's own directory, for transports that keep files.
+        self.tmp_path = tmp_path
+        #: What the running test declared it needs (``@needs``), set by the fixture.
+        self.needed: frozenset[Capability] = frozenset()
+
+    def can(self, capability: Capability) -> bool:
+        return capability not in self.cannot
+
+    def skip_unless_able(self, capabilities: frozenset[Capability]) -> None:
+        """Skip the test, saying why, unless this transport can do all of ``capabilities``
+        (called by the fixture: a skip raised inside a Trio test loses its reason)."""
+        self.needed = capabilities
+        for capability in sorted(capabilities, key=lambda c: c.name):
+            if capability in self.cannot:
+                pytest.skip(f"{self.name} cannot {capability.value}: {self.cannot[capability]}")
+
+    def require(self, *capabilities: Capability) -> None:
+        """Fail unless the test declared these with ``@needs``: undeclared, a transport that
+        cannot do them would fail the test instead of skipping it with a reason."""
+        missing = [c.name for c in capabilities if c not in self.needed]
+        if missing:
+            pytest.fail(f"the test uses {missing} without declaring @needs(...) for them")
+
+    # ---- apps and brokers --------------------------------------------------------------------
+
+    @abstractmethod
+    def broker(self) -> Broker:
+        """A fresh broker of this transport (nothing shared with earlier ones)."""
+
+    def app(self, name: str = "conformance", **options: Any) -> tuple[App, Broker]:
+        """An app (``options`` are ``App``'s) with one fresh broker of this transport."""
+        app = App(name, **options)
+        return app, app.broker(self.broker())
+
+    # ---- preloading, before the app runs -----------------------------------------------------
+
+    @abstractmethod
+    def preload(self, broker: Broker, count: int, *, stream: str = "s") -> None:
+        """Write ``count`` messages to ``stream``, payloads 1..count: each its sequence number."""
+
+    def preload_at(self, broker: Broker, instants: Sequence[int], *, stream: str = "s") -> None:
+        """As ``preload``, the n-th message written at ``instants[n - 1]`` (epoch ms)."""
+        self.require(Capability.PIN_INSTANTS)
+        self._preload_at(broker, instants, stream)
+
+    def _preload_at(self, broker: Broker, instants: Sequence[int], stream: str) -> None:
+        raise NotImplementedError(f"{self.name} declares that it can pin instants but cannot")
+
+    # ---- sources -----------------------------------------------------------------------------
+
+    @abstractmethod
+    def live(self, *streams: str, start_at: Position | None = None) -> Source:
+        """A live subscription's source: it starts at the tip (or ``start_at``) and follows."""
+
+    def replay(self, *streams: str, start_at: Position | None = None) -> Source:
+        """A replay's source: from the beginning (or ``start_at``) to the last message."""
+        self.require(Capability.REPLAY)
+        return self._replay(streams or ("s",), start_at)
+
+    def _replay(self, streams: tuple[str, ...], start_at: Position | None) -> Source:
+        raise NotImplementedError(f"{self.name} declares that it can replay but cannot")
+
+    # ---- what a refusal says -----------------------------------------------------------------
+
+    @abstractmethod
+    def past_the_end_refusal(self, *, asked: int, last: int) -> tuple[str, ...]:
+        """Fragments the refusal of ``sequence(asked)`` on stream ``s`` (whose last sequence is
+        ``last``) must contain: it says why, and where."""
+
+    def __repr__(self) -> str:
+        return f"<{self.name} transport>"
+
+
+class MemoryTransport(Transport):
+    name = "memory"
+
+    def broker(self) -> Broker:
+        return MemoryBroker()
+
+    @staticmethod
+    def _hub(broker: Broker) -> MemoryHub:
+        assert isinstance(broker, MemoryBroker)
+        return broker.hub
+
+    def preload(self, broker: Broker, count: int, *, stream: str = "s") -> None:
+        hub = self._hub(broker)
+        for n in range(1, count + 1):
+            assert hub.append(stream, str(n).encode(), {}).seq == n
+
+    def _preload_at(self, broker: Broker, instants: Sequence[int], stream: str) -> None:
+        hub = self._hub(broker)
+        for n, ms in enumerate(instants, 1):
+            entry = hub.append(stream, str(n).encode(), {})
+            assert entry.seq == n
+            entry.timestamp_ms = ms  # pin the instant
+
+    def live(self, *streams: str, start_at: Position | None = None) -> Source:
+        return MemoryStream(*(streams or ("s",)), start_at=start_at)
+
+    def _replay(self, streams: tuple[str, ...], start_at: Position | None) -> Source:
+        return MemoryStream(*streams, start_at=start_at).replay()
+
+    def past_the_end_refusal(self, *, asked: int, last: int) -> tuple[str, ...]:
+        return (f"sequence {asked} of stream 's'", f"past the next one it will write ({last + 1})")
+
+
+class FileTransport(Transport):
+    name = "file"
+
+    def __init__(self, tmp_path: Path) -> None:
+        super().__init__(tmp_path)
+        self._numbers = itertools.count(1)
+
+    def broker(self) -> Broker:
+        return FileBroker(self.tmp_path / f"conformance-{next(self._numbers)}.ss")
+
+    @staticmethod
+    def _path(broker: Broker) -> Path:
+        assert isinstance(broker, FileBroker)
+        return Path(broker.path)
+
+    def preload(self, broker: Broker, count: int, *, stream: str = "s") -> None:
+        write_numbers(self._path(broker), count, key=stream)
+
+    def _preload_at(self, broker: Broker, instants: Sequence[int], stream: str) -> None:
+        write_at_instants(self._path(broker), list(instants), key=stream)
+
+    def live(self, *streams: str, start_at: Position | None = None) -> Source:
+        return FileStream(*(streams or ("s",)), start_at=start_at)
+
+    def _replay(self, streams: tuple[str, ...], start_at: Position | None) -> Source:
+        return FileStream(*streams, start_at=start_at).replay()
+
+    def past_the_end_refusal(self, *, asked: int, last: int) -> tuple[str, ...]:
+        return (str(self.tmp_path), f"seq:{asked}", "stream 's'", f"past the last sequence {last}")
+
+
+#: Every transport the suite runs on, by parameter id. A Redis transport joins here.
+TRANSPORTS: dict[str, type[Transport]] = {"memory": MemoryTransport, "file": FileTransport}
