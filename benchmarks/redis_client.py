@@ -28,14 +28,19 @@ import csv
 import io
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import trio
 
+# The test servers' launcher lives with the tests (it is not part of the package).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.redis_servers import RedisServer, redis_binary, redis_server
 from trio_streams.redis.client import RedisClient, connect
-from trio_streams.testing.redis_servers import RedisServer, redis_binary, redis_server
 
 PIPELINE = 100
 VALUE = b"xxx"  # redis-benchmark's default 3-byte payload

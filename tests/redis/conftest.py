@@ -12,17 +12,17 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from trio_streams.redis.client import RedisClient, connect
-from trio_streams.testing.redis_servers import (
+from tests.redis_servers import (
     ACL_RULES,
     ADMIN_PASSWORD,
     RedisClusterServers,
     RedisSentinelServers,
     RedisServer,
 )
-from trio_streams.testing.redis_servers import (
+from tests.redis_servers import (
     redis_server as start_redis_server,
 )
+from trio_streams.redis.client import RedisClient, connect
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
-from ..errors import TrioStreamsError
+from trio_streams.errors import TrioStreamsError
 
 #: Seconds a server gets to report it is ready (a loaded 2-core machine needs slack).
 START_TIMEOUT = 30.0

@@ -6,8 +6,8 @@ import pytest
 import trio
 import trio.testing
 
+from tests.redis_servers import RedisServer
 from trio_streams.redis.client import PoolTimeoutError, Redis, connect
-from trio_streams.testing.redis_servers import RedisServer
 
 from .redis_waits import eventually
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import trio
 
+from tests.redis_servers import RedisServer
 from trio_streams.redis.client import Gap, Message, RedisConnectionError, connect
-from trio_streams.testing.redis_servers import RedisServer
 
 from .redis_waits import eventually
 

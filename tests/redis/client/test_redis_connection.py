@@ -7,6 +7,13 @@ from typing import Any
 import pytest
 import trio
 
+from tests.redis_servers import (
+    ACL_PASSWORD,
+    ACL_USER,
+    ADMIN_PASSWORD,
+    RedisServer,
+    redis_server,
+)
 from trio_streams.redis.client import (
     AuthenticationError,
     ConnectionOptions,
@@ -18,13 +25,6 @@ from trio_streams.redis.client import (
     WatchError,
     connect,
     open_connection,
-)
-from trio_streams.testing.redis_servers import (
-    ACL_PASSWORD,
-    ACL_USER,
-    ADMIN_PASSWORD,
-    RedisServer,
-    redis_server,
 )
 
 

@@ -9,6 +9,7 @@ import pytest
 import trio
 import trio.testing
 
+from tests.redis_servers import RedisServer
 from trio_streams.redis.client import (
     ConnectionOptions,
     Redis,
@@ -17,7 +18,6 @@ from trio_streams.redis.client import (
     connect,
     open_connection,
 )
-from trio_streams.testing.redis_servers import RedisServer
 
 from .redis_waits import blocked_clients, eventually, wait_until_blocked
 

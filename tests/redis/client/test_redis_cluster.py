@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 import trio
 
+from tests.redis_servers import RedisClusterServers
 from trio_streams.errors import ConfigurationError
 from trio_streams.redis.client import (
     CrossSlotError,
@@ -22,7 +23,6 @@ from trio_streams.redis.client import (
 )
 from trio_streams.redis.client.cluster import parse_cluster_shards, parse_cluster_slots
 from trio_streams.redis.client.keys import KeyFinder, parse_command_table
-from trio_streams.testing.redis_servers import RedisClusterServers
 
 from .redis_waits import eventually, read_until_message
 

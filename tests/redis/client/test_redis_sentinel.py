@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import trio
 
+from tests.redis_servers import RedisSentinelServers
 from trio_streams.redis.client import (
     ConnectionOptions,
     Gap,
@@ -15,7 +16,6 @@ from trio_streams.redis.client import (
     connect,
 )
 from trio_streams.redis.client.sentinel import SentinelLocator
-from trio_streams.testing.redis_servers import RedisSentinelServers
 
 from .redis_waits import eventually, read_until_message
 

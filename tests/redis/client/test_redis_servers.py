@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trio_streams.testing.redis_servers import (
+from tests.redis_servers import (
     RedisServer,
     ServerLaunchError,
     redis_binary,

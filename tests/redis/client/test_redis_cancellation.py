@@ -9,8 +9,8 @@ import pytest
 import trio
 import trio.testing
 
+from tests.redis_servers import RedisServer
 from trio_streams.redis.client import Redis, RedisClient, connect
-from trio_streams.testing.redis_servers import RedisServer
 
 from .redis_waits import blocked_clients, wait_until_blocked, wait_until_no_blocked_client
 
