@@ -42,6 +42,10 @@ class PositionKind(enum.Enum):
     END = "end"
     SEQUENCE = "sequence"
     TIMESTAMP = "timestamp"
+    #: A Redis stream entry id ``<ms>-<seq>``, held in ``value`` as ``ms << 64 | seq`` (so
+    #: positions of one stream compare as their ids do). Stream files and in-process streams are
+    #: addressed by sequence numbers and instants, and refuse it.
+    ENTRY = "entry"
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +57,7 @@ class Position:
     - ``Position.sequence(n)``: the first message of the stream with sequence >= n. Inclusive, so
       seeking to the position of a delivery delivers that same message again.
     - ``Position.timestamp(ms)``: the first message strictly later than ``ms`` (Unix epoch ms).
+    - ``Position.entry("1526985054069-0")``: a Redis stream entry id (Redis transports only).
 
     ``stream`` names the stream a sequence or timestamp refers to; it may be left out when the
     subscription reads a single stream. ``shard`` names the shard of that stream (stream files
@@ -75,6 +80,8 @@ class Position:
             _checked_int("sequence", self.value, 0, MAX_SEQUENCE)
         elif kind is PositionKind.TIMESTAMP:
             _checked_int("timestamp", self.value, 0, MAX_TIMESTAMP_MS)
+        elif kind is PositionKind.ENTRY:
+            _checked_int("entry id", self.value, 0, _MAX_ENTRY)
         elif kind is PositionKind.BEGINNING or kind is PositionKind.END:
             if self.value is not None or self.stream is not None or self.shard is not None:
                 raise InvalidPosition(
@@ -108,6 +115,36 @@ class Position:
         return cls(PositionKind.TIMESTAMP, ms, stream, shard)
 
     @classmethod
+    def entry(cls, entry_id: str, *, stream: str | None = None) -> Position:
+        """The Redis stream entry ``entry_id`` (``"<ms>-<seq>"``, both parts u64)."""
+        if not isinstance(entry_id, str):
+            raise InvalidPosition(f"an entry id is a str like '1526985054069-0', not {entry_id!r}")
+        ms, sep, seq = entry_id.partition("-")
+        if not (sep and ms.isdigit() and seq.isdigit() and ms.isascii() and seq.isascii()):
+            raise InvalidPosition(f"entry id {entry_id!r} is not <ms>-<seq>")
+        high, low = int(ms), int(seq)
+        if high > MAX_SEQUENCE or low > MAX_SEQUENCE:
+            raise InvalidPosition(f"entry id {entry_id!r} has a part outside [0, 2**64 - 1]")
+        return cls(PositionKind.ENTRY, high << 64 | low, stream)
+
+    @property
+    def entry_id(self) -> str:
+        """The ``"<ms>-<seq>"`` text of an entry position."""
+        if self.kind is not PositionKind.ENTRY or self.value is None:
+            raise ValueError(f"{self!r} is not a Redis stream entry")
+        return f"{self.value >> 64}-{self.value & MAX_SEQUENCE}"
+
+    def describe(self) -> str:
+        """A short text form for headers and logs: ``sequence:57``, ``timestamp:1700000000000``,
+        ``entry:1526985054069-0``, ``beginning``, ``end`` (``@shard`` when one is named)."""
+        kind: str = self.kind.value
+        if self.kind in (PositionKind.BEGINNING, PositionKind.END):
+            return kind
+        value = self.entry_id if self.kind is PositionKind.ENTRY else str(self.value)
+        text = f"{kind}:{value}"
+        return text if self.shard is None else f"{text}@{self.shard}"
+
+    @classmethod
     def after(cls, instant: _dt.datetime, *, stream: str | None = None) -> Position:
         """The first message strictly later than an aware datetime, which must be whole ms."""
         if instant.tzinfo is None:
@@ -132,7 +169,8 @@ class Position:
         where = f", stream={self.stream!r}" if self.stream is not None else ""
         if self.shard is not None:
             where += f", shard={self.shard}"
-        return f"Position.{self.kind.value}({self.value}{where})"
+        value = repr(self.entry_id) if self.kind is PositionKind.ENTRY else str(self.value)
+        return f"Position.{self.kind.value}({value}{where})"
 
 
 _new = object.__new__
@@ -157,6 +195,8 @@ def _checked_int(what: str, value: object, low: int, high: int) -> int:
         raise InvalidPosition(f"{what} {value} is outside [{low}, {high}]")
     return value
 
+
+_MAX_ENTRY = (1 << 128) - 1
 
 _BEGINNING = Position(PositionKind.BEGINNING)
 _END = Position(PositionKind.END)

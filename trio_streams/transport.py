@@ -30,7 +30,7 @@ from .errors import ConfigurationError, TrioStreamsError, UnsupportedError
 from .host import SubscriptionHost
 from .outcome import Outcome
 from .pipeline import Pipeline
-from .positions import Position
+from .positions import Position, PositionKind
 
 if TYPE_CHECKING:
     from .memory.sources import MemoryStream
@@ -86,9 +86,7 @@ class DeadLetter:
         """The dead letter's headers: the delivery's own, then why."""
         headers = dict(delivery.headers)
         position = delivery.position
-        where = "" if position is None else f"{position.kind.value}:{position.value}"
-        if position is not None and position.shard is not None:
-            where += f"@{position.shard}"
+        where = "" if position is None else position.describe()
         values = (
             self.reason,
             self.error,
@@ -146,8 +144,11 @@ def read_count_option(options: Mapping[str, Any], default: int) -> int:
     return count
 
 
-def check_source_args(kind: str, names: tuple[str, ...], start_at: object) -> None:
-    """Refuse, with ``ConfigurationError``, the arguments no source can take."""
+def check_source_args(
+    kind: str, names: tuple[str, ...], start_at: object, *, entry_ids: bool = False
+) -> None:
+    """Refuse, with ``ConfigurationError``, the arguments no source can take (and a Redis entry
+    id position, unless the source reads Redis streams: ``entry_ids``)."""
     if not names:
         raise ConfigurationError(f"{kind} needs at least one stream name")
     for name in names:
@@ -157,6 +158,11 @@ def check_source_args(kind: str, names: tuple[str, ...], start_at: object) -> No
         raise ConfigurationError(f"stream names repeat: {names!r}")
     if start_at is not None and not isinstance(start_at, Position):
         raise ConfigurationError(f"start_at takes a Position, not {start_at!r}")
+    if isinstance(start_at, Position) and start_at.kind is PositionKind.ENTRY and not entry_ids:
+        raise ConfigurationError(
+            f"{kind} cannot start at {start_at!r}: entry ids address Redis streams; use "
+            "Position.sequence(n) or Position.timestamp(ms)"
+        )
 
 
 class Source(ABC):

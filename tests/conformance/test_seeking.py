@@ -18,6 +18,7 @@ from tests.support import serving
 from trio_streams import (
     App,
     Broker,
+    ConfigurationError,
     Context,
     InvalidPosition,
     Position,
@@ -386,3 +387,35 @@ async def test_after_shutdown_every_seek_is_refused(transport: Transport, live: 
             refusals.append(str(refused))
     assert len(refusals) == 3
     assert all("has stopped" in text for text in refusals)
+
+
+@needs(Capability.REPLAY)
+async def test_a_redis_entry_id_is_refused_to_the_handler_not_the_app_where_streams_use_sequences(
+    transport: Transport,
+) -> None:
+    """Stream files and in-process streams are addressed by sequence numbers and instants."""
+    app, broker = transport.app("entry")
+    transport.preload(broker, 3)
+    refusals: list[str] = []
+    seen: list[int] = []
+
+    async def handle(n: int, ctx: Context) -> None:
+        seen.append(n)
+        if n == 2:
+            try:
+                await ctx.seeker.seek(Position.entry("1526985054069-0"))
+            except SeekRefused as exc:
+                refusals.append(str(exc))
+
+    broker.subscriber(transport.replay("s"), name="sub")(handle)
+    await run_to_end(app)
+    assert seen == [1, 2, 3]
+    assert len(refusals) == 1 and "entry id" in refusals[0]
+
+
+@needs(Capability.REPLAY)
+def test_a_source_that_reads_sequences_refuses_to_start_at_an_entry_id(
+    transport: Transport,
+) -> None:
+    with pytest.raises(ConfigurationError, match="entry ids address Redis streams"):
+        transport.replay("s", start_at=Position.entry("1-0"))

@@ -50,3 +50,38 @@ def test_for_stream_binds_only_unbound_sequence_and_timestamp_positions() -> Non
     assert Position.sequence(3, stream="b").for_stream("a").stream == "b"
     assert Position.end().for_stream("a") == Position.end()
     assert repr(Position.sequence(3, stream="a")) == "Position.sequence(3, stream='a')"
+
+
+# ---- Positions that fit Redis: "A Redis stream position is an entry id (<ms>-<seq>), not an int."
+
+
+def test_an_entry_id_position_round_trips_and_orders_as_redis_orders_ids() -> None:
+    first = Position.entry("1526985054069-0", stream="orders")
+    later = Position.entry("1526985054069-12")
+    latest = Position.entry("1526985054070-0")
+    assert first.entry_id == "1526985054069-0" and later.entry_id == "1526985054069-12"
+    assert first.value is not None and later.value is not None and latest.value is not None
+    assert first.value < later.value < latest.value
+    assert repr(first) == "Position.entry('1526985054069-0', stream='orders')"
+    assert first.describe() == "entry:1526985054069-0"
+    top = Position.entry(f"{MAX_SEQUENCE}-{MAX_SEQUENCE}")
+    assert top.entry_id == f"{MAX_SEQUENCE}-{MAX_SEQUENCE}"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["", "123", "1-", "-1", "a-1", "1-2-3", " 1-2", f"{MAX_SEQUENCE + 1}-0", "\u0661-\u0662", 5],
+)
+def test_an_entry_id_that_is_not_ms_dash_seq_is_refused(bad: object) -> None:
+    with pytest.raises(InvalidPosition):
+        Position.entry(bad)  # type: ignore[arg-type]
+
+
+def test_describe_names_every_kind() -> None:
+    assert Position.sequence(57, stream="s").describe() == "sequence:57"
+    assert Position.sequence(57, shard=1).describe() == "sequence:57@1"
+    assert Position.timestamp(5).describe() == "timestamp:5"
+    assert Position.beginning().describe() == "beginning"
+    assert Position.end().describe() == "end"
+    with pytest.raises(ValueError, match="not a Redis stream entry"):
+        _ = Position.sequence(1).entry_id

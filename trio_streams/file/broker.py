@@ -407,6 +407,11 @@ class FileSubscription(SubscriptionSource):
     def _seek_key(self, position: Position) -> str | None:
         if position.kind is PositionKind.BEGINNING or position.kind is PositionKind.END:
             return None
+        if position.kind is PositionKind.ENTRY:
+            raise SeekRefused(
+                f"{self._label}: {position!r} is a Redis entry id; a stream file is addressed "
+                "by sequence numbers and instants"
+            )
         if position.stream is None:
             if len(self._keys) > 1:
                 raise SeekRefused(

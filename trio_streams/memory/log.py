@@ -214,6 +214,11 @@ class Cursor:
         if kind is PositionKind.END:
             self._next = [log.next_seq for log in self._logs]
             return
+        if kind is PositionKind.ENTRY:
+            raise SeekRefused(
+                f"{position!r} is a Redis entry id; in-process streams are addressed by "
+                "sequence numbers and instants"
+            )
         index = self._stream_index(position)
         log = self._logs[index]
         assert position.value is not None
