@@ -11,6 +11,7 @@ from .broker import Broker, NotConnected
 from .codec import DecodeError
 from .context import Context
 from .delivery import RETRY_COUNT_HEADER, Delivery
+from .destinations import Destination
 from .driver import Seeker
 from .errors import ConfigurationError, TrioStreamsError, UnsupportedError
 from .handler import Depends, Header, Headers
@@ -31,6 +32,7 @@ __all__ = [
     "DecodeError",
     "Delivery",
     "Depends",
+    "Destination",
     "Header",
     "Headers",
     "Health",

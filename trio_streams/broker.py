@@ -14,6 +14,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, ClassVar
 
 from .codec import encode
+from .destinations import Destination, DestinationKind
 from .errors import ConfigurationError, TrioStreamsError, UnsupportedError
 from .routing import Router, Subscription, _Declared
 from .transport import Source, Transport
@@ -32,6 +33,8 @@ class Broker(Router):
     source_types: ClassVar[tuple[type[Source], ...]] = ()
     #: Transport-specific subscriber options this broker understands.
     subscriber_options: ClassVar[frozenset[str]] = frozenset()
+    #: The kinds of destination this broker publishes to (every transport has streams).
+    destination_kinds: ClassVar[frozenset[DestinationKind]] = frozenset({DestinationKind.STREAM})
 
     def __init__(self, *, name: str | None = None, prefix: str = "", **defaults: Any) -> None:
         super().__init__(prefix=prefix, **defaults)
@@ -118,11 +121,32 @@ class Broker(Router):
     def _attach(self, transport: Transport | None) -> None:
         self._transport = transport
 
+    def check_destination(self, destination: str | Destination) -> Destination:
+        """``destination`` as a ``Destination``; ``UnsupportedError`` if this broker's transport
+        has no such kind of destination (a list or a channel where there are only streams)."""
+        target = Destination.of(destination)
+        if target.kind not in self.destination_kinds:
+            kinds = ", ".join(sorted(k.value for k in self.destination_kinds))
+            raise UnsupportedError(
+                f"{self.name} cannot publish to {target.kind.value} {target.name!r}; "
+                f"it has: {kinds}"
+            )
+        return target
+
     async def publish(
-        self, destination: str, message: Any, *, headers: Mapping[str, str] | None = None
+        self,
+        destination: str | Destination,
+        message: Any,
+        *,
+        headers: Mapping[str, str] | None = None,
     ) -> Any:
-        """Encode ``message`` and publish it to ``destination``; returns the transport's receipt."""
-        return await self.transport.publish(destination, encode(message), headers or {})
+        """Encode ``message`` and publish it to ``destination`` (a ``str`` names a stream);
+        returns the transport's receipt."""
+        target = self.check_destination(destination)
+        payload = encode(message)
+        if target.kind is DestinationKind.STREAM:
+            return await self.transport.publish(target.name, payload, headers or {})
+        return await self.transport.publish_to(target, payload, headers or {})
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, Hashable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .destinations import Destination
 from .errors import ConfigurationError
 from .failure import FailurePolicy, RetryDelay
 from .handler import Handler, analyse
@@ -118,10 +119,20 @@ class Publisher:
     """
 
     def __init__(
-        self, owner: Router, destination: str, *, headers: Mapping[str, str] | None = None
+        self,
+        owner: Router,
+        destination: str | Destination,
+        *,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         self._owner = owner
-        self.destination = destination
+        target = Destination.of(destination)
+        #: The destination's name (before the router's prefix) and its kind.
+        self.destination = target.name
+        self.kind = target.kind
+        broker = owner.broker_or_none()
+        if broker is not None:
+            broker.check_destination(target)  # refused at declaration, not at the first publish
         self.headers: Mapping[str, str] = dict(headers or {})
 
     @property
@@ -137,6 +148,11 @@ class Publisher:
     def full_destination(self) -> str:
         return self._owner.full_prefix() + self.destination
 
+    @property
+    def target(self) -> Destination:
+        """The destination, prefixed, with its kind."""
+        return Destination(self.full_destination, self.kind)
+
     def __call__(self, fn: F) -> F:
         if getattr(fn, _BATCH_ATTR, False):
             raise _batch_publisher_error(getattr(fn, "__qualname__", repr(fn)))
@@ -149,7 +165,7 @@ class Publisher:
 
     async def publish(self, message: Any, *, headers: Mapping[str, str] | None = None) -> Any:
         merged = {**self.headers, **headers} if headers else self.headers
-        return await self.broker.publish(self.full_destination, message, headers=merged)
+        return await self.broker.publish(self.target, message, headers=merged)
 
     def __repr__(self) -> str:
         return f"<Publisher {self.full_destination!r}>"
@@ -227,8 +243,11 @@ class Router:
 
         return decorate
 
-    def publisher(self, destination: str, *, headers: Mapping[str, str] | None = None) -> Publisher:
-        """A publisher to ``destination``; decorate a handler to publish its return value."""
+    def publisher(
+        self, destination: str | Destination, *, headers: Mapping[str, str] | None = None
+    ) -> Publisher:
+        """A publisher to ``destination`` (a ``str`` names a stream); decorate a handler to
+        publish its return value."""
         return Publisher(self, destination, headers=headers)
 
     def include_router(self, router: Router) -> None:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Self, final
 import trio
 
 from .delivery import Delivery
+from .destinations import Destination
 from .errors import ConfigurationError, TrioStreamsError, UnsupportedError
 from .host import SubscriptionHost
 from .outcome import Outcome
@@ -316,6 +317,13 @@ class Transport(ABC):
     @abstractmethod
     async def publish(self, destination: str, payload: bytes, headers: Mapping[str, str]) -> Any:
         """Publish one message; returns the transport's receipt (e.g. its position), or None."""
+
+    async def publish_to(
+        self, destination: Destination, payload: bytes, headers: Mapping[str, str]
+    ) -> Any:
+        """Publish to a list or a channel (streams go through ``publish``). Only transports
+        whose broker lists those kinds in ``destination_kinds`` are asked."""
+        raise UnsupportedError(f"{type(self).__name__} cannot publish to {destination}")
 
     @abstractmethod
     def open_subscription(
