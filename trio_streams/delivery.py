@@ -26,6 +26,7 @@ class Delivery:
 
     __slots__ = (
         "attempt",
+        "ended",
         "generation",
         "handle",
         "headers",
@@ -56,6 +57,9 @@ class Delivery:
         #: When the message was written (Unix epoch ms), where the transport records it.
         self.timestamp_ms = timestamp_ms
         self.generation = 0
+        #: The core has handed it back to the transport (settle, dead letter or unsettled):
+        #: it ends once, even when that call is cancelled halfway.
+        self.ended = False
 
     def __repr__(self) -> str:
         where = f" at {self.position!r}" if self.position is not None else ""

@@ -195,15 +195,23 @@ class SubscriptionRunner:
                 self.logger.warning(
                     "%s: %d delivery(ies) abandoned without an outcome", self.label, abandoned
                 )
-            with trio.move_on_after(_CLOSE_TIMEOUT, shield=True) as closing:
-                await self.close_source()
-            if closing.cancelled_caught:
-                self.logger.error(
-                    "%s: the reader did not close within %ss", self.label, _CLOSE_TIMEOUT
-                )
-            self.finished.set()
-            if self._on_change is not None:
-                self._on_change()
+            try:
+                with trio.move_on_after(_CLOSE_TIMEOUT, shield=True) as closing:
+                    await self.close_source()
+                if closing.cancelled_caught:
+                    self.logger.error(
+                        "%s: the reader did not close within %ss", self.label, _CLOSE_TIMEOUT
+                    )
+            except BaseException as exc:
+                # A reader that fails to close fails the subscription (and so the app); the
+                # app still learns the subscription has finished, so its shutdown goes on.
+                self.state = SubscriptionState.FAILED
+                self.error = self.error or exc
+                raise
+            finally:
+                self.finished.set()
+                if self._on_change is not None:
+                    self._on_change()
 
     async def close_if_unstarted(self) -> None:
         """Close the reader of a runner whose ``run`` never began (``run`` closes its own)."""
@@ -229,6 +237,7 @@ class SubscriptionRunner:
     async def settle(self, delivery: Delivery, outcome: Outcome) -> None:
         """Settle through the source; a ``SourceFault`` is reported, and clears at the next
         settle that succeeds (the transport keeps the delivery pending, to deliver it again)."""
+        delivery.ended = True
         try:
             await self.source.settle(delivery, outcome)
         except SourceFault as fault:
@@ -243,20 +252,25 @@ class SubscriptionRunner:
     async def dead_letter(self, delivery: Delivery, letter: DeadLetter) -> None:
         """Dead-letter ``delivery``: in one step where the source can, else publish the copy
         through the transport and settle the delivery with ``drop()``."""
+        delivery.ended = True
         try:
             done = await self.source.dead_letter(delivery, letter)
         except SourceFault as fault:
             self.report(fault)  # the delivery stays with the transport, to deliver again
             return
         if not done:
+            delivery.ended = False  # the core does it in two steps: the settle ends it
             await self.transport.publish(
                 letter.destination, delivery.payload, letter.headers_for(delivery)
             )
             await self.settle(delivery, drop())
 
     def unsettled(self, delivery: Delivery, why: Unsettled) -> None:
-        """``delivery`` ends without a settle: tell the source (synchronously)."""
-        self.source.unsettled(delivery, why)
+        """``delivery`` ends without a settle: tell the source (synchronously), unless it was
+        already handed back (a settle cancelled halfway still counts as its end)."""
+        if not delivery.ended:
+            delivery.ended = True
+            self.source.unsettled(delivery, why)
 
     def _fault_changed(self, fault: Fault) -> None:
         if self._on_fault is not None:

@@ -615,3 +615,62 @@ async def test_a_dead_letter_says_why_on_every_transport(
     assert headers["x-dead-letter-position"] == "sequence:2"
     assert headers["x-dead-letter-subscription"] == "charge"
     assert set(DEAD_LETTER_HEADERS) <= set(headers)
+
+
+async def test_a_reader_that_fails_to_close_fails_the_app_without_hanging_its_shutdown() -> None:
+    class BadClose(Script):
+        async def on_open(self, source: Scripted, host: SubscriptionHost) -> None:
+            await super().on_open(source, host)
+
+            async def aclose() -> None:
+                await trio.lowlevel.checkpoint()
+                raise RuntimeError("fatal close")
+
+            source.aclose = aclose  # type: ignore[method-assign]
+
+    app, broker = scripted_app(BadClose())
+    broker.subscriber(MemoryStream("s"), name="sub")(_noop)
+    from trio_streams import AppFailed
+
+    with (
+        trio.fail_after(10),
+        pytest.RaisesGroup(
+            pytest.RaisesExc(AppFailed, match="fatal close"), flatten_subgroups=True
+        ),
+    ):
+        async with trio.open_nursery() as nursery:
+            running = await nursery.start(app.serve)
+            await running.aclose()
+    assert health_of(app) is HealthState.FAILED
+
+
+async def test_a_settle_cut_short_by_shutdown_still_ends_the_delivery_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    class SlowSettle(Script):
+        async def on_open(self, source: Scripted, host: SubscriptionHost) -> None:
+            await super().on_open(source, host)
+            original = source.settle
+
+            async def settle(delivery: Delivery, outcome: Outcome) -> None:
+                await original(delivery, outcome)
+                await trio.sleep_forever()  # an acknowledgement that never completes
+
+            source.settle = settle  # type: ignore[method-assign]
+
+    script = SlowSettle()
+    app, broker = scripted_app(script)
+    app.shutdown_timeout = 1
+    handled = trio.Event()
+
+    @broker.subscriber(MemoryStream("s"), name="sub")
+    async def handle(n: int) -> None:
+        handled.set()
+
+    async with trio.open_nursery() as nursery:
+        running = await nursery.start(app.serve)
+        await broker.publish("s", 1)
+        with trio.fail_after(10):
+            await handled.wait()
+        await running.aclose()
+    assert script.endings() == {"ack": 1}  # settled (cut short), never also "abandoned"
