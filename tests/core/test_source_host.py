@@ -17,7 +17,7 @@ import pytest
 import trio
 import trio.testing
 
-from trio_streams import App, Context, HealthState, MemoryBroker, MemoryStream, Position
+from trio_streams import App, AppFailed, Context, HealthState, MemoryBroker, MemoryStream, Position
 from trio_streams.delivery import RETRY_COUNT_HEADER, Delivery
 from trio_streams.host import Fault, SubscriptionHost
 from trio_streams.memory.broker import MemorySubscription, MemoryTransport
@@ -280,12 +280,7 @@ async def test_any_other_exception_from_read_still_fails_the_app() -> None:
 
     app, broker = scripted_app(Broken())
     broker.subscriber(MemoryStream("s"), name="sub")(_noop)
-    from trio_streams import AppFailed
-
-    with pytest.RaisesGroup(pytest.RaisesExc(AppFailed, match="disk on fire")):
-        async with trio.open_nursery() as nursery:
-            running = await nursery.start(app.serve)
-            await running.wait_stopped()
+    await serve_until_it_fails(app, "disk on fire")
 
 
 # ---- 3. "An async open step and tasks the subscription owns ... their failure fails serve's
@@ -376,12 +371,7 @@ async def test_a_task_of_the_source_that_fails_fails_the_app() -> None:
 
     app, broker = scripted_app(Crashing())
     broker.subscriber(MemoryStream("s"), name="sub")(_noop)
-    from trio_streams import AppFailed
-
-    with pytest.RaisesGroup(pytest.RaisesExc(AppFailed, match="reaper crashed")):
-        async with trio.open_nursery() as nursery:
-            running = await nursery.start(app.serve)
-            await running.wait_stopped()
+    await serve_until_it_fails(app, "reaper crashed")
 
 
 # ---- 6. "The transport sees the core's options at open, and the core checks the attempt cap
@@ -422,6 +412,14 @@ async def test_a_delivery_tried_more_than_max_attempts_is_dead_lettered_before_t
         await t.publish("s", 2, headers={"k": "a"})
         assert [m.payload for m in t.published("dlq")] == [b"1"]
     assert calls in ([2], [[2]])
+
+
+async def serve_until_it_fails(app: App, match: str) -> None:
+    """Serve ``app`` until it stops; it must stop with ``AppFailed`` matching ``match``."""
+    with trio.fail_after(10), pytest.RaisesGroup(pytest.RaisesExc(AppFailed, match=match)):
+        async with trio.open_nursery() as nursery:
+            running = await nursery.start(app.serve)
+            await running.wait_stopped()
 
 
 def health_of(app: App) -> HealthState:
