@@ -86,8 +86,13 @@ class State:
 
 
 @dataclass(slots=True)
-class _RunOptions:
-    """How one run connects brokers and who watches it (the test harness changes these)."""
+class RunOptions:
+    """How one run connects brokers and who watches it.
+
+    ``serve`` runs with the defaults (each broker's own transport); ``app.test()`` runs the same
+    app through :meth:`App.serve_with` on in-process transports with its observers. Not part of
+    the top-level face: it exists so the harness needs nothing private of the app.
+    """
 
     connect: Callable[[Broker], AbstractAsyncContextManager[Transport]]
     shutdown_timeout: float
@@ -228,7 +233,9 @@ class App:
     ) -> None:
         """Run in the caller's nursery: ``running = await nursery.start(app.serve)``."""
         timeout = self.shutdown_timeout if shutdown_timeout is None else shutdown_timeout
-        await self._serve(_RunOptions(connect=_connect, shutdown_timeout=timeout), task_status)
+        await self.serve_with(
+            RunOptions(connect=connect_broker, shutdown_timeout=timeout), task_status
+        )
 
     def run(self, *, shutdown_timeout: float | None = None) -> bool:
         """Run standalone until SIGINT/SIGTERM (graceful) or a second signal (at once).
@@ -292,7 +299,11 @@ class App:
                 nursery.cancel_scope.cancel()
                 return
 
-    async def _serve(self, options: _RunOptions, task_status: trio.TaskStatus[RunningApp]) -> None:
+    async def serve_with(
+        self, options: RunOptions, task_status: trio.TaskStatus[RunningApp]
+    ) -> None:
+        """``serve``, with how brokers connect and who observes the run given by ``options``
+        (the test harness's entry point; ``serve`` is this with the defaults)."""
         if self._running:
             raise ConfigurationError(f"app {self.name!r} is already running")
         self._running = True
@@ -345,7 +356,7 @@ class App:
         self.health.value = Health(HealthState.STOPPED)
 
     def _make_runner(
-        self, subscription: Subscription, broker: Broker, options: _RunOptions
+        self, subscription: Subscription, broker: Broker, options: RunOptions
     ) -> SubscriptionRunner:
         return SubscriptionRunner(
             subscription,
@@ -357,7 +368,7 @@ class App:
             on_fault=lambda fault: self._fault_changed(fault, options),
         )
 
-    def _fault_changed(self, fault: Fault, options: _RunOptions) -> None:
+    def _fault_changed(self, fault: Fault, options: RunOptions) -> None:
         for observer in options.fault_observers:
             observer(fault)
         self._refresh_health(options.runners)
@@ -444,5 +455,6 @@ def _single_cause(error: BaseException) -> BaseException:
     return error
 
 
-def _connect(broker: Broker) -> AbstractAsyncContextManager[Transport]:
+def connect_broker(broker: Broker) -> AbstractAsyncContextManager[Transport]:
+    """The default way a run connects a broker: its own transport."""
     return broker.connect()

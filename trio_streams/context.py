@@ -76,18 +76,18 @@ class Context:
     @property
     def seeker(self) -> Seeker:
         """The seek handle of this subscription (stream files and in-process)."""
-        driver = self._runner.driver
-        if driver is None or not driver.source.seekable:
+        seeker = self._runner.seeker
+        if seeker is None:
             raise UnsupportedError(
                 f"subscription {self._runner.label!r} reads a source that cannot seek"
             )
-        return driver.seeker
+        return seeker
 
     @property
     def pipeline(self) -> Pipeline:
         """This delivery's segment of the pipeline window: commands sent with its
         acknowledgement if the outcome is ``ack``, discarded otherwise (``pipeline=True``)."""
-        pipeline = self._runner.source.pipeline(self.message)
+        pipeline = self._runner.pipeline_for(self.message)
         if pipeline is None:
             raise UnsupportedError(
                 f"subscription {self._runner.label!r} has no pipeline window: mount it with "

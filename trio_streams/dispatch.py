@@ -61,6 +61,9 @@ class HandledMessage:
     #: What was settled after the attempts cap, and where it was dead-lettered, if anywhere.
     verdict: Verdict
     error: BaseException | None = None
+    #: False when the handler was not called: the payload could not be decoded, or the delivery
+    #: had already been tried ``max_attempts`` times (its verdict says what became of it).
+    called: bool = True
 
 
 class Dispatcher:
@@ -248,7 +251,10 @@ class Dispatcher:
             await self._runner.settle(delivery, outcome)
             return False
         verdict = self._policy.decide(delivery, outcome)
-        self._observe(delivery, args[0] if args else None, outcome, verdict, error)
+        if args is None:
+            self._observe(delivery, None, outcome, verdict, error, called=False)
+        else:
+            self._observe(delivery, args[0], outcome, verdict, error)
         return await self._settle(delivery, verdict, error)
 
     async def _spent(self, delivery: Delivery) -> bool:
@@ -263,7 +269,7 @@ class Dispatcher:
             self._policy.max_attempts,
         )
         verdict = Verdict(drop(), self._policy.dead_letter)
-        self._observe(delivery, None, verdict.outcome, verdict, None)
+        self._observe(delivery, None, verdict.outcome, verdict, None, called=False)
         return await self._settle(delivery, verdict)
 
     async def _undecodable(self, delivery: Delivery, exc: DecodeError) -> bool:
@@ -275,7 +281,7 @@ class Dispatcher:
             exc.reason,
         )
         verdict = self._policy.on_undecodable()
-        self._observe(delivery, None, verdict.outcome, verdict, exc)
+        self._observe(delivery, None, verdict.outcome, verdict, exc, called=False)
         return await self._settle(delivery, verdict, exc, reason="undecodable")
 
     def _failed(self, delivery: Delivery, exc: Exception) -> Outcome:
@@ -336,7 +342,7 @@ class Dispatcher:
                 except Exception as exc:  # noqa: BLE001 - one bad message fails alone
                     outcome = self._failed(delivery, exc)
                     verdict = self._policy.decide(delivery, outcome)
-                    self._observe(delivery, None, outcome, verdict, exc)
+                    self._observe(delivery, None, outcome, verdict, exc, called=False)
                     await settle(delivery, self._settle(delivery, verdict, exc))
                 else:
                     good.append(delivery)
@@ -426,6 +432,7 @@ class Dispatcher:
         outcome = verdict.outcome
         if outcome.kind is OutcomeKind.RETRY_AFTER and not runner.source.durable_delay:
             await runner.delayed.schedule(delivery, outcome.delay)
+            runner.source.deferred(delivery, outcome)
             return True
         await runner.settle(delivery, outcome)
         return False
@@ -437,10 +444,14 @@ class Dispatcher:
         outcome: Outcome,
         verdict: Verdict,
         error: BaseException | None,
+        *,
+        called: bool = True,
     ) -> None:
         observers = self._runner.observers
         if observers:
-            record = HandledMessage(self._runner.label, delivery, message, outcome, verdict, error)
+            record = HandledMessage(
+                self._runner.label, delivery, message, outcome, verdict, error, called
+            )
             for observer in observers:
                 observer(record)
 

@@ -27,9 +27,10 @@ from .channel import DeliveryChannel
 from .delayed import DelayedRetries
 from .delivery import Delivery
 from .dispatch import Dispatcher, HandledMessage
-from .driver import SubscriptionDriver
+from .driver import Seeker, SubscriptionDriver
 from .host import Fault, SubscriptionHost
 from .outcome import Outcome, drop, retry
+from .pipeline import Pipeline
 from .routing import Subscription
 from .transport import DeadLetter, SourceFault, SubscriptionSource, Transport, Unsettled
 
@@ -107,9 +108,7 @@ class SubscriptionRunner:
             on_change=on_change,
             on_unsettled=self.unsettled,
         )
-        self.driver: SubscriptionDriver | None = SubscriptionDriver(
-            self.source, self.channel, label=self.label, logger=logger
-        )
+        self.driver = SubscriptionDriver(self.source, self.channel, label=self.label, logger=logger)
         self.delayed = DelayedRetries(
             self._fire_delayed,
             capacity=subscription.options.max_delayed,
@@ -131,6 +130,15 @@ class SubscriptionRunner:
     def broker(self) -> Broker:
         return self.subscription.broker
 
+    @property
+    def seeker(self) -> Seeker | None:
+        """The handlers' seek handle (``ctx.seeker``), or None if the source cannot seek."""
+        return self.driver.seeker if self.source.seekable else None
+
+    def pipeline_for(self, delivery: Delivery) -> Pipeline | None:
+        """``delivery``'s pipeline-window segment (``ctx.pipeline``), or None without a window."""
+        return self.source.pipeline(delivery)
+
     def stats(self) -> SubscriptionStats:
         channel = self.channel
         return SubscriptionStats(
@@ -139,7 +147,7 @@ class SubscriptionRunner:
             queued=channel.queued,
             capacity=channel.capacity,
             outstanding=channel.outstanding,
-            held=self.driver.holding if self.driver is not None else 0,
+            held=self.driver.holding,
             delayed=len(self.delayed),
             unread=self.source.unread(),
             stale=channel.stale_count,
@@ -153,7 +161,7 @@ class SubscriptionRunner:
         # Deliveries waiting out a delay count as outstanding until they fire.
         return (
             self.channel.outstanding == len(self.delayed)
-            and (self.driver is None or self.driver.holding == 0)
+            and self.driver.holding == 0
             and (self.finished.is_set() or self.source.unread() == 0)
             and self.delayed.next_deadline() > trio.current_time()
         )
@@ -172,9 +180,12 @@ class SubscriptionRunner:
                         logger=self.logger,
                         on_fault=self._fault_changed,
                     )
-                    assert self.driver is not None
                     self.driver.host = self.host
                     await self.source.open(self.host)
+                    # ``open`` may have learnt how much one read returns.
+                    self.channel.grow(
+                        self.subscription.options.capacity_for(self.source.read_count)
+                    )
                     async with trio.open_nursery() as nursery:
                         nursery.start_soon(self._drive)
                         nursery.start_soon(self._dispatch)
@@ -277,7 +288,6 @@ class SubscriptionRunner:
             self._on_fault(fault)
 
     async def _drive(self) -> None:
-        assert self.driver is not None
         with self._read_scope:
             await self.driver.run()
         # A cancelled read still closes the channel (driver.run's finally), so the
@@ -299,8 +309,7 @@ class SubscriptionRunner:
         """Stop reading; what was read is still handled, then the subscription ends."""
         if self.state is SubscriptionState.RUNNING:
             self.state = SubscriptionState.DRAINING
-        if self.driver is not None:
-            self.driver.stop()  # seeks are refused from now on
+        self.driver.stop()  # seeks are refused from now on
         self._read_scope.cancel()
         # Delayed retries fire now, so a handler that overruns the drain cannot hold them
         # back until the timeout cancels them.

@@ -202,8 +202,8 @@ class SubscriptionSource(ABC):
     have given the source more to read); it returns None again if not.
 
     Who calls what: one task, the subscription's driver, calls ``open`` (first), ``poll``,
-    ``read`` and ``seek``; the dispatcher's workers call ``settle``, ``dead_letter`` and
-    ``unsettled``; the runner calls ``aclose`` last, whatever happened before.
+    ``read`` and ``seek``; the dispatcher's workers call ``settle``, ``dead_letter``,
+    ``deferred`` and ``unsettled``; the runner calls ``aclose`` last, whatever happened before.
 
     What cancellation means, per method (the way Trio's own ABCs say it):
 
@@ -234,7 +234,8 @@ class SubscriptionSource(ABC):
     #: True for a live (tail-following) subscription: a refused seek ends it.
     live: bool = True
     #: The most deliveries one ``read`` returns (0: no fixed bound). Unless the subscription
-    #: sets ``buffer``, its delivery channel is made at least this large, so a read fits in it.
+    #: sets ``buffer``, its delivery channel is made at least this large, so a read fits in it;
+    #: it is read once ``open`` has returned, so ``open`` may still set it.
     read_count: int = 0
 
     async def open(self, host: SubscriptionHost) -> None:
@@ -289,6 +290,18 @@ class SubscriptionSource(ABC):
         call; None where the subscription has no window (the default)."""
         del delivery
         return None
+
+    def deferred(self, delivery: Delivery, outcome: Outcome) -> None:
+        """The core holds ``delivery`` for ``outcome`` (a ``retry_after`` this source does not
+        keep itself, ``durable_delay`` False) and settles it with ``retry()`` once the delay has
+        passed (at once at shutdown).
+
+        Called synchronously when the delay is scheduled, so a source decides what depends on the
+        outcome itself (a pipeline window discards the delivery's segment) when the handler
+        decided it, not when the delay ends. Must not block or raise. The later ``settle`` (or,
+        if the subscription is abandoned first, ``unsettled``) still follows.
+        """
+        del delivery, outcome  # nothing to do for a source without per-delivery state
 
     def unsettled(self, delivery: Delivery, why: Unsettled) -> None:
         """``delivery`` ended without a settle, and never will be settled (see :class:`Unsettled`).

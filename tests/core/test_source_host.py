@@ -182,11 +182,11 @@ async def test_faults_reach_fault_observers_in_order() -> None:
     app, broker = scripted_app(script)
     broker.subscriber(MemoryStream("s"), name="sub")(_noop)
     seen: list[Fault] = []
-    from trio_streams.app import _connect, _RunOptions
+    from trio_streams.app import RunOptions, connect_broker
 
-    options = _RunOptions(connect=_connect, shutdown_timeout=5, fault_observers=(seen.append,))
+    options = RunOptions(connect=connect_broker, shutdown_timeout=5, fault_observers=(seen.append,))
     async with trio.open_nursery() as nursery:
-        running = await nursery.start(app._serve, options)
+        running = await nursery.start(app.serve_with, options)
         script.hosts[0].report_fault("gap", "3 messages missed")
         script.hosts[0].clear_fault("gap")
         await running.aclose()
@@ -672,3 +672,119 @@ async def test_a_settle_cut_short_by_shutdown_still_ends_the_delivery_once(
             await handled.wait()
         await running.aclose()
     assert script.endings() == {"ack": 1}  # settled (cut short), never also "abandoned"
+
+
+# ---- "A retry_after whose delay the core holds": the source hears the real outcome when the
+# delay is scheduled, then settles with retry() once it has passed.
+
+
+async def test_a_source_hears_a_retry_after_the_core_holds_when_the_delay_is_scheduled(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    script = Script()
+    heard: list[tuple[str, float, float]] = []
+
+    class Deferring(Scripted):
+        def deferred(self, delivery: Delivery, outcome: Outcome) -> None:
+            heard.append((outcome.kind.value, outcome.delay, trio.current_time()))
+
+    class DeferringBroker(ScriptedBroker):
+        @asynccontextmanager
+        async def connect(self) -> AsyncIterator[MemoryTransport]:
+            class Transport(MemoryTransport):
+                def open_subscription(
+                    self, source: Source, options: Mapping[str, Any], *, label: str
+                ) -> Scripted:
+                    stream = source.in_process()
+                    return Deferring(self.hub, stream, label=label, count=4, script=script)
+
+            yield Transport(self.hub)
+
+    app = App("svc")
+    broker = app.broker(DeferringBroker(script))
+    attempts: list[int] = []
+    second = trio.Event()
+
+    @broker.subscriber(MemoryStream("s"), name="sub")
+    async def handle(n: int, ctx: Context) -> Outcome | None:
+        attempts.append(ctx.attempt)
+        if len(attempts) == 1:
+            return retry_after(30)
+        second.set()
+        return None
+
+    async with trio.open_nursery() as nursery:
+        running = await nursery.start(app.serve)
+        start = trio.current_time()
+        await broker.publish("s", 1)
+        with trio.fail_after(120):
+            await second.wait()
+        await running.aclose()
+    [(kind, delay, when)] = heard
+    assert (kind, delay) == ("retry_after", 30)
+    assert when - start < 30  # told when scheduled, not when the delay ended
+    # Then the delay passed and the copy was settled with retry(), as before.
+    assert [how for _, how in script.ends][:1] == ["retry"]
+    assert attempts == [1, 2]
+
+
+async def test_a_retry_after_decides_its_window_segment_as_retry_after_when_the_handler_returns(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    app = App("svc")
+    broker = app.broker(MemoryBroker())
+
+    @broker.subscriber(MemoryStream("s"), pipeline=True, name="sub")
+    async def handle(n: int, ctx: Context) -> Outcome | None:
+        ctx.pipeline.command("INCR", f"n:{ctx.attempt}")
+        return retry_after(60) if ctx.attempt == 1 else None
+
+    async with app.test() as t:
+        await broker.publish("s", 1)
+        await trio.sleep(1)  # the handler has returned; the delay is far from over
+        assert [(s.commands, s.kept, s.decided_by) for s in t.segments(handle)] == [
+            ((("INCR", "n:1"),), False, "retry_after")
+        ]
+        await t.wait(60)
+        assert [(s.commands, s.kept, s.decided_by) for s in t.segments(handle)] == [
+            ((("INCR", "n:1"),), False, "retry_after"),
+            ((("INCR", "n:2"),), True, "ack"),
+        ]
+
+
+# ---- "Size the channel sensibly against the transport's read count": a read count the source
+# learns only in open() still sizes the channel.
+
+
+async def test_a_read_count_a_source_sets_in_open_sizes_the_delivery_channel() -> None:
+    script = Script()
+
+    async def learn_count(source: Scripted, host: SubscriptionHost) -> None:
+        source.read_count = 100  # e.g. asked of the server at open
+        await trio.lowlevel.checkpoint()
+
+    script.on_open = learn_count  # type: ignore[method-assign]
+    app, broker = scripted_app(script)
+    broker.subscriber(MemoryStream("s"), name="sub")(_noop)
+    async with trio.open_nursery() as nursery:
+        running = await nursery.start(app.serve)
+        [stats] = running.stats().values()
+        await running.aclose()
+    assert stats.capacity == 100
+
+
+async def test_a_buffer_the_user_set_is_kept_whatever_read_count_open_sets() -> None:
+    script = Script()
+
+    async def learn_count(source: Scripted, host: SubscriptionHost) -> None:
+        source.read_count = 100
+        await trio.lowlevel.checkpoint()
+
+    script.on_open = learn_count  # type: ignore[method-assign]
+    app, broker = scripted_app(script)
+    broker.subscriber(MemoryStream("s"), name="sub", buffer=8)(_noop)
+    async with trio.open_nursery() as nursery:
+        running = await nursery.start(app.serve)
+        [stats] = running.stats().values()
+        await running.aclose()
+    assert stats.capacity == 8

@@ -188,6 +188,11 @@ class MemorySubscription(SubscriptionSource):
             segment = window[id(delivery)] = Pipeline()
         return segment
 
+    def deferred(self, delivery: Delivery, outcome: Outcome) -> None:
+        # The window's verdict is the handler's outcome, not the retry() that ends the delay.
+        if self._window is not None:
+            self._decide(delivery, kept=False, decided_by=outcome.kind.value)
+
     def unsettled(self, delivery: Delivery, why: Unsettled) -> None:
         if self._window is not None:
             self._decide(delivery, kept=False, decided_by=why.value)

@@ -63,15 +63,30 @@ class PublishedMessage:
 
 
 class HandlerRecord:
-    """What one handler was called with and what came of it, in order."""
+    """What became of each delivery of one handler's subscription, in order.
 
-    def __init__(self, name: str, calls: list[HandledMessage]) -> None:
+    ``records`` holds every delivery the subscription handled; ``calls`` those the handler was
+    called with; ``skipped`` those it was not: a payload that could not be decoded, or a
+    delivery already tried ``max_attempts`` times (its ``verdict`` says what became of it).
+    """
+
+    def __init__(self, name: str, records: list[HandledMessage]) -> None:
         self.name = name
-        self.calls = calls
+        self.records = records
+
+    @property
+    def calls(self) -> list[HandledMessage]:
+        """The deliveries the handler was called with."""
+        return [record for record in self.records if record.called]
+
+    @property
+    def skipped(self) -> list[HandledMessage]:
+        """The deliveries settled without calling the handler (undecodable, or spent)."""
+        return [record for record in self.records if not record.called]
 
     @property
     def messages(self) -> list[Any]:
-        """The decoded payloads (None for those that could not be decoded)."""
+        """The decoded payloads the handler was called with."""
         return [call.message for call in self.calls]
 
     @property
@@ -81,19 +96,23 @@ class HandlerRecord:
 
     @property
     def settled(self) -> list[Outcome]:
-        """What was settled after the attempts cap (a spent retry settles as ``drop()``)."""
-        return [call.verdict.outcome for call in self.calls]
+        """What was settled for every delivery, after the attempts cap (a spent retry settles as
+        ``drop()``), skipped ones included."""
+        return [record.verdict.outcome for record in self.records]
 
     @property
     def dead_lettered(self) -> list[HandledMessage]:
-        return [call for call in self.calls if call.verdict.dead_letter is not None]
+        """Every delivery sent to the dead letter, skipped ones included."""
+        return [record for record in self.records if record.verdict.dead_letter is not None]
 
     @property
     def errors(self) -> list[BaseException]:
-        return [call.error for call in self.calls if call.error is not None]
+        """Every error: the handler's, an extractor's, or why a payload could not be decoded."""
+        return [record.error for record in self.records if record.error is not None]
 
     @property
     def call_count(self) -> int:
+        """How many times the handler was called."""
         return len(self.calls)
 
     def assert_called_once_with(self, message: Any) -> None:
@@ -105,7 +124,9 @@ class HandlerRecord:
         assert not self.calls, f"{self.name} was called {len(self.calls)} times: {self.messages!r}"
 
     def __repr__(self) -> str:
-        return f"<HandlerRecord {self.name} {len(self.calls)} call(s)>"
+        return (
+            f"<HandlerRecord {self.name} {self.call_count} call(s), {len(self.records)} record(s)>"
+        )
 
 
 class _Changes:
@@ -290,7 +311,7 @@ class TestClient:
 async def run_test_client(
     app: App, *, settle_timeout: float = DEFAULT_SETTLE_TIMEOUT, raise_errors: bool = False
 ) -> AsyncIterator[TestClient]:
-    from ..app import _RunOptions
+    from ..app import RunOptions
 
     hubs = {broker: MemoryHub() for broker in app.brokers}
     changes = _Changes()
@@ -307,7 +328,7 @@ async def run_test_client(
 
     for hub in hubs.values():
         hub.add_listener(changes.notify)
-    options = _RunOptions(
+    options = RunOptions(
         connect=connect,
         shutdown_timeout=app.shutdown_timeout,
         stop_when_finished=False,
@@ -316,7 +337,7 @@ async def run_test_client(
         on_change=changes.notify,
     )
     async with trio.open_nursery() as nursery:
-        running: RunningApp = await nursery.start(app._serve, options)
+        running: RunningApp = await nursery.start(app.serve_with, options)
         client = TestClient(
             app,
             running,
