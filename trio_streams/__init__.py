@@ -10,7 +10,7 @@ from .app import App, AppFailed, Health, HealthState, RunningApp, State
 from .broker import Broker, NotConnected
 from .codec import DecodeError
 from .context import Context
-from .delivery import RETRY_COUNT_HEADER, Delivery
+from .delivery import RETRY_COUNT_HEADER, RETRY_TARGET_HEADER, Delivery
 from .destinations import Destination
 from .driver import Seeker
 from .errors import ConfigurationError, TrioStreamsError, UnsupportedError
@@ -24,6 +24,7 @@ from .transport import SeekRefused
 
 __all__ = [
     "RETRY_COUNT_HEADER",
+    "RETRY_TARGET_HEADER",
     "App",
     "AppFailed",
     "Broker",

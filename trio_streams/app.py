@@ -366,6 +366,7 @@ class App:
             on_change=options.on_change,
             observers=options.observers,
             on_fault=lambda fault: self._fault_changed(fault, options),
+            app_name=self.name,
         )
 
     def _fault_changed(self, fault: Fault, options: RunOptions) -> None:

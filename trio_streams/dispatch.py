@@ -23,9 +23,9 @@ import trio
 
 from .codec import DecodeError
 from .context import Context
-from .delivery import Delivery
+from .delivery import Delivery, retry_target_of
 from .failure import Verdict
-from .outcome import Outcome, OutcomeKind, ack, drop
+from .outcome import Outcome, OutcomeKind, ack, drop, retry
 from .transport import DeadLetter, Unsettled
 
 if TYPE_CHECKING:
@@ -37,6 +37,13 @@ _ACK = ack()
 #: Deliveries waiting in each ordered lane.
 _LANE_BUFFER = 4
 _UNDECODED: Any = object()
+
+
+class _Again:
+    """An ordered lane retries in place: handle the same delivery again (see ``_retry_in_lane``)."""
+
+
+_AGAIN = _Again()
 
 
 class _KeyFailed:
@@ -106,12 +113,14 @@ class Dispatcher:
     async def _worker(self) -> None:
         receive = self._channel.receive
         process = self._process
+        # by_key with one worker: one lane, so retries keep the key's order as lanes do.
+        ordered = self._options.by_key is not None
         while True:
             try:
                 delivery = await receive()
             except trio.EndOfChannel:
                 return
-            await process(delivery, _UNDECODED)
+            await process(delivery, _UNDECODED, ordered)
 
     async def _route_lanes(self, nursery: trio.Nursery, lanes: int) -> None:
         key_of = self._key_function()
@@ -160,7 +169,7 @@ class Dispatcher:
         async with receive:
             async for delivery, message in receive:
                 del in_lanes[id(delivery)]
-                await self._process(delivery, message)
+                await self._process(delivery, message, True)
 
     async def _batch_worker(self, size: int, max_wait: float) -> None:
         channel = self._channel
@@ -196,15 +205,21 @@ class Dispatcher:
 
     # ---- one delivery ------------------------------------------------------------------------
 
-    async def _process(self, delivery: Delivery, message: Any) -> None:
+    async def _process(self, delivery: Delivery, message: Any, ordered: bool = False) -> None:
         later = False
         done = False
         try:
             if not self._channel.is_current(delivery):
                 # A seek made it stale before its handler started.
                 self._runner.unsettled(delivery, Unsettled.STALE)
+            elif self._for_another(delivery):
+                await self._runner.settle(delivery, _ACK)
+            elif ordered:
+                while (result := await self._handle_one(delivery, message, True)) is _AGAIN:
+                    pass
+                later = result is True
             else:
-                later = await self._handle_one(delivery, message)
+                later = await self._handle_one(delivery, message) is True
             done = True
         finally:
             if not done:
@@ -213,7 +228,17 @@ class Dispatcher:
             if not later:
                 self._channel.finished(delivery)
 
-    async def _handle_one(self, delivery: Delivery, message: Any) -> bool:
+    def _for_another(self, delivery: Delivery) -> bool:
+        """A retry copy another subscription of the stream asked for: passed over unhandled
+        (settled as consumed, so a durable position moves past it), and not recorded."""
+        target = retry_target_of(delivery)
+        return target is not None and target != self._runner.retry_target
+
+    async def _handle_one(
+        self, delivery: Delivery, message: Any, ordered: bool = False
+    ) -> bool | _Again:
+        """Handle ``delivery`` once and carry out the verdict. True if a delayed retry now owns
+        it; ``_AGAIN`` if an ordered lane is to handle it again in place."""
         if delivery.attempt > self._policy.max_attempts:
             return await self._spent(delivery)
         handler = self._handler
@@ -255,7 +280,39 @@ class Dispatcher:
             self._observe(delivery, None, outcome, verdict, error, called=False)
         else:
             self._observe(delivery, args[0], outcome, verdict, error)
+        if ordered and verdict.dead_letter is None and verdict.outcome.is_retry:
+            return await self._retry_in_lane(delivery, verdict.outcome)
         return await self._settle(delivery, verdict, error)
+
+    async def _retry_in_lane(self, delivery: Delivery, outcome: Outcome) -> bool | _Again:
+        """A retry in an ordered lane keeps the key's order: the lane handles the delivery again
+        in place (after the delay, for ``retry_after``), and the key's later messages wait
+        behind it. The attempt count is kept in memory, so a crash in between restarts it.
+
+        Stopping cuts a delay short: the delivery is then settled as a retry copy, as every
+        delayed retry is at shutdown, so nothing is lost. A seek that made it stale meanwhile
+        ends it unsettled."""
+        runner = self._runner
+        runner.source.deferred(delivery, outcome)
+        if outcome.kind is OutcomeKind.RETRY_AFTER and outcome.delay > 0:
+            deadline = trio.current_time() + outcome.delay
+            runner.lane_delays[id(delivery)] = deadline
+            runner.changed()
+            try:
+                with trio.move_on_at(deadline):
+                    await runner.stopping.wait()
+            finally:
+                del runner.lane_delays[id(delivery)]
+            if runner.stopping.is_set():
+                await runner.settle(delivery, retry())
+                return False
+        else:
+            await trio.lowlevel.checkpoint()
+        if not self._channel.is_current(delivery):
+            runner.unsettled(delivery, Unsettled.STALE)
+            return False
+        delivery.attempt += 1
+        return _AGAIN
 
     async def _spent(self, delivery: Delivery) -> bool:
         """A delivery already tried ``max_attempts`` times (a handler that crashed the process
@@ -327,6 +384,9 @@ class Dispatcher:
             for delivery in batch:
                 if not channel.is_current(delivery):
                     stale(delivery)
+                elif self._for_another(delivery):
+                    await runner.settle(delivery, _ACK)
+                    ended.add(id(delivery))
                 elif delivery.attempt > self._policy.max_attempts:
                     await settle(delivery, self._spent(delivery))
                 else:

@@ -9,6 +9,9 @@ source a :class:`SubscriptionHost` at :meth:`~trio_streams.transport.Subscriptio
 
 - ``host.options`` — the core's options for the subscription (workers, lanes, batch, channel
   capacity, the attempts cap), so the source can size its reads;
+- ``host.retry_target`` — what the subscription's retry copies name as their target
+  (``retry_headers(delivery, host.retry_target)``), so other subscriptions of the same stream
+  pass over them;
 - ``host.start_soon(fn, *args)`` — run a task in the subscription's own nursery. Such tasks are
   cancelled after the dispatcher has drained and before the source is closed; one that raises
   fails the subscription (and so the app), like any task of it;
@@ -67,8 +70,13 @@ class SubscriptionHost:
         *,
         logger: logging.Logger,
         on_fault: Callable[[Fault], None],
+        retry_target: str | None = None,
     ) -> None:
         self.label = label
+        #: What this subscription's retry copies name as their target
+        #: (``delivery.retry_headers(delivery, host.retry_target)``): ``<app>/<subscription>``.
+        #: Other subscriptions of the stream pass over a copy meant for this one.
+        self.retry_target = retry_target or label
         self.options = options
         self._nursery = nursery
         self._log = logger

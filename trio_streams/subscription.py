@@ -89,9 +89,12 @@ class SubscriptionRunner:
         on_change: Callable[[], None] | None = None,
         observers: tuple[Callable[[HandledMessage], None], ...] = (),
         on_fault: Callable[[Fault], None] | None = None,
+        app_name: str = "",
     ) -> None:
         self.subscription = subscription
         self.label = subscription.name
+        #: What this subscription's retry copies name as their target (see RETRY_TARGET_HEADER).
+        self.retry_target = f"{app_name}/{subscription.name}"
         self.transport = transport
         self.app_state = app_state
         self.logger = logger
@@ -123,6 +126,10 @@ class SubscriptionRunner:
         self.finished = trio.Event()
         self._read_scope = trio.CancelScope()
         self._scope = trio.CancelScope()
+        #: Set when the subscription stops reading: waits that only order needs end early.
+        self.stopping = trio.Event()
+        #: Deliveries an ordered lane holds while a ``retry_after`` delay passes: id → deadline.
+        self.lane_delays: dict[int, float] = {}
         #: The kind of the fault the last settle raised, until a settle succeeds.
         self._settle_failing: str | None = None
 
@@ -148,7 +155,7 @@ class SubscriptionRunner:
             capacity=channel.capacity,
             outstanding=channel.outstanding,
             held=self.driver.holding,
-            delayed=len(self.delayed),
+            delayed=len(self.delayed) + len(self.lane_delays),
             unread=self.source.unread(),
             stale=channel.stale_count,
             generation=channel.generation,
@@ -160,11 +167,21 @@ class SubscriptionRunner:
         """Nothing to read now, nothing in flight, no retry due: the test harness's idea of done."""
         # Deliveries waiting out a delay count as outstanding until they fire.
         return (
-            self.channel.outstanding == len(self.delayed)
+            self.channel.outstanding == len(self.delayed) + len(self.lane_delays)
             and self.driver.holding == 0
             and (self.finished.is_set() or self.source.unread() == 0)
-            and self.delayed.next_deadline() > trio.current_time()
+            and self.next_deadline() > trio.current_time()
         )
+
+    def changed(self) -> None:
+        """Tell whoever watches (the test harness) that something bearing on "settled" moved."""
+        if self._on_change is not None:
+            self._on_change()
+
+    def next_deadline(self) -> float:
+        """When the next retry waiting out a delay is due (inf if none waits)."""
+        lanes = min(self.lane_delays.values(), default=float("inf"))
+        return min(self.delayed.next_deadline(), lanes)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run until the source ends and everything is settled, or until stopped."""
@@ -179,6 +196,7 @@ class SubscriptionRunner:
                         services,
                         logger=self.logger,
                         on_fault=self._fault_changed,
+                        retry_target=self.retry_target,
                     )
                     self.driver.host = self.host
                     await self.source.open(self.host)
@@ -307,6 +325,7 @@ class SubscriptionRunner:
 
     def stop_reading(self) -> None:
         """Stop reading; what was read is still handled, then the subscription ends."""
+        self.stopping.set()
         if self.state is SubscriptionState.RUNNING:
             self.state = SubscriptionState.DRAINING
         self.driver.stop()  # seeks are refused from now on

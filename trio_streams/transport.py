@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Self, final
 
 import trio
 
-from .delivery import Delivery
+from .delivery import RETRY_TARGET_HEADER, Delivery
 from .destinations import Destination
 from .errors import ConfigurationError, TrioStreamsError, UnsupportedError
 from .host import SubscriptionHost
@@ -86,6 +86,7 @@ class DeadLetter:
     def headers_for(self, delivery: Delivery) -> dict[str, str]:
         """The dead letter's headers: the delivery's own, then why."""
         headers = dict(delivery.headers)
+        headers.pop(RETRY_TARGET_HEADER, None)  # the dead-letter stream's readers all see it
         position = delivery.position
         where = "" if position is None else position.describe()
         values = (
@@ -292,9 +293,11 @@ class SubscriptionSource(ABC):
         return None
 
     def deferred(self, delivery: Delivery, outcome: Outcome) -> None:
-        """The core holds ``delivery`` for ``outcome`` (a ``retry_after`` this source does not
-        keep itself, ``durable_delay`` False) and settles it with ``retry()`` once the delay has
-        passed (at once at shutdown).
+        """The core holds ``delivery`` for ``outcome`` instead of settling it now: a
+        ``retry_after`` this source does not keep itself (``durable_delay`` False), settled with
+        ``retry()`` once the delay has passed (at once at shutdown); or a retry in an ordered
+        lane (``by_key``), which handles the same delivery again in place to keep the key's
+        order, and settles it with the outcome of a later attempt.
 
         Called synchronously when the delay is scheduled, so a source decides what depends on the
         outcome itself (a pipeline window discards the delivery's segment) when the handler

@@ -12,6 +12,7 @@ import trio
 from tests.support import serving
 from trio_streams import (
     RETRY_COUNT_HEADER,
+    RETRY_TARGET_HEADER,
     App,
     ConfigurationError,
     Context,
@@ -334,7 +335,11 @@ async def test_retry_appends_a_copy_with_the_retry_count_header(tmp_path: Path) 
     await run_to_end(replay_app(path, handle)[0])
     assert attempts == [(k, FilePosition.sequence(k, stream="s")) for k in (1, 2, 3)]
     copies = [open_envelope(m.payload) for m in messages_in(path)[1:]]
-    assert copies == [(b"1", {RETRY_COUNT_HEADER: "1"}), (b"1", {RETRY_COUNT_HEADER: "2"})]
+    target = {RETRY_TARGET_HEADER: "file/sub"}  # <app>/<subscription>
+    assert copies == [
+        (b"1", {RETRY_COUNT_HEADER: "1", **target}),
+        (b"1", {RETRY_COUNT_HEADER: "2", **target}),
+    ]
 
 
 async def test_spent_retries_are_dead_lettered_to_their_key_as_they_arrived(

@@ -28,7 +28,9 @@ import trio
 from .._schedule import FairShare
 from ..broker import Broker
 from ..delivery import Delivery, attempt_from_headers, retry_headers
+from ..destinations import Destination
 from ..errors import ConfigurationError
+from ..host import SubscriptionHost
 from ..outcome import Outcome, OutcomeKind
 from ..positions import Position, PositionKind, delivered_position
 from ..transport import SeekRefused, Source, SubscriptionSource, Transport, read_count_option
@@ -101,6 +103,13 @@ class FileBroker(Broker):
     def check_subscription(self, source: Source, options: Mapping[str, Any]) -> None:
         super().check_subscription(source, options)
         _check_count(options)
+
+    def check_name(self, destination: Destination) -> None:
+        super().check_name(destination)
+        try:
+            check_stream_key(destination.name)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"{self.name}: {exc}") from None
 
     @asynccontextmanager
     async def connect(self) -> AsyncIterator[Transport]:
@@ -224,6 +233,8 @@ class FileSubscription(SubscriptionSource):
     ) -> None:
         self._transport = transport
         self._label = label
+        #: What retry copies name as their target; known at open (None: no target).
+        self._retry_target: str | None = None
         self._count = count
         self.read_count = count
         self._keys = stream.keys
@@ -313,6 +324,10 @@ class FileSubscription(SubscriptionSource):
             ) from exc
 
     # ---- reading -----------------------------------------------------------------------------
+
+    async def open(self, host: SubscriptionHost) -> None:
+        self._retry_target = host.retry_target
+        await trio.lowlevel.checkpoint()
 
     def poll(self) -> Sequence[Delivery]:
         source = self._source
@@ -430,7 +445,7 @@ class FileSubscription(SubscriptionSource):
     async def settle(self, delivery: Delivery, outcome: Outcome) -> None:
         if outcome.kind in _RETRIES:
             _, offset = self._transport.append(
-                delivery.stream, delivery.payload, retry_headers(delivery)
+                delivery.stream, delivery.payload, retry_headers(delivery, self._retry_target)
             )
             if not self.live and (self._appended_from is None or offset < self._appended_from):
                 self._appended_from = offset

@@ -12,6 +12,7 @@ from .._schedule import FairShare
 from ..broker import Broker
 from ..delivery import RETRY_COUNT_HEADER, Delivery, attempt_from_headers, retry_headers
 from ..errors import ConfigurationError, UnsupportedError
+from ..host import SubscriptionHost
 from ..outcome import Outcome, OutcomeKind
 from ..pipeline import Pipeline, Segment
 from ..positions import Position, delivered_position
@@ -129,6 +130,8 @@ class MemorySubscription(SubscriptionSource):
         #: The segment of each delivery whose handler queued a command (pipeline=True only).
         self._window: dict[int, Pipeline] | None = {} if window else None
         self._label = label
+        #: What retry copies name as their target; known at open (None: no target).
+        self._retry_target: str | None = None
         self._count = count
         self.read_count = count
         start = stream.start_at
@@ -145,6 +148,10 @@ class MemorySubscription(SubscriptionSource):
         else:
             self._cursor = Cursor(hub, stream.keys, start)
             self.seekable = True
+
+    async def open(self, host: SubscriptionHost) -> None:
+        self._retry_target = host.retry_target
+        await checkpoint()
 
     def poll(self) -> Sequence[Delivery]:
         return self._take()
@@ -212,7 +219,9 @@ class MemorySubscription(SubscriptionSource):
         if not outcome.consumes:
             # As on a stream file: a retry is a copy at the end of the stream, carrying the
             # retry count, so it survives seeks and every reader of the stream sees it.
-            self._hub.append(delivery.stream, delivery.payload, retry_headers(delivery))
+            self._hub.append(
+                delivery.stream, delivery.payload, retry_headers(delivery, self._retry_target)
+            )
 
 
 def _deliver(entry: Entry) -> Delivery:

@@ -295,12 +295,12 @@ class TestClient:
         return all(runner.quiescent() for runner in self._runners)
 
     def _next_deadline(self) -> float:
-        return min((r.delayed.next_deadline() for r in self._runners), default=float("inf"))
+        return min((r.next_deadline() for r in self._runners), default=float("inf"))
 
     def _busy(self) -> str:
         busy = [
             f"{r.label} (in flight {r.channel.outstanding}, unread {r.source.unread()}, "
-            f"delayed {len(r.delayed)})"
+            f"delayed {len(r.delayed) + len(r.lane_delays)})"
             for r in self._runners
             if not r.quiescent()
         ]
