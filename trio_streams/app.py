@@ -37,6 +37,12 @@ __all__ = ["App", "AppFailed", "Health", "HealthState", "RunningApp", "State"]
 B = TypeVar("B", bound=Broker)
 Hook = Callable[..., Any]
 H = TypeVar("H", bound=Hook)
+#: ``lifespan``: a function of no argument, or of the app, returning an async context manager.
+Lifespan = Callable[..., AbstractAsyncContextManager[Any]]
+L = TypeVar("L", bound=Lifespan)
+#: ``@app.task``: an ``async def`` of no argument, or of the app.
+TaskFunction = Callable[..., Any]
+T = TypeVar("T", bound=TaskFunction)
 
 DEFAULT_SHUTDOWN_TIMEOUT = 10.0
 
@@ -115,10 +121,13 @@ class RunningApp:
 
     @property
     def health(self) -> AsyncValue[Health]:
+        """The app's health, a trio-util ``AsyncValue``: read ``.value``, or wait for a state
+        with ``await running.health.wait_value(lambda h: h.ok)``."""
         return self.app.health
 
     @property
     def subscriptions(self) -> dict[str, SubscriptionState]:
+        """Each subscription's state, by name."""
         return {runner.label: runner.state for runner in self._runners}
 
     def stats(self) -> dict[str, SubscriptionStats]:
@@ -146,6 +155,9 @@ class RunningApp:
         await self._stopped.wait()
 
     async def wait_stopped(self) -> None:
+        """Wait until the app has stopped (whatever stopped it) and every broker has closed.
+
+        Cancelled, it stops waiting; the app runs on."""
         await self._stopped.wait()
 
     async def wait_finished(self) -> None:
@@ -164,6 +176,8 @@ class App:
 
     ``shutdown_timeout`` bounds the graceful drain. With ``stop_when_finished`` (the default) an
     app whose subscriptions have all ended (replays that reached their end) stops by itself.
+    ``lifespan`` is an async context manager factory wrapping the whole run (see
+    :meth:`lifespan`).
     """
 
     def __init__(
@@ -172,6 +186,7 @@ class App:
         *,
         shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
         stop_when_finished: bool = True,
+        lifespan: Lifespan | None = None,
     ) -> None:
         self.name = name
         self.shutdown_timeout = shutdown_timeout
@@ -186,6 +201,8 @@ class App:
             "on_shutdown": [],
             "after_shutdown": [],
         }
+        self._lifespans: list[Lifespan] = [] if lifespan is None else [_check_lifespan(lifespan)]
+        self._tasks: list[TaskFunction] = []
         self._running = False
 
     # ---- declaring ---------------------------------------------------------------------------
@@ -222,6 +239,35 @@ class App:
         """Run after every broker has closed."""
         self._hooks["after_shutdown"].append(hook)
         return hook
+
+    def lifespan(self, factory: L) -> L:
+        """Wrap the whole run in ``factory()`` (or ``factory(app)``), an async context manager:
+        entered before the ``on_startup`` hooks and brokers connect, left after the brokers have
+        closed and the ``after_shutdown`` hooks ran — whether the run ended well, failed, or was
+        cancelled. Several are entered in the order given and left in reverse.
+
+        For resources the handlers share (a database pool, an HTTP client): open them before
+        the ``yield``, put them in ``app.state``, close them after. A failure before the
+        ``yield`` fails the start; the app never reports started. For work that runs alongside
+        the handlers, use :meth:`task`.
+        """
+        self._lifespans.append(_check_lifespan(factory))
+        return factory
+
+    def task(self, fn: T) -> T:
+        """Run ``async def fn()`` (or ``fn(app)``) for as long as the app runs: a periodic job,
+        a metrics pusher, a watcher.
+
+        It is a task in the app's nursery, started once every subscription is running and the
+        ``after_startup`` hooks have run (so it may publish), and cancelled at shutdown after
+        the drain, before the brokers close: ``trio.Cancelled`` reaches it at its next
+        checkpoint, and its ``finally`` blocks run then. A task that returns just ends; one that
+        raises fails the app, like a failing subscription, and the app shuts down gracefully.
+        """
+        if not inspect.iscoroutinefunction(fn):
+            raise ConfigurationError(f"app.task() takes an `async def` function, not {fn!r}")
+        self._tasks.append(fn)
+        return fn
 
     # ---- running -----------------------------------------------------------------------------
 
@@ -311,35 +357,10 @@ class App:
         runners = options.runners
         handle = RunningApp(self, runners)
         try:
-            await self._run_hooks("on_startup")
-            async with AsyncExitStack() as stack:
-                for broker in self._brokers:
-                    transport = await stack.enter_async_context(options.connect(broker))
-                    broker._attach(transport)
-                    stack.callback(broker._attach, None)
-                for broker in self._brokers:
-                    for subscription in broker.subscriptions:
-                        runner = self._make_runner(subscription, broker, options)
-                        runners.append(runner)
-                        # A runner that never started (a later one failed to open) still
-                        # closes its reader; one that ran closed it already.
-                        stack.push_async_callback(runner.close_if_unstarted)
-                async with trio.open_nursery() as nursery:
-                    for runner in runners:
-                        await nursery.start(self._supervise, runner, handle)
-                    if runners and options.stop_when_finished:
-                        nursery.start_soon(self._stop_when_finished, handle)
-                    await self._run_hooks("after_startup")
-                    self.health.value = Health(HealthState.RUNNING)
-                    self._refresh_health(runners)
-                    task_status.started(handle)
-                    await handle._stop.wait()
-                    reason = str(handle._failure) if handle._failure else None
-                    self.health.value = Health(HealthState.SHUTTING_DOWN, reason)
-                    await self._run_hooks("on_shutdown")
-                    await self._drain(runners, options.shutdown_timeout)
-                    nursery.cancel_scope.cancel()
-            await self._run_hooks("after_shutdown")
+            async with AsyncExitStack() as lifespans:
+                for factory in self._lifespans:
+                    await lifespans.enter_async_context(_call_with_app(factory, self))
+                await self._run(options, handle, task_status)
         except BaseException as exc:
             if _only_cancelled(exc):
                 self.health.value = Health(HealthState.STOPPED, "cancelled")
@@ -354,6 +375,53 @@ class App:
             self.health.value = Health(HealthState.FAILED, str(failure))
             raise AppFailed(f"app {self.name!r} stopped: {failure}") from failure.__cause__
         self.health.value = Health(HealthState.STOPPED)
+
+    async def _run(
+        self, options: RunOptions, handle: RunningApp, task_status: trio.TaskStatus[RunningApp]
+    ) -> None:
+        """Hooks, brokers, subscriptions and tasks, inside the lifespans."""
+        runners = options.runners
+        await self._run_hooks("on_startup")
+        async with AsyncExitStack() as stack:
+            for broker in self._brokers:
+                transport = await stack.enter_async_context(options.connect(broker))
+                broker._attach(transport)
+                stack.callback(broker._attach, None)
+            for broker in self._brokers:
+                for subscription in broker.subscriptions:
+                    runner = self._make_runner(subscription, broker, options)
+                    runners.append(runner)
+                    # A runner that never started (a later one failed to open) still
+                    # closes its reader; one that ran closed it already.
+                    stack.push_async_callback(runner.close_if_unstarted)
+            async with trio.open_nursery() as nursery:
+                for runner in runners:
+                    await nursery.start(self._supervise, runner, handle)
+                if runners and options.stop_when_finished:
+                    nursery.start_soon(self._stop_when_finished, handle)
+                await self._run_hooks("after_startup")
+                for fn in self._tasks:
+                    nursery.start_soon(self._run_task, fn, handle, name=f"task {fn!r}")
+                self.health.value = Health(HealthState.RUNNING)
+                self._refresh_health(runners)
+                task_status.started(handle)
+                await handle._stop.wait()
+                reason = str(handle._failure) if handle._failure else None
+                self.health.value = Health(HealthState.SHUTTING_DOWN, reason)
+                await self._run_hooks("on_shutdown")
+                await self._drain(runners, options.shutdown_timeout)
+                nursery.cancel_scope.cancel()  # the app's tasks end here
+        await self._run_hooks("after_shutdown")
+
+    async def _run_task(self, fn: TaskFunction, handle: RunningApp) -> None:
+        """One ``@app.task``: if it raises, fail the app (and so shut it down)."""
+        try:
+            await _call_with_app(fn, self)
+        except Exception as exc:
+            self.logger.error("%s: task %s failed", self.name, _name_of(fn), exc_info=exc)
+            failure = TrioStreamsError(f"task {_name_of(fn)} failed: {exc!r}")
+            failure.__cause__ = exc
+            handle._fail(failure)
 
     def _make_runner(
         self, subscription: Subscription, broker: Broker, options: RunOptions
@@ -436,10 +504,26 @@ class App:
 
     async def _run_hooks(self, stage: str) -> None:
         for hook in self._hooks[stage]:
-            takes_app = bool(inspect.signature(hook).parameters)
-            result = hook(self) if takes_app else hook()
+            result = _call_with_app(hook, self)
             if inspect.isawaitable(result):
                 await result
+
+
+def _check_lifespan(factory: Lifespan) -> Lifespan:
+    if not callable(factory):
+        raise ConfigurationError(
+            f"lifespan takes a function returning an async context manager, not {factory!r}"
+        )
+    return factory
+
+
+def _call_with_app(fn: Callable[..., Any], app: App) -> Any:
+    """``fn(app)`` if ``fn`` takes an argument, else ``fn()`` (hooks, lifespans, tasks)."""
+    return fn(app) if inspect.signature(fn).parameters else fn()
+
+
+def _name_of(fn: Callable[..., Any]) -> str:
+    return getattr(fn, "__qualname__", repr(fn))
 
 
 def _only_cancelled(error: BaseException) -> bool:

@@ -35,6 +35,7 @@ class Context:
 
     @property
     def headers(self) -> Mapping[str, str]:
+        """The message's headers, as it arrived (retry copies: with the retry count)."""
         return self.message.headers
 
     @property
@@ -54,10 +55,12 @@ class Context:
 
     @property
     def stream(self) -> str:
+        """The stream (key, list, channel) the message came from."""
         return self.message.stream
 
     @property
     def subscription(self) -> str:
+        """The name of the subscription handling it."""
         return self._runner.label
 
     @property
@@ -67,10 +70,12 @@ class Context:
 
     @property
     def logger(self) -> logging.Logger:
+        """The subscription's logger (``trio_streams.subscription.<name>``)."""
         return self._runner.logger
 
     @property
     def broker(self) -> Broker:
+        """The broker the subscription is mounted on."""
         return self._runner.broker
 
     @property

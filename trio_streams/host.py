@@ -21,9 +21,16 @@ source a :class:`SubscriptionHost` at :meth:`~trio_streams.transport.Subscriptio
   counted in the subscription's stats, and delivered to fault observers (the test harness
   records them as ``t.faults``).
 
-A source may also raise :class:`~trio_streams.transport.SourceFault` from ``read``, ``settle``
-or ``aclose``: the core reports it like ``report_fault`` and carries on; the fault clears when
-the same operation next succeeds. Any other exception still fails the app.
+A source may also raise :class:`~trio_streams.transport.SourceFault` from ``read``, ``settle``,
+``dead_letter`` or ``aclose``: the core reports it like ``report_fault`` and carries on; every
+fault a read raised clears when a read next returns, and every fault a settle or dead letter
+raised clears when one next succeeds. Any other exception still fails the app. A source whose
+read blocks (a quiet stream) should call ``host.clear_fault(kind)`` itself once it has its
+connection back: the next read may not return for a long time.
+
+``host.options.channel_capacity`` is the channel's size before the read count is known; the
+channel is made at least one read large (``read_count``, which ``open`` may still set) once
+``open`` has returned.
 """
 
 from __future__ import annotations

@@ -130,8 +130,8 @@ class SubscriptionRunner:
         self.stopping = trio.Event()
         #: Deliveries an ordered lane holds while a ``retry_after`` delay passes: id → deadline.
         self.lane_delays: dict[int, float] = {}
-        #: The kind of the fault the last settle raised, until a settle succeeds.
-        self._settle_failing: str | None = None
+        #: The kinds of the faults settles (and dead letters) raised, until one succeeds.
+        self._settle_failing: dict[str, None] = {}
 
     @property
     def broker(self) -> Broker:
@@ -270,13 +270,21 @@ class SubscriptionRunner:
         try:
             await self.source.settle(delivery, outcome)
         except SourceFault as fault:
-            self._settle_failing = fault.kind
-            self.report(fault)
+            self._settle_failed(fault)
             return
-        if self._settle_failing is not None:
-            kind, self._settle_failing = self._settle_failing, None
-            assert self.host is not None
-            self.host.clear_fault(kind)
+        self._settle_recovered()
+
+    def _settle_failed(self, fault: SourceFault) -> None:
+        self._settle_failing[fault.kind] = None
+        self.report(fault)
+
+    def _settle_recovered(self) -> None:
+        """A settle (or a dead letter) succeeded: every fault settling raised has cleared."""
+        if self._settle_failing:
+            kinds, self._settle_failing = self._settle_failing, {}
+            if self.host is not None:
+                for kind in kinds:
+                    self.host.clear_fault(kind)
 
     async def dead_letter(self, delivery: Delivery, letter: DeadLetter) -> None:
         """Dead-letter ``delivery``: in one step where the source can, else publish the copy
@@ -285,9 +293,11 @@ class SubscriptionRunner:
         try:
             done = await self.source.dead_letter(delivery, letter)
         except SourceFault as fault:
-            self.report(fault)  # the delivery stays with the transport, to deliver again
+            self._settle_failed(fault)  # the delivery stays with the transport, to deliver again
             return
-        if not done:
+        if done:
+            self._settle_recovered()
+        else:
             delivery.ended = False  # the core does it in two steps: the settle ends it
             await self.transport.publish(
                 letter.destination, delivery.payload, letter.headers_for(delivery)

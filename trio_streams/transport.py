@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Self, final
 
 import trio
 
-from .delivery import RETRY_TARGET_HEADER, Delivery
+from .delivery import RETRY_COUNT_HEADER, RETRY_TARGET_HEADER, Delivery
 from .destinations import Destination
 from .errors import ConfigurationError, TrioStreamsError, UnsupportedError
 from .host import SubscriptionHost
@@ -86,7 +86,11 @@ class DeadLetter:
     def headers_for(self, delivery: Delivery) -> dict[str, str]:
         """The dead letter's headers: the delivery's own, then why."""
         headers = dict(delivery.headers)
-        headers.pop(RETRY_TARGET_HEADER, None)  # the dead-letter stream's readers all see it
+        # A dead letter starts afresh on its own stream: every reader there sees it (no retry
+        # target) and handles it (its attempts are in x-dead-letter-attempts, not a retry
+        # count that the reader's attempts cap would count as already spent).
+        headers.pop(RETRY_TARGET_HEADER, None)
+        headers.pop(RETRY_COUNT_HEADER, None)
         position = delivery.position
         where = "" if position is None else position.describe()
         values = (

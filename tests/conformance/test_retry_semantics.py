@@ -223,3 +223,43 @@ async def test_shutdown_cuts_a_lanes_delay_short_and_settles_a_retry_copy(
     assert trio.current_time() - start < 60  # the hour did not hold shutdown up
     copies = [m for m in transport.messages(broker, "s") if RETRY_COUNT_HEADER in m[1]]
     assert [(payload, h[RETRY_COUNT_HEADER]) for payload, h in copies] == [(b"1", "1")]
+
+
+async def test_a_dead_letter_reader_handles_a_spent_letter_with_its_own_attempts(
+    transport: Transport,
+) -> None:
+    app, broker = transport.app("svc")
+    audited: list[tuple[int, int, str]] = []
+    audited_one = trio.Event()
+
+    # A copy already tried max_attempts times (its handler crashed the process, say) arrives.
+    @broker.subscriber(transport.live("s"), name="sub", max_attempts=3, dead_letter="dlq")
+    async def handle(n: int) -> None:
+        raise AssertionError("never called: the message is spent")
+
+    # The dead-letter stream's reader, with the default cap, handles the letter.
+    @broker.subscriber(transport.live("dlq"), name="audit")
+    async def audit(n: int, ctx: Context) -> None:
+        audited.append((n, ctx.attempt, ctx.headers["x-dead-letter-attempts"]))
+        audited_one.set()
+
+    async with serving(app):
+        await broker.publish("s", 1, headers={RETRY_COUNT_HEADER: "3"})
+        with trio.fail_after(10):
+            await audited_one.wait()
+    assert audited == [(1, 1, "4")]
+    [(_, headers)] = transport.messages(broker, "dlq")
+    assert RETRY_COUNT_HEADER not in headers
+
+
+async def test_a_publish_cancelled_before_it_starts_publishes_nothing(
+    transport: Transport,
+) -> None:
+    app, broker = transport.app("svc")
+    async with serving(app):
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await broker.publish("s", 1)
+        assert scope.cancelled_caught
+        await broker.publish("s", 2)
+    assert [payload for payload, _ in transport.messages(broker, "s")] == [b"2"]

@@ -42,13 +42,15 @@ class Scripted(MemorySubscription):
 
     async def read(self) -> Sequence[Delivery] | None:
         self.script.reads += 1
+        if self.script.read_fault_kinds:
+            raise SourceFault(self.script.read_fault_kinds.pop(0), "the server went away")
         if self.script.read_faults:
             self.script.read_faults -= 1
             raise SourceFault("connection", "the server went away")
         return self.script.handed_out(await super().read())
 
     def poll(self) -> Sequence[Delivery]:
-        if self.script.read_faults:
+        if self.script.read_faults or self.script.read_fault_kinds:
             return ()
         batch = super().poll()
         self.script.handed_out(batch)
@@ -56,6 +58,8 @@ class Scripted(MemorySubscription):
 
     async def settle(self, delivery: Delivery, outcome: Outcome) -> None:
         self.script.ends.append((id(delivery), outcome.kind.value))
+        if self.script.settle_fault_kinds:
+            raise SourceFault(self.script.settle_fault_kinds.pop(0), "not sent")
         if self.script.settle_faults:
             self.script.settle_faults -= 1
             raise SourceFault("settle", "the acknowledgement was not sent")
@@ -78,6 +82,9 @@ class Script:
         self.reads = 0
         self.read_faults = 0
         self.settle_faults = 0
+        #: Kinds of the faults the next reads / settles raise, one each, in order.
+        self.read_fault_kinds: list[str] = []
+        self.settle_fault_kinds: list[str] = []
         self.close_fault = False
         self.settled: list[bytes] = []
         self.hosts: list[SubscriptionHost] = []
@@ -788,3 +795,77 @@ async def test_a_buffer_the_user_set_is_kept_whatever_read_count_open_sets() -> 
         [stats] = running.stats().values()
         await running.aclose()
     assert stats.capacity == 8
+
+
+# ---- faults of several kinds: "a read that raised clears at the next successful read; a settle
+# that raised clears at the next successful settle" — whatever kinds the failures had.
+
+
+async def test_read_faults_of_several_kinds_all_clear_at_the_next_good_read(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    script = Script()
+    script.read_fault_kinds = ["connection", "auth"]
+    app, broker = scripted_app(script)
+    handled = trio.Event()
+
+    @broker.subscriber(MemoryStream("s"), name="sub")
+    async def handle(n: int) -> None:
+        handled.set()
+
+    async with trio.open_nursery() as nursery:
+        running = await nursery.start(app.serve)
+        await broker.publish("s", 1)
+        with trio.fail_after(10):
+            await handled.wait()
+        stats = running.stats()["sub"]
+        health = app.health.value.state
+        await running.aclose()
+    assert (stats.faults, stats.degraded) == (2, ())
+    assert health is HealthState.RUNNING
+
+
+@pytest.mark.parametrize("where", ["settle", "dead_letter"])
+async def test_settle_and_dead_letter_faults_of_several_kinds_all_clear_at_the_next_success(
+    where: str,
+) -> None:
+    script = Script()
+    app, broker = scripted_app(script)
+    failing = ["ack", "connection"]
+    done = trio.Event()
+
+    if where == "settle":
+        script.settle_fault_kinds = list(failing)
+
+    @broker.subscriber(MemoryStream("s"), name="sub", workers=2, max_attempts=1, dead_letter="dl")
+    async def handle(n: int) -> None:
+        if n == 3:
+            done.set()
+        if where == "dead_letter" and n < 3:
+            raise ValueError("to the dead letter")
+
+    original = Scripted.dead_letter
+
+    async def dead_letter(self: Scripted, delivery: Delivery, letter: DeadLetter) -> bool:
+        if where == "dead_letter" and failing:
+            raise SourceFault(failing.pop(0), "not written")
+        return await original(self, delivery, letter)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Scripted, "dead_letter", dead_letter)
+        async with trio.open_nursery() as nursery:
+            running = await nursery.start(app.serve)
+            await broker.publish("s", 1)
+            await broker.publish("s", 2)
+            await trio.testing.wait_all_tasks_blocked()
+            degraded = running.stats()["sub"].degraded
+            await broker.publish("s", 3)
+            with trio.fail_after(10):
+                await done.wait()
+            await trio.testing.wait_all_tasks_blocked()
+            stats = running.stats()["sub"]
+            health = app.health.value.state
+            await running.aclose()
+    assert sorted(degraded) == ["ack", "connection"]
+    assert (stats.faults, stats.degraded) == (2, ())
+    assert health is HealthState.RUNNING

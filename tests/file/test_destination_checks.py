@@ -70,3 +70,16 @@ def test_a_valid_dead_letter_and_publisher_are_accepted(tmp_path: Path) -> None:
         return n
 
     assert len(broker.subscriptions) == 1
+
+
+async def test_under_app_test_a_file_subscriptions_count_sizes_its_channel(
+    tmp_path: Path,
+) -> None:
+    app, broker = file_app(tmp_path)
+
+    @broker.subscriber(FileStream("orders"), count=500)
+    async def handle(n: int) -> None: ...
+
+    async with app.test() as t:
+        [stats] = t.running.stats().values()
+    assert stats.capacity == 500  # as in production: one read fits in the channel

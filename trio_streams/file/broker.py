@@ -173,9 +173,12 @@ class FileTransport(Transport):
     async def publish(
         self, destination: str, payload: bytes, headers: Mapping[str, str]
     ) -> Position:
-        """Append and flush one message; returns its position (``sequence(seq, stream=key)``)."""
+        """Append and flush one message; returns its position (``sequence(seq, stream=key)``).
+
+        A cancel point before the append, so a cancelled publish appended nothing."""
+        await trio.lowlevel.checkpoint_if_cancelled()
         seq, _ = self.append(destination, payload, headers)
-        await self._share.checkpoint()
+        await self._share.after_progress()
         return Position(_SEQUENCE, seq, destination)
 
     def append(self, key: str, payload: bytes, headers: Mapping[str, str]) -> tuple[int, int]:

@@ -11,6 +11,7 @@ from trio.lowlevel import cancel_shielded_checkpoint, checkpoint, checkpoint_if_
 from .._schedule import FairShare
 from ..broker import Broker
 from ..delivery import RETRY_COUNT_HEADER, Delivery, attempt_from_headers, retry_headers
+from ..destinations import Destination
 from ..errors import ConfigurationError, UnsupportedError
 from ..host import SubscriptionHost
 from ..outcome import Outcome, OutcomeKind
@@ -64,6 +65,13 @@ def _check_count(options: Mapping[str, Any]) -> int:
     return read_count_option(options, DEFAULT_COUNT)
 
 
+def _count_or_default(options: Mapping[str, Any]) -> int:
+    count = options.get("count")
+    if isinstance(count, int) and not isinstance(count, bool) and count >= 1:
+        return count
+    return DEFAULT_COUNT
+
+
 def _check_window(options: Mapping[str, Any]) -> bool:
     for name in ("pipeline", "atomic"):
         if not isinstance(options.get(name, False), bool):
@@ -94,11 +102,21 @@ class MemoryTransport(Transport):
         await self._share.after_progress()
         return delivered_position(entry.seq, destination)
 
+    async def publish_to(
+        self, destination: Destination, payload: bytes, headers: Mapping[str, str]
+    ) -> Position:
+        """A list or a channel, under ``app.test()`` for a broker that has them: an in-process
+        stream of the same name, which the in-process form of that broker's list and channel
+        sources reads. (A ``MemoryBroker`` of its own has streams only and refuses them.)"""
+        return await self.publish(destination.name, payload, headers)
+
     def open_subscription(
         self, source: Source, options: Mapping[str, Any], *, label: str
     ) -> SubscriptionSource:
         stream = source if isinstance(source, MemoryStream) else source.in_process()
-        count = _check_count(options) if self._strict else DEFAULT_COUNT
+        # Under app.test() the real broker checked its options at mount; its read size (count=,
+        # where it has one) sizes the in-process read and channel as it would in production.
+        count = _check_count(options) if self._strict else _count_or_default(options)
         # Whatever the real transport, a window asked for is emulated (app.test()).
         window = _check_window(options) if self._strict else bool(options.get("pipeline"))
         return MemorySubscription(
