@@ -12,7 +12,9 @@ from __future__ import annotations
 import enum
 import inspect
 import logging
+import math
 import signal
+import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, field
@@ -21,10 +23,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import trio
 from trio_util import AsyncValue
 
+from .banner import log_banner
 from .broker import Broker
 from .dispatch import HandledMessage
 from .errors import ConfigurationError, TrioStreamsError
+from .groups import leaves, raise_lone_errors, reraise_unwrapped
 from .host import Fault
+from .logs import configure_default
+from .reporting import describe, report
 from .routing import Subscription
 from .subscription import SubscriptionRunner, SubscriptionState, SubscriptionStats
 from .transport import Transport
@@ -48,7 +54,8 @@ DEFAULT_SHUTDOWN_TIMEOUT = 10.0
 
 
 class AppFailed(TrioStreamsError):
-    """The app stopped because a subscription or a hook failed; ``__cause__`` is the error."""
+    """The app did not start, or stopped because a subscription failed; ``__cause__`` is the
+    error (an exception group when several errors stopped it)."""
 
 
 class HealthState(enum.Enum):
@@ -189,7 +196,7 @@ class App:
         lifespan: Lifespan | None = None,
     ) -> None:
         self.name = name
-        self.shutdown_timeout = shutdown_timeout
+        self.shutdown_timeout = check_shutdown_timeout(shutdown_timeout)
         self.stop_when_finished = stop_when_finished
         self.state = State()
         self.health: AsyncValue[Health] = AsyncValue(Health(HealthState.STOPPED))
@@ -204,6 +211,9 @@ class App:
         self._lifespans: list[Lifespan] = [] if lifespan is None else [_check_lifespan(lifespan)]
         self._tasks: list[TaskFunction] = []
         self._running = False
+
+    def __repr__(self) -> str:
+        return f"App({self.name!r})"
 
     # ---- declaring ---------------------------------------------------------------------------
 
@@ -277,8 +287,17 @@ class App:
         shutdown_timeout: float | None = None,
         task_status: trio.TaskStatus[RunningApp] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Run in the caller's nursery: ``running = await nursery.start(app.serve)``."""
-        timeout = self.shutdown_timeout if shutdown_timeout is None else shutdown_timeout
+        """Run in the caller's nursery: ``running = await nursery.start(app.serve)``.
+
+        An error that fails the start (a broker that cannot connect, a hook, a source that
+        cannot open) or stops the app is raised as itself, not wrapped in the exception groups
+        of the app's own nurseries; several errors are raised together as a group.
+        """
+        timeout = (
+            self.shutdown_timeout
+            if shutdown_timeout is None
+            else check_shutdown_timeout(shutdown_timeout)
+        )
         await self.serve_with(
             RunOptions(connect=connect_broker, shutdown_timeout=timeout), task_status
         )
@@ -287,15 +306,37 @@ class App:
         """Run standalone until SIGINT/SIGTERM (graceful) or a second signal (at once).
 
         Returns True after a graceful stop, False when a second signal cut the drain short.
-        Raises ``AppFailed`` when a subscription failed.
+        Logs to stderr at INFO, unless logging is configured already. When the app does not
+        start, or a subscription fails, it prints one line per error to stderr, naming the
+        cause and, where it is known, what to do (the traceback is logged at DEBUG), and exits
+        with status 1: it raises ``SystemExit(1)``, whose ``__cause__`` is the ``AppFailed``.
         """
+        configure_default()
         try:
-            return trio.run(self._run_with_signals, shutdown_timeout)
-        except BaseExceptionGroup as group:
-            failure = _single_cause(group)
-            if isinstance(failure, AppFailed):
-                raise failure from failure.__cause__
+            return self.run_until_stopped(shutdown_timeout=shutdown_timeout)
+        except AppFailed as failure:
+            report(
+                failure,
+                prefix=self.name,
+                out=sys.stderr,
+                logger=self.logger,
+                traceback_hint="its traceback is logged at DEBUG",
+            )
+            raise SystemExit(1) from failure
+
+    def run_until_stopped(self, *, shutdown_timeout: float | None = None) -> bool:
+        """``run`` without its logging set-up and its exit: raises ``AppFailed`` instead.
+
+        ``AppFailed`` says whether the app did not start or stopped, and why; ``__cause__`` is
+        the error itself.
+        """
+        timeout = None if shutdown_timeout is None else check_shutdown_timeout(shutdown_timeout)
+        try:
+            return trio.run(self._run_with_signals, timeout)
+        except AppFailed:
             raise
+        except Exception as error:
+            raise AppFailed(f"app {self.name!r} failed: {describe(error)}") from error
 
     def test(
         self, *, settle_timeout: float = 30.0, raise_errors: bool = False
@@ -313,13 +354,19 @@ class App:
 
     async def _run_with_signals(self, shutdown_timeout: float | None) -> bool:
         forced = trio.Event()
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        with (
+            trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals,
+            raise_lone_errors(),
+        ):
             async with trio.open_nursery() as nursery:
-                running: RunningApp = await nursery.start(
-                    lambda task_status: self.serve(
-                        shutdown_timeout=shutdown_timeout, task_status=task_status
+                try:
+                    running: RunningApp = await nursery.start(
+                        lambda task_status: self.serve(
+                            shutdown_timeout=shutdown_timeout, task_status=task_status
+                        )
                     )
-                )
+                except Exception as error:
+                    raise _did_not_start(self.name, error) from error
                 nursery.start_soon(self._watch_signals, signals, running, forced, nursery)
                 await running.wait_stopped()
                 nursery.cancel_scope.cancel()
@@ -366,6 +413,8 @@ class App:
                 self.health.value = Health(HealthState.STOPPED, "cancelled")
             else:
                 self.health.value = Health(HealthState.FAILED, repr(_single_cause(exc)))
+            if isinstance(exc, BaseExceptionGroup):
+                reraise_unwrapped(exc)
             raise
         finally:
             self._running = False
@@ -375,6 +424,7 @@ class App:
             self.health.value = Health(HealthState.FAILED, str(failure))
             raise AppFailed(f"app {self.name!r} stopped: {failure}") from failure.__cause__
         self.health.value = Health(HealthState.STOPPED)
+        self.logger.info("%s: stopped", self.name)
 
     async def _run(
         self, options: RunOptions, handle: RunningApp, task_status: trio.TaskStatus[RunningApp]
@@ -404,6 +454,7 @@ class App:
                     nursery.start_soon(self._run_task, fn, handle, name=f"task {fn!r}")
                 self.health.value = Health(HealthState.RUNNING)
                 self._refresh_health(runners)
+                log_banner(self.logger, self.name, self._brokers, runners)
                 task_status.started(handle)
                 await handle._stop.wait()
                 reason = str(handle._failure) if handle._failure else None
@@ -472,14 +523,28 @@ class App:
             if not runner.started:
                 raise
             cause = _single_cause(exc)
-            self.logger.error("%s: subscription %r failed", self.name, runner.label, exc_info=cause)
+            # A typed error of ours names its cause and where (a corrupt file, a lost lock): one
+            # line, the traceback at DEBUG. Anything else is a crash, whose traceback belongs in
+            # the log.
+            expected = isinstance(cause, TrioStreamsError)
+            self.logger.error(
+                "%s: subscription %r failed: %s",
+                self.name,
+                runner.label,
+                describe(cause),
+                exc_info=None if expected else cause,
+            )
+            if expected:
+                self.logger.debug(
+                    "%s: the traceback of %r's failure", self.name, runner.label, exc_info=cause
+                )
             failure = TrioStreamsError(f"subscription {runner.label!r} failed: {cause!r}")
             failure.__cause__ = cause
             handle._fail(failure)
 
     async def _stop_when_finished(self, handle: RunningApp) -> None:
         await handle.wait_finished()
-        if handle._failure is None:
+        if handle._failure is None and not handle._stop.is_set():
             self.logger.info("%s: every subscription has ended; stopping", self.name)
         handle.request_stop()
 
@@ -504,9 +569,34 @@ class App:
 
     async def _run_hooks(self, stage: str) -> None:
         for hook in self._hooks[stage]:
-            result = _call_with_app(hook, self)
-            if inspect.isawaitable(result):
-                await result
+            try:
+                result = _call_with_app(hook, self)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception as exc:
+                # Says where it came from in a one-line report; the type stays the hook's.
+                exc.add_note(f"in the {stage} hook {_name_of(hook)}")
+                raise
+
+
+def check_shutdown_timeout(value: object) -> float:
+    """``value`` as a drain bound in seconds: a number >= 0 (``inf``: no bound)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigurationError(f"shutdown_timeout takes seconds, not {value!r}")
+    if math.isnan(value) or value < 0:
+        raise ConfigurationError(f"shutdown_timeout must be >= 0 seconds, got {value!r}")
+    return float(value)
+
+
+def _did_not_start(name: str, error: Exception) -> AppFailed:
+    if isinstance(error, BaseExceptionGroup):
+        return AppFailed(f"app {name!r} did not start: {len(leaves(error))} errors")
+    return AppFailed(f"app {name!r} did not start: {describe(error)}")
+
+
+def _name_of(hook: Hook) -> str:
+    name = getattr(hook, "__qualname__", None) or getattr(hook, "__name__", None)
+    return str(name) if name else repr(hook)
 
 
 def _check_lifespan(factory: Lifespan) -> Lifespan:
@@ -520,10 +610,6 @@ def _check_lifespan(factory: Lifespan) -> Lifespan:
 def _call_with_app(fn: Callable[..., Any], app: App) -> Any:
     """``fn(app)`` if ``fn`` takes an argument, else ``fn()`` (hooks, lifespans, tasks)."""
     return fn(app) if inspect.signature(fn).parameters else fn()
-
-
-def _name_of(fn: Callable[..., Any]) -> str:
-    return getattr(fn, "__qualname__", repr(fn))
 
 
 def _only_cancelled(error: BaseException) -> bool:

@@ -26,6 +26,7 @@ from .context import Context
 from .delivery import Delivery, retry_target_of
 from .failure import Verdict
 from .outcome import Outcome, OutcomeKind, ack, drop, retry
+from .reporting import describe
 from .transport import DeadLetter, Unsettled
 
 if TYPE_CHECKING:
@@ -342,15 +343,32 @@ class Dispatcher:
         return await self._settle(delivery, verdict, exc, reason="undecodable")
 
     def _failed(self, delivery: Delivery, exc: Exception) -> Outcome:
-        self._log.error(
-            "%s: handler failed on attempt %d of %d (message at %r)",
-            self._runner.label,
-            delivery.attempt,
-            self._policy.max_attempts,
-            delivery.position,
-            exc_info=exc,
-        )
-        return self._policy.on_exception(delivery)
+        # A failure that will be retried is one WARNING line (its traceback at DEBUG); the
+        # last attempt's is an ERROR with the traceback.
+        outcome = self._policy.on_exception(delivery)
+        label, attempt, cap = self._runner.label, delivery.attempt, self._policy.max_attempts
+        if attempt >= cap:
+            self._log.error(
+                "%s: handler failed on attempt %d of %d, the last (message at %r): %s",
+                label,
+                attempt,
+                cap,
+                delivery.position,
+                describe(exc),
+                exc_info=exc,
+            )
+        else:
+            self._log.warning(
+                "%s: handler failed on attempt %d of %d (message at %r): %s; retrying%s",
+                label,
+                attempt,
+                cap,
+                delivery.position,
+                describe(exc),
+                f" in {outcome.delay:g}s" if outcome.kind is OutcomeKind.RETRY_AFTER else "",
+            )
+            self._log.debug("%s: the traceback of attempt %d", label, attempt, exc_info=exc)
+        return outcome
 
     async def _outcome_of(self, result: Any) -> Outcome:
         if result is None:
@@ -439,12 +457,24 @@ class Dispatcher:
             result = await self._handler.fn(*args)
             return _batch_outcomes(result, len(deliveries)), None
         except Exception as exc:  # noqa: BLE001 - a failing handler runs the failure policy
-            self._log.error(
-                "%s: batch handler failed on %d messages",
-                self._runner.label,
-                len(deliveries),
-                exc_info=exc,
-            )
+            last = sum(d.attempt >= self._policy.max_attempts for d in deliveries)
+            if last:
+                self._log.error(
+                    "%s: batch handler failed on %d messages, the last attempt of %d: %s",
+                    self._runner.label,
+                    len(deliveries),
+                    last,
+                    describe(exc),
+                    exc_info=exc,
+                )
+            else:
+                self._log.warning(
+                    "%s: batch handler failed on %d messages: %s; retrying",
+                    self._runner.label,
+                    len(deliveries),
+                    describe(exc),
+                )
+                self._log.debug("%s: the traceback", self._runner.label, exc_info=exc)
             return [self._policy.on_exception(d) for d in deliveries], exc
 
     # ---- settling ----------------------------------------------------------------------------
@@ -484,10 +514,12 @@ class Dispatcher:
             and delivery.attempt >= self._policy.max_attempts
         ):
             self._log.warning(
-                "%s: message at %r dropped after %d attempt(s)",
+                "%s: message at %r dropped after %d attempt(s): %s%s",
                 runner.label,
                 delivery.position,
                 delivery.attempt,
+                reason,
+                f" ({describe(error)})" if error is not None else "",
             )
         outcome = verdict.outcome
         if outcome.kind is OutcomeKind.RETRY_AFTER and not runner.source.durable_delay:

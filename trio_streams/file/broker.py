@@ -135,7 +135,9 @@ def _prepare(path: str, *, existing_only: bool, beacon_interval: int) -> None:
         return
     if existing_only:
         raise StreamFileNotFoundError(
-            "no such stream file (the broker was told not to create it)", path=path
+            "no such stream file, and the broker has existing_only=True: check the path, or "
+            "leave existing_only out so the broker creates the file",
+            path=path,
         )
     try:
         writers.acquire(path, beacon_interval=beacon_interval).close()

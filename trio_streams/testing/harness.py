@@ -25,6 +25,7 @@ from ..broker import Broker
 from ..codec import decoder_for
 from ..dispatch import HandledMessage
 from ..errors import ConfigurationError, TrioStreamsError
+from ..groups import open_nursery
 from ..host import Fault, SubscriptionHost
 from ..memory.broker import MemoryBroker, MemoryTransport
 from ..memory.log import MemoryHub
@@ -336,7 +337,8 @@ async def run_test_client(
         fault_observers=(faults.append,),
         on_change=changes.notify,
     )
-    async with trio.open_nursery() as nursery:
+    # A lone error (a failed assert of the test, a failure of the app) leaves as itself.
+    async with open_nursery() as nursery:
         running: RunningApp = await nursery.start(app.serve_with, options)
         client = TestClient(
             app,
