@@ -540,10 +540,10 @@ def _setup_error(
         )
     if reply.code in ("WRONGPASS", "NOAUTH"):
         error: ConnectionSetupError = AuthenticationError(message)
-        error.hint = "check the user name and password in the URL"
+        error.setup_hint = "check the user name and password in the URL"
     else:
         error = ConnectionSetupError(message)
-        error.hint = (
+        error.setup_hint = (
             "the server refused the connection setup: check the URL's database and the "
             "ACL rights of its user (HELLO, SELECT, CLIENT SETNAME and PING are needed)"
         )

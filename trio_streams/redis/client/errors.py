@@ -176,12 +176,13 @@ class ConnectionSetupError(ReplyError, ConfigurationError):
     retried by the client; ``code`` and ``command`` say which part of the setup was refused.
     """
 
-    #: What to check, added to the message when the error comes from a connection's setup.
-    hint: str = ""
+    #: What to check, added to the message when the error comes from a connection's setup
+    #: (part of the message itself, so ``hint()`` adds nothing more).
+    setup_hint: str = ""
 
     def __str__(self) -> str:
         text = super().__str__()
-        return f"{text}: {self.hint}" if self.hint else text
+        return f"{text}: {self.setup_hint}" if self.setup_hint else text
 
 
 class AuthenticationError(ConnectionSetupError):
