@@ -1,0 +1,176 @@
+"""``RedisBroker``: Redis Streams subscriptions and publishing over the connection layer.
+
+- **Publishing** is one ``XADD``: the payload in ``_payload``, each header in ``h:<name>``
+  (:mod:`.wire`); the receipt is the entry's position, ``Position.entry(id, stream=key)``.
+  ``maxlen=`` / ``minid=`` trim the stream as it is written (approximately, ``~``, unless
+  ``exact_trim=True``): ``XACK`` never deletes an entry, so a stream grows until trimmed.
+- **Subscriptions** (``RedisStream``) are consumer group members (:mod:`.group`), one dedicated
+  connection each for the blocking read.
+- **Refused at mount**: ``pipeline=True`` (the pipeline window is not available on this
+  transport yet), and, on a cluster, a dead letter whose key does not share the stream's hash
+  slot (its copy and the acknowledgement could not be one transaction): name both with one hash
+  tag, ``{orders}`` and ``{orders}.dead``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+from ..broker import Broker
+from ..errors import ConfigurationError, UnsupportedError
+from ..positions import Position
+from ..routing import _Declared
+from ..transport import Source, SubscriptionSource, Transport, read_count_option
+from .client import RedisClient, connect, key_slot, parse_url
+from .group import GroupSubscription
+from .streams import RedisStream
+from .wire import encode_fields, text
+
+__all__ = ["DEFAULT_BLOCK_MS", "DEFAULT_COUNT", "RedisBroker", "RedisTransport"]
+
+#: Entries taken per read unless the subscription says ``count=``.
+DEFAULT_COUNT = 100
+#: How long one blocking read waits for new entries (ms) unless the subscription says ``block=``:
+#: bounded, so a read notices a vanished group and reclaimed entries within it.
+DEFAULT_BLOCK_MS = 1000
+
+_process_consumer: tuple[int, str] | None = None
+
+
+def default_consumer() -> str:
+    """This process's consumer name, ``host-pid-random``: the same for all its subscriptions,
+    another one in a forked child."""
+    global _process_consumer
+    pid = os.getpid()
+    if _process_consumer is None or _process_consumer[0] != pid:
+        _process_consumer = (pid, f"{socket.gethostname()}-{pid}-{secrets.token_hex(3)}")
+    return _process_consumer[1]
+
+
+class RedisBroker(Broker):
+    """Redis Streams through consumer groups (standalone, cluster or sentinel URL).
+
+    ``group`` / ``consumer``: defaults for the ``RedisStream`` subscriptions that name none.
+    ``maxlen`` / ``minid``: trim streams as this broker publishes (see the module docstring).
+
+    Subscriber options: ``count`` — entries per read (default 100); ``block`` — ms one blocking
+    read waits (default 1000).
+    """
+
+    source_types = (RedisStream,)
+    subscriber_options = frozenset({"count", "block", "pipeline", "atomic"})
+
+    def __init__(
+        self,
+        url: str = "redis://127.0.0.1:6379",
+        *,
+        group: str | None = None,
+        consumer: str | None = None,
+        maxlen: int | None = None,
+        minid: str | None = None,
+        exact_trim: bool = False,
+        name: str | None = None,
+        prefix: str = "",
+        **defaults: Any,
+    ) -> None:
+        config = parse_url(url)  # a bad URL fails here, at declaration
+        super().__init__(name=name or "redis", prefix=prefix, **defaults)
+        self.url = url
+        self.cluster = config.topology == "cluster"
+        for what, value in (("group", group), ("consumer", consumer)):
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ConfigurationError(f"{what} must be a non-empty string, not {value!r}")
+        if maxlen is not None and (isinstance(maxlen, bool) or not isinstance(maxlen, int)):
+            raise ConfigurationError(f"maxlen takes an int, not {maxlen!r}")
+        if maxlen is not None and maxlen < 0:
+            raise ConfigurationError(f"maxlen must be >= 0, got {maxlen}")
+        if minid is not None:
+            Position.entry(minid if "-" in minid else f"{minid}-0")
+        if maxlen is not None and minid is not None:
+            raise ConfigurationError("trim by maxlen or by minid, not both")
+        self.group = group
+        self.consumer = consumer
+        self._trim: tuple[Any, ...] = ()
+        if maxlen is not None:
+            self._trim = ("MAXLEN", "=" if exact_trim else "~", maxlen)
+        elif minid is not None:
+            self._trim = ("MINID", "=" if exact_trim else "~", minid)
+
+    def _on_declared(self, declared: _Declared) -> None:
+        source = declared.source
+        if isinstance(source, RedisStream):
+            declared.source = source.with_defaults(group=self.group, consumer=self.consumer)
+            dead_letter = declared.options.policy.dead_letter
+            key = self.prefix + source.key
+            if dead_letter and not self.same_slot(key, dead_letter):
+                raise UnsupportedError(
+                    f"handler {declared.handler.name}: dead letter {dead_letter!r} and stream "
+                    f"{key!r} hash to different cluster slots, so the copy and the XACK "
+                    "cannot be one transaction; give both one hash tag, e.g. "
+                    f"'{{{key}}}' and '{{{key}}}.dead'"
+                )
+        super()._on_declared(declared)
+
+    def same_slot(self, key: str, other: str) -> bool:
+        """Whether ``key`` and ``other`` can be in one transaction (always, off a cluster)."""
+        return not self.cluster or key_slot(key) == key_slot(other)
+
+    def check_subscription(self, source: Source, options: Mapping[str, Any]) -> None:
+        super().check_subscription(source, options)
+        read_count_option(options, DEFAULT_COUNT)
+        _block_option(options)
+        if options.get("pipeline") or options.get("atomic"):
+            raise UnsupportedError(
+                f"{self.name}: pipeline=True (and atomic=True) need the Redis pipeline window, "
+                "which this transport does not have yet; settle without it"
+            )
+
+    @asynccontextmanager
+    async def connect(self) -> AsyncIterator[Transport]:
+        async with connect(self.url) as client:
+            yield RedisTransport(self, client)
+
+
+def _block_option(options: Mapping[str, Any]) -> int:
+    block = options.get("block", DEFAULT_BLOCK_MS)
+    if isinstance(block, bool) or not isinstance(block, int) or not 1 <= block <= 60_000:
+        raise ConfigurationError(f"block takes milliseconds in [1, 60000], not {block!r}")
+    return block
+
+
+class RedisTransport(Transport):
+    """A connected ``RedisBroker``: its client and its group subscriptions."""
+
+    def __init__(self, broker: RedisBroker, client: RedisClient) -> None:
+        self.broker = broker
+        self.client = client
+
+    async def publish(
+        self, destination: str, payload: bytes, headers: Mapping[str, str]
+    ) -> Position:
+        if not isinstance(payload, bytes):
+            raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
+        entry_id = await self.client.execute(
+            "XADD", destination, *self.broker._trim, "*", *encode_fields(payload, headers)
+        )
+        return Position.entry(text(entry_id), stream=destination)
+
+    def open_subscription(
+        self, source: Source, options: Mapping[str, Any], *, label: str
+    ) -> SubscriptionSource:
+        if not isinstance(source, RedisStream):
+            raise ConfigurationError(f"{label}: a Redis broker cannot read {source!r}")
+        return GroupSubscription(
+            self.client,
+            source,
+            label=label,
+            count=read_count_option(options, DEFAULT_COUNT),
+            block_ms=_block_option(options),
+            consumer=source.consumer or default_consumer(),
+            atomic_dead_letter=lambda destination: self.broker.same_slot(source.key, destination),
+        )

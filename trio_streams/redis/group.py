@@ -1,0 +1,508 @@
+"""One subscription's member of a Redis consumer group: reads, settles, leases and reclaims.
+
+How it keeps its promises:
+
+- **Nothing lost.** Entries are read with ``XREADGROUP`` on a dedicated connection, so each one
+  is in the consumer's pending list (PEL) until it is acknowledged. At open and after every
+  reconnect (including a blocking read cancelled mid-reply, which closes its connection) the
+  consumer first reads its own pending entries (id ``0``), skipping those it still holds, then
+  new ones (``>``).
+- **Counted deliveries.** A delivery's attempt is the PEL's delivery count (1 for a new entry;
+  from ``XPENDING`` for a pending one) plus the retry-count header of a retry copy.
+- **Settles per read.** Ack and drop collect the read's entry ids; one ``XACK`` sends them when
+  every delivery of the read has been settled or let go (``unsettled``), or at ``aclose``. A
+  retry is the copy ``XADD`` and the ``XACK`` in one ``MULTI``/``EXEC``; so is a dead letter
+  (in a cluster, where the dead-letter key shares the stream's slot). A failed ``XACK`` is a
+  fault: the entries stay pending and are delivered again, never lost.
+- **Leases.** While the subscription holds an entry (queued, in a handler, waiting out a delay,
+  or acknowledged but not yet flushed) a task renews it with ``XCLAIM ... JUSTID`` every third
+  of ``min_idle``, so no other consumer claims a message that is still being handled. Renewal
+  stops at the flush or when the core lets the delivery go.
+- **Reclaim.** A task runs ``XAUTOCLAIM ... JUSTID`` for entries idle past ``min_idle`` (dead
+  consumers'; the cursor is kept across passes) and has the reader take them from its own PEL,
+  which counts the delivery. Entries deleted while pending are acknowledged and counted.
+- **Faults.** A lost connection is reported as the fault ``connection`` (health ``degraded``)
+  while the reader reconnects with the client's backoff; nothing is re-sent. A vanished group
+  (``NOGROUP``) is recreated at the configured start (fault ``nogroup``, counted in
+  ``recreated``), paced, or fails the subscription under ``on_nogroup="fail"``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
+from typing import Any
+
+import trio
+
+from ..delivery import RETRY_COUNT_HEADER, Delivery, retry_headers
+from ..errors import TrioStreamsError
+from ..host import SubscriptionHost
+from ..outcome import Outcome, OutcomeKind
+from ..positions import PositionKind
+from ..transport import DeadLetter, SourceFault, SubscriptionSource, Unsettled
+from .client import Backoff, Connection, ReadOnlyError, RedisClient, RedisConnectionError
+from .client.errors import RedisError, ReplyError
+from .streams import NoGroup, RedisStream
+from .wire import (
+    Entry,
+    decode_fields,
+    encode_fields,
+    entry_position,
+    id_before,
+    parse_autoclaim,
+    parse_pending,
+    parse_read,
+    split_id,
+    text,
+)
+
+__all__ = ["GroupSubscription", "GroupVanished"]
+
+_log = logging.getLogger("trio_streams.redis")
+
+_CONSUMES = frozenset({OutcomeKind.ACK, OutcomeKind.DROP})
+#: Ids per XCLAIM / XACK command.
+_CHUNK = 1000
+
+
+class GroupVanished(TrioStreamsError):
+    """The consumer group (or its stream) vanished under a subscription with
+    ``on_nogroup="fail"``."""
+
+
+class _Read:
+    """The entries of one read: ids acknowledged and not yet sent, deliveries still open."""
+
+    __slots__ = ("ids", "open")
+
+    def __init__(self, count: int) -> None:
+        self.ids: list[str] = []
+        self.open = count
+
+
+def _lost(exc: BaseException) -> bool:
+    return isinstance(exc, RedisConnectionError | ReadOnlyError)
+
+
+class GroupSubscription(SubscriptionSource):
+    """A consumer of a group on one stream; see the module docstring."""
+
+    seekable = False
+    durable_delay = False
+    live = True
+
+    def __init__(
+        self,
+        client: RedisClient,
+        stream: RedisStream,
+        *,
+        label: str,
+        count: int,
+        block_ms: int,
+        consumer: str,
+        atomic_dead_letter: Any,
+    ) -> None:
+        self._client = client
+        self._stream = stream
+        self._key = stream.key
+        self._label = label
+        self._count = count
+        self.read_count = count
+        self._block_ms = block_ms
+        self.consumer = consumer
+        #: Set at open: the stream's group, else one per subscription.
+        self.group = stream.group or ""
+        self._atomic_dead_letter = atomic_dead_letter
+        self._host: SubscriptionHost | None = None
+        self._stack: AsyncExitStack | None = None
+        self._conn: Connection | None = None
+        #: Where the next read of this consumer's own pending entries starts (None: read new).
+        self._pending_from: str | None = "0"
+        #: Entries held (read, not yet acknowledged or let go): renewed by the lease task.
+        self._held: dict[str, Delivery] = {}
+        self._to_flush: list[_Read] = []
+        self._flush_wanted = trio.Event()
+        self._backoff = Backoff(0.05, 2.0)
+        self._group_missing = False
+        self._faulted = False
+        self._closed = False
+        #: Entries found deleted (or trimmed) while pending: acknowledged and counted.
+        self.deleted_pending = 0
+        #: Times the group was recreated after it vanished.
+        self.recreated = 0
+        #: Entries claimed from other consumers (idle past ``min_idle``).
+        self.reclaimed = 0
+
+    # ---- opening -----------------------------------------------------------------------------
+
+    async def open(self, host: SubscriptionHost) -> None:
+        self._host = host
+        if not self.group:
+            self.group = host.retry_target
+        await self._create_group()
+        host.start_soon(self._lease_loop, name=f"{self._label}: leases")
+        host.start_soon(self._reclaim_loop, name=f"{self._label}: reclaim")
+        host.start_soon(self._flush_loop, name=f"{self._label}: flush")
+
+    def _start_id(self) -> str:
+        start = self._stream.start
+        if start.kind is PositionKind.BEGINNING:
+            return "0"
+        if start.kind is PositionKind.ENTRY:
+            return id_before(start.entry_id)
+        return "$"
+
+    async def _create_group(self) -> bool:
+        """Create the group (and the stream); True if it was created, False if it existed."""
+        try:
+            await self._client.execute(
+                "XGROUP", "CREATE", self._key, self.group, self._start_id(), "MKSTREAM"
+            )
+        except ReplyError as exc:
+            if exc.code == "BUSYGROUP":
+                return False
+            raise
+        return True
+
+    # ---- reading -----------------------------------------------------------------------------
+
+    async def read(self) -> Sequence[Delivery] | None:
+        while True:
+            try:
+                if self._group_missing:
+                    await self._recreate()
+                conn = await self._connection()
+                if self._pending_from is not None:
+                    batch = await self._read_own_pending(conn)
+                else:
+                    reply = await conn.execute(
+                        "XREADGROUP", "GROUP", self.group, self.consumer, "COUNT", self._count,
+                        "BLOCK", self._block_ms, "STREAMS", self._key, ">",
+                    )  # fmt: skip
+                    entries = parse_read(reply).get(self._key)
+                    batch = self._deliver(entries, None) if entries else []
+            except ReplyError as exc:
+                if exc.code != "NOGROUP" or _lost(exc):
+                    if not _lost(exc):
+                        raise
+                    await self._connection_lost(exc)
+                    continue
+                await self._vanished(exc)
+                continue
+            except RedisConnectionError as exc:
+                await self._connection_lost(exc)
+                continue
+            if self._faulted:
+                self._faulted = False
+                self._backoff.succeeded()
+                assert self._host is not None
+                self._host.clear_fault("connection")
+                self._host.clear_fault("nogroup")
+            if batch:
+                return batch
+
+    async def _connection(self) -> Connection:
+        conn = self._conn
+        if conn is not None and not conn.broken:
+            return conn
+        await self._drop_connection(None)
+        stack = AsyncExitStack()
+        conn = await stack.enter_async_context(self._client.dedicated_connection(self._key))
+        self._stack, self._conn = stack, conn
+        self._pending_from = "0"  # a new connection: own pending entries first
+        return conn
+
+    async def _drop_connection(self, error: BaseException | None) -> None:
+        stack, self._stack, self._conn = self._stack, None, None
+        if stack is None:
+            return
+        with trio.CancelScope(shield=True):
+            if error is None:
+                await stack.aclose()
+            else:  # let the client see why (a lost primary is forgotten)
+                await stack.__aexit__(type(error), error, error.__traceback__)
+
+    async def _connection_lost(self, exc: BaseException) -> None:
+        assert self._host is not None
+        self._faulted = True
+        self._host.report_fault("connection", str(exc), error=exc)
+        await self._drop_connection(exc)
+        self._pending_from = "0"
+        await trio.sleep(self._backoff.failed())  # paced, on top of the client's connect pacing
+
+    async def _vanished(self, exc: ReplyError) -> None:
+        assert self._host is not None
+        if self._stream.on_nogroup is NoGroup.FAIL:
+            raise GroupVanished(
+                f"{self._label}: consumer group {self.group!r} of stream {self._key!r} vanished "
+                f"({exc.message}); on_nogroup='fail'"
+            ) from exc
+        self._faulted = True
+        self._host.report_fault(
+            "nogroup", f"group {self.group!r} of stream {self._key!r} vanished: recreating it"
+        )
+        self._group_missing = True
+        await trio.sleep(self._backoff.failed())  # never a hot loop while it keeps vanishing
+
+    async def _recreate(self) -> None:
+        created = await self._create_group()
+        self._group_missing = False
+        self._pending_from = "0"
+        if created:
+            self.recreated += 1
+            _log.warning(
+                "%s: consumer group %r of stream %r recreated at %s (it had vanished)",
+                self._label, self.group, self._key, self._start_id(),
+            )  # fmt: skip
+
+    async def _read_own_pending(self, conn: Connection) -> list[Delivery]:
+        assert self._pending_from is not None
+        reply = await conn.execute(
+            "XREADGROUP", "GROUP", self.group, self.consumer, "COUNT", self._count,
+            "STREAMS", self._key, self._pending_from,
+        )  # fmt: skip
+        entries = parse_read(reply).get(self._key) or []
+        if not entries:
+            self._pending_from = None  # caught up: new entries from now on
+            return []
+        self._pending_from = entries[-1].id
+        held = self._held
+        fresh = [e for e in entries if e.id not in held]
+        deleted = [e.id for e in fresh if e.fields is None]
+        if deleted:
+            await self._ack_deleted(deleted)
+        live = [e for e in fresh if e.fields is not None]
+        if not live:
+            return []
+        first, last = live[0].id, live[-1].id
+        reply = await conn.execute(
+            "XPENDING", self._key, self.group, first, last, len(entries), self.consumer
+        )
+        counts = parse_pending(reply)
+        return self._deliver(live, counts)
+
+    async def _ack_deleted(self, ids: list[str]) -> None:
+        await self._client.execute("XACK", self._key, self.group, *ids)
+        self.deleted_pending += len(ids)
+        _log.warning(
+            "%s: %d entries of stream %r were deleted while pending; acknowledged: %s",
+            self._label, len(ids), self._key, ", ".join(ids[:10]),
+        )  # fmt: skip
+
+    def _deliver(self, entries: list[Entry], counts: dict[str, int] | None) -> list[Delivery]:
+        read = _Read(len(entries))
+        key = self._key
+        held = self._held
+        out: list[Delivery] = []
+        for entry in entries:
+            assert entry.fields is not None
+            payload, headers = decode_fields(entry.fields)
+            attempt = 1 if counts is None else counts.get(entry.id, 1)
+            if RETRY_COUNT_HEADER in headers:
+                try:
+                    attempt += max(0, int(headers[RETRY_COUNT_HEADER]))
+                except ValueError:
+                    pass
+            delivery = Delivery(
+                key,
+                payload,
+                headers,
+                position=entry_position(entry.id, key),
+                attempt=attempt,
+                handle=(entry.id, read),
+                timestamp_ms=split_id(entry.id)[0],
+            )
+            held[entry.id] = delivery
+            out.append(delivery)
+        return out
+
+    # ---- settling ----------------------------------------------------------------------------
+
+    async def settle(self, delivery: Delivery, outcome: Outcome) -> None:
+        entry_id, read = delivery.handle
+        if outcome.kind in _CONSUMES:
+            read.ids.append(entry_id)
+            read.open -= 1
+            if read.open == 0:
+                await self._flush(read)
+            return
+        assert self._host is not None
+        copy = encode_fields(delivery.payload, retry_headers(delivery, self._host.retry_target))
+        try:
+            await (
+                self._client.transaction()
+                .add("XADD", self._key, "*", *copy)
+                .add("XACK", self._key, self.group, entry_id)
+                .execute()
+            )
+        except RedisError as exc:
+            raise SourceFault(
+                "settle", f"retry of entry {entry_id} failed (it stays pending): {exc}"
+            ) from exc
+        finally:
+            self._let_go(entry_id, read)
+
+    async def dead_letter(self, delivery: Delivery, letter: DeadLetter) -> bool:
+        if not self._atomic_dead_letter(letter.destination):
+            await trio.lowlevel.checkpoint()
+            return False
+        entry_id, read = delivery.handle
+        fields = encode_fields(delivery.payload, letter.headers_for(delivery))
+        try:
+            await (
+                self._client.transaction()
+                .add("XADD", letter.destination, "*", *fields)
+                .add("XACK", self._key, self.group, entry_id)
+                .execute()
+            )
+        except RedisError as exc:
+            raise SourceFault(
+                "settle", f"dead letter of entry {entry_id} failed (it stays pending): {exc}"
+            ) from exc
+        finally:
+            self._let_go(entry_id, read)
+        return True
+
+    def _let_go(self, entry_id: str, read: _Read) -> None:
+        """``entry_id`` is no longer this read's to acknowledge (settled alone, or let go)."""
+        self._held.pop(entry_id, None)
+        read.open -= 1
+        if read.open == 0 and read.ids:
+            self._to_flush.append(read)
+            self._flush_wanted.set()
+
+    def unsettled(self, delivery: Delivery, why: Unsettled) -> None:
+        del why  # whatever the reason, the entry stays pending and is delivered again
+        entry_id, read = delivery.handle
+        self._let_go(entry_id, read)
+
+    async def _flush(self, read: _Read) -> None:
+        ids, read.ids = read.ids, []
+        try:
+            await self._ack(ids)
+        except RedisError as exc:
+            raise SourceFault(
+                "flush", f"XACK of {len(ids)} entries failed (they stay pending): {exc}"
+            ) from exc
+
+    async def _ack(self, ids: list[str]) -> None:
+        held = self._held
+        try:
+            for i in range(0, len(ids), _CHUNK):
+                await self._client.execute("XACK", self._key, self.group, *ids[i : i + _CHUNK])
+        finally:
+            for entry_id in ids:
+                held.pop(entry_id, None)
+
+    async def _flush_loop(self) -> None:
+        """Send the acks of reads whose last delivery was let go (``unsettled`` cannot wait)."""
+        assert self._host is not None
+        while True:
+            await self._flush_wanted.wait()
+            self._flush_wanted = trio.Event()
+            while self._to_flush:
+                read = self._to_flush.pop()
+                try:
+                    await self._flush(read)
+                except SourceFault as exc:
+                    self._host.report_fault("flush", exc.message, error=exc)
+                else:
+                    self._host.clear_fault("flush")
+
+    # ---- leases and reclaim ------------------------------------------------------------------
+
+    async def _lease_loop(self) -> None:
+        """Keep held entries fresh so no other consumer claims them (see the module docstring).
+
+        Cancelled with the subscription's tasks: renewal stops, and what is still held stays
+        pending for this consumer's next start or another consumer's reclaim."""
+        assert self._host is not None
+        interval = self._stream.min_idle / 3
+        while True:
+            await trio.sleep(interval)
+            ids = list(self._held)
+            if not ids:
+                continue
+            try:
+                for i in range(0, len(ids), _CHUNK):
+                    await self._client.execute(
+                        "XCLAIM", self._key, self.group, self.consumer, 0,
+                        *ids[i : i + _CHUNK], "JUSTID",
+                    )  # fmt: skip
+            except RedisError as exc:
+                self._host.report_fault("lease", f"renewing {len(ids)} entries: {exc}", error=exc)
+            else:
+                self._host.clear_fault("lease")
+
+    async def _reclaim_loop(self) -> None:
+        """Claim entries idle past ``min_idle`` (a dead consumer's), then have the reader take
+        them from this consumer's own pending list. The cursor is kept across passes."""
+        assert self._host is not None
+        min_idle_ms = max(1, int(self._stream.min_idle * 1000))
+        interval = min(self._stream.min_idle / 2, 30.0)
+        cursor = "0-0"
+        while True:
+            if cursor == "0-0":
+                await trio.sleep(interval)
+            try:
+                reply = await self._client.execute(
+                    "XAUTOCLAIM", self._key, self.group, self.consumer, min_idle_ms, cursor,
+                    "COUNT", 100, "JUSTID",
+                )  # fmt: skip
+            except RedisError as exc:
+                cursor = "0-0"
+                if not (isinstance(exc, ReplyError) and exc.code == "NOGROUP"):
+                    self._host.report_fault("reclaim", str(exc), error=exc)
+                continue
+            self._host.clear_fault("reclaim")
+            cursor, claimed, deleted = parse_autoclaim(reply)
+            if deleted:
+                self.deleted_pending += len(deleted)
+                _log.warning(
+                    "%s: %d entries of stream %r were deleted while pending",
+                    self._label, len(deleted), self._key,
+                )  # fmt: skip
+            taken = [c for c in map(text, claimed) if c not in self._held]
+            if taken:
+                self.reclaimed += len(taken)
+                self._pending_from = "0"  # the reader takes them from its own pending list
+
+    # ---- closing -----------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        if self._closed:
+            await trio.lowlevel.checkpoint()
+            return
+        self._closed = True
+        ids: list[str] = []
+        seen: set[int] = set()
+        for delivery in self._held.values():
+            _, read = delivery.handle
+            if id(read) not in seen:
+                seen.add(id(read))
+                ids.extend(read.ids)
+                read.ids = []
+        for read in self._to_flush:
+            ids.extend(read.ids)
+            read.ids = []
+        self._to_flush.clear()
+        try:
+            if ids:
+                try:
+                    await self._ack(ids)
+                except RedisError as exc:
+                    raise SourceFault(
+                        "flush", f"XACK of {len(ids)} entries at close failed: {exc}"
+                    ) from exc
+            else:
+                await trio.lowlevel.checkpoint()
+        finally:
+            await self._drop_connection(None)
+
+    def __repr__(self) -> str:
+        return (
+            f"<GroupSubscription {self._label!r} stream={self._key!r} group={self.group!r} "
+            f"consumer={self.consumer!r}>"
+        )

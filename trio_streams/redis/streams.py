@@ -1,0 +1,142 @@
+"""``RedisStream``: what a Redis stream subscription reads."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Self
+
+from ..errors import ConfigurationError
+from ..memory.sources import MemoryStream
+from ..positions import Position, PositionKind
+from ..transport import Source, check_source_args
+
+__all__ = ["NoGroup", "RedisStream"]
+
+
+class NoGroup(enum.Enum):
+    """What a group subscription does when its group (or stream) vanishes while it runs
+    (``FLUSHALL``, ``DEL``, a restart without persistence)."""
+
+    #: Create the group again at the configured start, log a warning, count it.
+    RECREATE = "recreate"
+    #: Fail the subscription (and so the app) with :class:`~.broker.GroupVanished`.
+    FAIL = "fail"
+
+
+#: Seconds an entry may sit unacknowledged in a dead consumer's pending list before another
+#: consumer of the group claims it.
+DEFAULT_MIN_IDLE = 60.0
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class RedisStream(Source):
+    """One Redis stream, read through a consumer group.
+
+    - ``group``: the consumer group (default: the broker's ``group=``, else one group per
+      subscription, named ``<app>/<subscription>``). Each entry goes to one consumer of it.
+    - ``consumer``: this consumer's name. Default: unique per process (``host-pid-random``);
+      give a stable name to take back its own pending entries after a restart at once.
+    - ``start``: where a group created at open starts: ``Position.end()`` (the tip, default),
+      ``Position.beginning()`` or ``Position.entry(id)`` (that entry included). An existing
+      group is accepted as it is.
+    - ``min_idle``: seconds after which an entry another consumer left unacknowledged is claimed
+      (its handler is kept from being claimed by a lease while it runs).
+    - ``on_nogroup``: ``"recreate"`` (default) or ``"fail"`` (see :class:`NoGroup`).
+
+    Under ``app.test()`` it runs as the ``MemoryStream`` of the same key, group and start.
+    """
+
+    key: str
+    group: str | None
+    consumer: str | None
+    start: Position
+    min_idle: float
+    on_nogroup: NoGroup
+
+    def __init__(
+        self,
+        key: str,
+        *,
+        group: str | None = None,
+        consumer: str | None = None,
+        start: Position | None = None,
+        min_idle: float = DEFAULT_MIN_IDLE,
+        on_nogroup: NoGroup | str = NoGroup.RECREATE,
+    ) -> None:
+        check_source_args("RedisStream", (key,), start, entry_ids=True)
+        for what, value in (("group", group), ("consumer", consumer)):
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ConfigurationError(f"{what} must be a non-empty string, not {value!r}")
+        start = Position.end() if start is None else start
+        if start.kind not in (PositionKind.BEGINNING, PositionKind.END, PositionKind.ENTRY):
+            raise ConfigurationError(
+                f"a consumer group starts at Position.beginning(), Position.end() or "
+                f"Position.entry(id), not {start!r}"
+            )
+        if isinstance(min_idle, bool) or not isinstance(min_idle, int | float):
+            raise ConfigurationError(f"min_idle takes seconds, not {min_idle!r}")
+        if not 0.01 <= min_idle < float("inf"):
+            raise ConfigurationError(f"min_idle must be at least 0.01 s, got {min_idle!r}")
+        try:
+            policy = NoGroup(on_nogroup)
+        except ValueError:
+            raise ConfigurationError(
+                f"on_nogroup is 'recreate' or 'fail', not {on_nogroup!r}"
+            ) from None
+        object.__setattr__(self, "key", key)
+        object.__setattr__(self, "group", group)
+        object.__setattr__(self, "consumer", consumer)
+        object.__setattr__(self, "start", start)
+        object.__setattr__(self, "min_idle", float(min_idle))
+        object.__setattr__(self, "on_nogroup", policy)
+
+    def _evolve(self, **changes: object) -> Self:
+        fields: dict[str, object] = {
+            "group": self.group,
+            "consumer": self.consumer,
+            "start": self.start,
+            "min_idle": self.min_idle,
+            "on_nogroup": self.on_nogroup,
+        }
+        fields.update(changes)
+        key = fields.pop("key", self.key)
+        assert isinstance(key, str)
+        return type(self)(key, **fields)  # type: ignore[arg-type]
+
+    def with_defaults(self, *, group: str | None, consumer: str | None) -> Self:
+        """This source with the broker's group and consumer where it names none."""
+        return self._evolve(group=self.group or group, consumer=self.consumer or consumer)
+
+    @property
+    def name(self) -> str:
+        return self.key
+
+    @property
+    def streams(self) -> tuple[str, ...]:
+        return (self.key,)
+
+    @property
+    def seekable(self) -> bool:
+        """A consumer group member cannot seek (moving a group is ``XGROUP SETID``)."""
+        return False
+
+    def with_prefix(self, prefix: str) -> Self:
+        return self._evolve(key=prefix + self.key) if prefix else self
+
+    def in_process(self) -> MemoryStream:
+        start = self.start
+        if start.kind is PositionKind.ENTRY:
+            start = Position.beginning()  # in-process streams have no entry ids
+        # No group named: one group per subscription, which in process is a cursor of its own.
+        return MemoryStream(self.key, group=self.group, start_at=start)
+
+    def __repr__(self) -> str:
+        parts = [repr(self.key)]
+        if self.group is not None:
+            parts.append(f"group={self.group!r}")
+        if self.consumer is not None:
+            parts.append(f"consumer={self.consumer!r}")
+        if self.start != Position.end():
+            parts.append(f"start={self.start!r}")
+        return f"RedisStream({', '.join(parts)})"

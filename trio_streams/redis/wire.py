@@ -1,0 +1,170 @@
+"""Redis stream entries on the wire, and the replies the stream transport reads.
+
+Pure functions, no I/O, so every shape is tested on its own:
+
+- **Entries** carry the payload in field ``_payload`` and each header in a field ``h:<name>``
+  (the layout RustStream's Redis transport uses). Other fields are ignored on read. An entry
+  from another producer without ``_payload`` still delivers: its payload is the entry's fields
+  as a JSON object of strings (so a JSON handler can take a ``dict``), and it has no headers.
+- **Replies** are read in both protocols: under RESP3 ``XREADGROUP`` answers a map, under RESP2
+  a list of ``[key, entries]`` pairs; an entry is ``[id, fields]`` with ``fields`` a flat list,
+  or nil when the entry was deleted (or trimmed) while it was pending.
+- **Entry ids** are ``<ms>-<seq>``; :func:`id_before` gives the id just before one, so a group
+  created there delivers that entry first (positions are inclusive).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import TrioStreamsError
+from ..positions import MAX_SEQUENCE, Position
+
+__all__ = [
+    "HEADER_PREFIX",
+    "PAYLOAD_FIELD",
+    "Entry",
+    "ReplyShapeError",
+    "decode_fields",
+    "encode_fields",
+    "entry_position",
+    "id_before",
+    "parse_autoclaim",
+    "parse_entries",
+    "parse_pending",
+    "parse_read",
+    "text",
+]
+
+PAYLOAD_FIELD = b"_payload"
+HEADER_PREFIX = "h:"
+_HEADER_PREFIX_BYTES = HEADER_PREFIX.encode()
+
+
+class ReplyShapeError(TrioStreamsError):
+    """A server reply was not shaped as the command documents (the message says which)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One stream entry as read: its id, and its fields (None: deleted while pending)."""
+
+    id: str
+    fields: list[bytes] | None
+
+
+def text(value: Any) -> str:
+    """A reply value (bytes or str) as text."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, str):
+        return value
+    raise ReplyShapeError(f"expected a string in the reply, got {value!r}")
+
+
+def encode_fields(payload: bytes, headers: Mapping[str, str]) -> list[bytes | str]:
+    """The field/value arguments of ``XADD`` for one message."""
+    args: list[bytes | str] = [PAYLOAD_FIELD, payload]
+    for name, value in headers.items():
+        args.append(HEADER_PREFIX + name)
+        args.append(value)
+    return args
+
+
+def decode_fields(fields: Sequence[bytes]) -> tuple[bytes, dict[str, str]]:
+    """``(payload, headers)`` of an entry's flat field list (see the module docstring)."""
+    payload: bytes | None = None
+    headers: dict[str, str] = {}
+    count = len(fields)
+    if count % 2:
+        raise ReplyShapeError(f"an entry's fields come in pairs; got {count} values")
+    for i in range(0, count, 2):
+        name = fields[i]
+        if name == PAYLOAD_FIELD:
+            payload = bytes(fields[i + 1])
+        elif name.startswith(_HEADER_PREFIX_BYTES):
+            headers[text(name[2:])] = text(fields[i + 1])
+    if payload is None:
+        raw = {text(fields[i]): text(fields[i + 1]) for i in range(0, count, 2)}
+        return json.dumps(raw, separators=(",", ":")).encode(), {}
+    return payload, headers
+
+
+def parse_entries(reply: Any) -> list[Entry]:
+    """A list of ``[id, fields]`` (fields may be nil) as entries."""
+    if reply is None:
+        return []
+    if not isinstance(reply, list):
+        raise ReplyShapeError(f"expected a list of entries, got {reply!r}")
+    entries: list[Entry] = []
+    for item in reply:
+        if not isinstance(item, list) or len(item) != 2:
+            raise ReplyShapeError(f"expected an entry [id, fields], got {item!r}")
+        entry_id, fields = item
+        if fields is not None and not isinstance(fields, list):
+            raise ReplyShapeError(f"expected an entry's fields as a list, got {fields!r}")
+        entries.append(Entry(text(entry_id), fields))
+    return entries
+
+
+def parse_read(reply: Any) -> dict[str, list[Entry]]:
+    """An ``XREAD``/``XREADGROUP`` reply as entries per stream key (empty on a timeout)."""
+    if reply is None:
+        return {}
+    if isinstance(reply, dict):
+        pairs: list[Any] = list(reply.items())
+    elif isinstance(reply, list):
+        pairs = reply
+    else:
+        raise ReplyShapeError(f"expected a map or list of streams, got {reply!r}")
+    streams: dict[str, list[Entry]] = {}
+    for pair in pairs:
+        if not isinstance(pair, list | tuple) or len(pair) != 2:
+            raise ReplyShapeError(f"expected [key, entries], got {pair!r}")
+        streams[text(pair[0])] = parse_entries(pair[1])
+    return streams
+
+
+def parse_autoclaim(reply: Any) -> tuple[str, list[Any], list[str]]:
+    """``XAUTOCLAIM``'s ``(next cursor, claimed, deleted ids)``; before 7.0 there is no third
+    element (deleted entries then come back among the claimed with nil fields)."""
+    if not isinstance(reply, list) or len(reply) not in (2, 3):
+        raise ReplyShapeError(f"expected [cursor, claimed(, deleted)], got {reply!r}")
+    deleted = [text(i) for i in reply[2]] if len(reply) == 3 and reply[2] else []
+    return text(reply[0]), list(reply[1] or []), deleted
+
+
+def parse_pending(reply: Any) -> dict[str, int]:
+    """The extended ``XPENDING`` form's delivery count per entry id."""
+    if not isinstance(reply, list):
+        raise ReplyShapeError(f"expected a list of pending entries, got {reply!r}")
+    counts: dict[str, int] = {}
+    for item in reply:
+        if not isinstance(item, list) or len(item) != 4:
+            raise ReplyShapeError(f"expected [id, consumer, idle, count], got {item!r}")
+        counts[text(item[0])] = int(item[3])
+    return counts
+
+
+def split_id(entry_id: str) -> tuple[int, int]:
+    """``(ms, seq)`` of an entry id."""
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def entry_position(entry_id: str, stream: str) -> Position:
+    """The position of an entry read off ``stream``."""
+    return Position.entry(entry_id, stream=stream)
+
+
+def id_before(entry_id: str) -> str:
+    """The greatest id before ``entry_id`` (``0-0`` before the first possible id)."""
+    ms, seq = split_id(entry_id)
+    if seq:
+        return f"{ms}-{seq - 1}"
+    if ms:
+        return f"{ms - 1}-{MAX_SEQUENCE}"
+    return "0-0"
