@@ -63,6 +63,9 @@ __all__ = ["GroupSubscription", "GroupVanished"]
 _log = logging.getLogger("trio_streams.redis")
 
 _CONSUMES = frozenset({OutcomeKind.ACK, OutcomeKind.DROP})
+#: Error codes of a read whose group or stream is gone (a read blocked when the stream was
+#: deleted is woken with UNBLOCKED).
+_VANISHED = frozenset({"NOGROUP", "UNBLOCKED"})
 #: Ids per XCLAIM / XACK command.
 _CHUNK = 1000
 
@@ -184,12 +187,12 @@ class GroupSubscription(SubscriptionSource):
                     entries = parse_read(reply).get(self._key)
                     batch = self._deliver(entries, None) if entries else []
             except ReplyError as exc:
-                if exc.code != "NOGROUP" or _lost(exc):
-                    if not _lost(exc):
-                        raise
+                if _lost(exc):
                     await self._connection_lost(exc)
-                    continue
-                await self._vanished(exc)
+                elif exc.code in _VANISHED:
+                    await self._vanished(exc)
+                else:
+                    raise
                 continue
             except RedisConnectionError as exc:
                 await self._connection_lost(exc)

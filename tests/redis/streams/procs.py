@@ -1,0 +1,81 @@
+"""Consumer processes for the tests: start one, read what it prints, kill it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import trio
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+class Consumer:
+    """``consumer_app`` in a subprocess; its stdout lines are collected by a thread."""
+
+    def __init__(self, *args: object) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.redis.streams.consumer_app", *map(str, args)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        self.lines: list[str] = []
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._pump, daemon=True)
+        self._thread.start()
+
+    def _pump(self) -> None:
+        assert self.process.stdout is not None
+        for raw in self.process.stdout:
+            with self._changed:
+                self.lines.append(raw.decode().strip())
+                self._changed.notify_all()
+        with self._changed:
+            self.lines.append("<exit>")
+            self._changed.notify_all()
+
+    def _wait_line(self, prefix: str, timeout: float) -> str:
+        with self._changed:
+            found = self._changed.wait_for(
+                lambda: next((line for line in self.lines if line.startswith(prefix)), None),
+                timeout,
+            )
+            if not found:
+                raise AssertionError(f"no line {prefix!r} within {timeout}s: {self.lines}")
+            return next(line for line in self.lines if line.startswith(prefix))
+
+    async def wait_line(self, prefix: str, *, within: float = 20.0) -> str:
+        """The first line starting with ``prefix`` (waits in a thread, bounded)."""
+        return await trio.to_thread.run_sync(self._wait_line, prefix, within)
+
+    async def wait_exit(self, *, within: float = 20.0) -> int:
+        return await trio.to_thread.run_sync(lambda: self.process.wait(within))
+
+    def kill(self) -> None:
+        """SIGKILL: the process dies wherever it is (a crash)."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait()
+        self._close()
+
+    def _close(self) -> None:
+        self._thread.join(5)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._close()

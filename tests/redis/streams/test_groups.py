@@ -1,0 +1,251 @@
+"""Consumer groups: own pending entries first, delivery counts, settles, dead letters, crashes."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+import trio
+
+from tests.redis.client.redis_waits import eventually
+from tests.redis_servers import RedisServer
+from tests.support import serving
+from trio_streams import App, Context, Outcome, Position, RunningApp, ack, retry
+from trio_streams.delivery import RETRY_COUNT_HEADER, RETRY_TARGET_HEADER
+from trio_streams.redis import RedisBroker, RedisStream
+from trio_streams.redis.client import RedisClient
+
+from .procs import Consumer
+from .support import entries, pending_count
+
+
+async def preload(redis: RedisClient, key: str, count: int) -> None:
+    for n in range(1, count + 1):
+        await redis.execute("XADD", key, f"0-{n}", "_payload", str(n))
+
+
+async def pel_empty(redis: RedisClient, key: str = "s", group: str = "g") -> None:
+    async def empty() -> bool:
+        return await pending_count(redis, key, group) == 0
+
+    await eventually(empty, within=20, what=f"an empty pending list of {key}/{group}")
+
+
+@asynccontextmanager
+async def consumer_app(
+    url: str,
+    handler: Callable[..., Awaitable[Any]],
+    *,
+    consumer: str = "c1",
+    min_idle: float = 60.0,
+    **options: Any,
+) -> AsyncIterator[tuple[RedisBroker, RunningApp]]:
+    app = App("svc")
+    broker = app.broker(RedisBroker(url))
+    source = RedisStream(
+        "s",
+        group="g",
+        consumer=consumer,
+        start=Position.beginning(),
+        min_idle=min_idle,
+    )
+    broker.subscriber(source, name="sub", block=50, **options)(handler)
+    async with serving(app) as running:
+        yield broker, running
+
+
+async def test_a_consumer_reads_its_own_pending_entries_first_at_open(
+    redis_server: RedisServer, redis: RedisClient
+) -> None:
+    await preload(redis, "s", 3)
+    await redis.execute("XGROUP", "CREATE", "s", "g", "0")
+    # c1 read 1 and 2 before a restart and never acknowledged them.
+    await redis.execute("XREADGROUP", "GROUP", "g", "c1", "COUNT", 2, "STREAMS", "s", ">")
+    await redis.execute("XADD", "s", "0-4", "_payload", "4")
+    seen: list[tuple[int, int]] = []
+    done = trio.Event()
+
+    async def handle(n: int, ctx: Context) -> None:
+        seen.append((n, ctx.attempt))
+        if len(seen) == 4:
+            done.set()
+
+    async with consumer_app(redis_server.url, handle):
+        with trio.fail_after(10):
+            await done.wait()
+    # Pending first, counted as their second delivery; then the new ones.
+    assert seen == [(1, 2), (2, 2), (3, 1), (4, 1)]
+    await pel_empty(redis)
+
+
+async def test_the_delivery_attempt_is_the_pel_count_plus_the_retry_count_of_a_copy(
+    redis_server: RedisServer, redis: RedisClient
+) -> None:
+    await redis.execute("XGROUP", "CREATE", "s", "g", "0", "MKSTREAM")
+    await redis.execute("XADD", "s", "0-1", "_payload", "1", f"h:{RETRY_COUNT_HEADER}", "2")
+    await redis.execute("XREADGROUP", "GROUP", "g", "c1", "STREAMS", "s", ">")  # count 1
+    seen: list[int] = []
+    done = trio.Event()
+
+    async def handle(n: int, ctx: Context) -> None:
+        seen.append(ctx.attempt)
+        done.set()
+
+    async with consumer_app(redis_server.url, handle, max_attempts=10):
+        with trio.fail_after(10):
+            await done.wait()
+    assert seen == [2 + 2]  # two tries before the copy, delivered twice as the copy
+
+
+async def test_a_retry_is_a_copy_xadded_with_retry_headers_and_the_original_xacked_in_multi(
+    redis_server: RedisServer, redis: RedisClient
+) -> None:
+    await preload(redis, "s", 1)
+    seen: list[int] = []
+    done = trio.Event()
+
+    async def handle(n: int, ctx: Context) -> Outcome:
+        seen.append(ctx.attempt)
+        if ctx.attempt == 1:
+            return retry()
+        done.set()
+        return ack()
+
+    await redis.execute("CONFIG", "RESETSTAT")
+    async with consumer_app(redis_server.url, handle):
+        with trio.fail_after(10):
+            await done.wait()
+        await pel_empty(redis)
+    assert seen == [1, 2]
+    [original, copy] = await entries(redis, "s")
+    assert copy[1]["_payload"] == b"1"
+    assert copy[1][f"h:{RETRY_COUNT_HEADER}"] == b"1"
+    assert copy[1][f"h:{RETRY_TARGET_HEADER}"] == b"svc/sub"
+    stats = (await redis.execute("INFO", "commandstats")).decode()
+    assert "cmdstat_multi:calls=1" in stats and "cmdstat_exec:calls=1" in stats
+    del original
+
+
+async def test_a_dead_letter_is_one_step_xadd_and_xack_in_multi_with_its_reason(
+    redis_server: RedisServer, redis: RedisClient
+) -> None:
+    await preload(redis, "s", 1)
+    tried = trio.Event()
+
+    async def handle(n: int, ctx: Context) -> None:
+        if ctx.attempt == 2:
+            tried.set()
+        raise ValueError("bad order")
+
+    async with consumer_app(redis_server.url, handle, max_attempts=2, dead_letter="s.dead"):
+        with trio.fail_after(10):
+            await tried.wait()
+
+        async def dead_lettered() -> bool:
+            return bool(await redis.execute("XLEN", "s.dead"))
+
+        await eventually(dead_lettered, what="a dead letter")
+        await pel_empty(redis)
+    [(_, fields)] = await entries(redis, "s.dead")
+    assert fields["_payload"] == b"1"
+    assert fields["h:x-dead-letter-reason"] == b"max-attempts"
+    assert fields["h:x-dead-letter-error"] == b"ValueError: bad order"
+    assert fields["h:x-dead-letter-stream"] == b"s"
+
+
+async def test_entries_deleted_while_pending_are_acknowledged_and_counted_never_a_crash(
+    redis_server: RedisServer, redis: RedisClient
+) -> None:
+    await preload(redis, "s", 3)
+    await redis.execute("XGROUP", "CREATE", "s", "g", "0")
+    await redis.execute("XREADGROUP", "GROUP", "g", "c1", "STREAMS", "s", ">")
+    await redis.execute("XDEL", "s", "0-2")
+    seen: list[int] = []
+    done = trio.Event()
+
+    async def handle(n: int) -> None:
+        seen.append(n)
+        if len(seen) == 2:
+            done.set()
+
+    async with consumer_app(redis_server.url, handle) as (broker, running):
+        with trio.fail_after(10):
+            await done.wait()
+        await pel_empty(redis)
+        del broker, running
+    assert seen == [1, 3]
+
+
+async def test_kill_9_mid_handler_its_own_restart_handles_the_entries_and_the_pel_empties(
+    redis_server: RedisServer, redis: RedisClient
+) -> None:
+    await preload(redis, "s", 3)
+    first = Consumer(redis_server.url, "s", "g", "c1", 60, "hang")
+    try:
+        await first.wait_line("handling 1")
+    finally:
+        first.kill()
+    assert await pending_count(redis, "s", "g") == 3  # read, never acknowledged
+    again = Consumer(redis_server.url, "s", "g", "c1", 60, "ok")
+    try:
+        for n in (1, 2, 3):
+            await again.wait_line(f"handled {n}")
+        await pel_empty(redis)
+    finally:
+        again.stop()
+    assert await redis.execute("XLEN", "s.dead") == 0
+
+
+async def test_a_message_that_crashes_its_worker_is_dead_lettered_after_max_attempts(
+    redis_server: RedisServer, redis: RedisClient
+) -> None:
+    await preload(redis, "s", 1)
+    for attempt in (1, 2, 3):
+        crashing = Consumer(redis_server.url, "s", "g", "c1", 60, "crash")
+        line = await crashing.wait_line("handling 1")
+        assert line == f"handling 1 {attempt}"
+        assert await crashing.wait_exit() == 3
+        crashing.stop()
+    # The fourth delivery is past max_attempts=3: dead-lettered before the handler runs.
+    last = Consumer(redis_server.url, "s", "g", "c1", 60, "crash")
+    try:
+
+        async def dead_lettered() -> bool:
+            return bool(await redis.execute("XLEN", "s.dead"))
+
+        await eventually(dead_lettered, within=20, what="the dead letter")
+        await pel_empty(redis)
+    finally:
+        last.stop()
+    assert not [line for line in last.lines if line.startswith("handling")]
+    [(_, fields)] = await entries(redis, "s.dead")
+    assert fields["h:x-dead-letter-reason"] == b"max-attempts"
+    assert fields["h:x-dead-letter-attempts"] == b"4"
+
+
+@pytest.mark.parametrize("count", [1, 7])
+async def test_deliveries_let_go_at_shutdown_stay_pending_and_the_rest_are_acknowledged(
+    redis_server: RedisServer, redis: RedisClient, count: int
+) -> None:
+    await preload(redis, "s", 5)
+    started = trio.Event()
+    others: set[int] = set()
+
+    async def handle(n: int) -> None:
+        if n == 3:
+            await trio.sleep_forever()
+        others.add(n)
+        if len(others) == 4:
+            started.set()
+
+    app = App("svc", shutdown_timeout=0.2)
+    broker = app.broker(RedisBroker(redis_server.url))
+    source = RedisStream("s", group="g", consumer="c1", start=Position.beginning())
+    broker.subscriber(source, name="sub", block=50, count=count, workers=5)(handle)
+    async with serving(app):
+        with trio.fail_after(10):
+            await started.wait()
+    pending = await redis.execute("XPENDING", "s", "g", "-", "+", 10)
+    assert [p[0] for p in pending] == [b"0-3"]
