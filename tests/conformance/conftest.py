@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,11 +17,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(params=list(TRANSPORTS))
-def transport(request: pytest.FixtureRequest, tmp_path: Path) -> Transport:
+def transport(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Transport]:
     name: str = request.param
     chosen = TRANSPORTS[name](tmp_path)
     needed: set[Capability] = set()
     for marker in request.node.iter_markers("needs"):
         needed.update(marker.args)
     chosen.skip_unless_able(frozenset(needed))
-    return chosen
+    try:
+        yield chosen
+    finally:
+        chosen.close()

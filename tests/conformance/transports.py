@@ -14,6 +14,7 @@ silently; ``test_capabilities.py`` checks that the declarations tell the truth.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import itertools
 import json
@@ -25,15 +26,28 @@ from typing import Any, ClassVar
 import pytest
 
 from tests.file.apps import write_at_instants, write_numbers
+from tests.redis_servers import RedisServer
+from tests.redis_servers import redis_server as start_redis_server
 from trio_streams import App, Broker, MemoryBroker, MemoryStream, Position
 from trio_streams.file import FileBroker, FileStream
 from trio_streams.file.envelope import open_envelope
 from trio_streams.file.reader import FileReader
 from trio_streams.file.writer import StreamWriter
 from trio_streams.memory.log import MemoryHub
+from trio_streams.positions import PositionKind
+from trio_streams.redis import RedisBroker, RedisStream
+from trio_streams.redis.wire import decode_fields, encode_fields
 from trio_streams.transport import Source
 
-__all__ = ["TRANSPORTS", "Capability", "FileTransport", "MemoryTransport", "Transport", "needs"]
+__all__ = [
+    "TRANSPORTS",
+    "Capability",
+    "FileTransport",
+    "MemoryTransport",
+    "RedisTransport",
+    "Transport",
+    "needs",
+]
 
 
 class Capability(enum.Enum):
@@ -65,6 +79,9 @@ class Transport(ABC):
         self.tmp_path = tmp_path
         #: What the running test declared it needs (``@needs``), set by the fixture.
         self.needed: frozenset[Capability] = frozenset()
+
+    def close(self) -> None:  # noqa: B027 - an optional hook; most transports start nothing
+        """Release what the transport started for the test (a server); called at teardown."""
 
     def can(self, capability: Capability) -> bool:
         return capability not in self.cannot
@@ -248,5 +265,68 @@ class FileTransport(Transport):
         return (str(self.tmp_path), f"seq:{asked}", "stream 's'", f"past the last sequence {last}")
 
 
-#: Every transport the suite runs on, by parameter id. A Redis transport joins here.
-TRANSPORTS: dict[str, type[Transport]] = {"memory": MemoryTransport, "file": FileTransport}
+class RedisTransport(Transport):
+    """Redis streams read through consumer groups, on a server of the test's own.
+
+    ``live`` subscriptions are group members with the default group (one per subscription).
+    Preloaded entries get the ids ``0-<n>``, so ``Position.sequence(n)`` maps to the entry
+    ``0-<n>`` and what is published afterwards (``<ms>-<seq>``) comes after them.
+    """
+
+    name = "redis"
+    cannot: ClassVar[Mapping[Capability, str]] = {
+        Capability.SEEK: "a consumer group member cannot seek (moving a group is XGROUP SETID)",
+        Capability.REPLAY: "plain-stream replays (no group) are not built on Redis yet",
+        Capability.PIN_INSTANTS: "an entry's instant is its id, chosen by the server here",
+    }
+
+    def __init__(self, tmp_path: Path) -> None:
+        super().__init__(tmp_path)
+        self._servers = contextlib.ExitStack()
+        self._server: RedisServer | None = None
+
+    @property
+    def server(self) -> RedisServer:
+        """The test's server, started at first use (a skipped test starts none)."""
+        if self._server is None:
+            self._server = self._servers.enter_context(start_redis_server())
+        return self._server
+
+    def close(self) -> None:
+        self._servers.close()
+
+    def broker(self) -> Broker:
+        return RedisBroker(self.server.url)
+
+    def broker_like(self, broker: Broker) -> Broker:
+        assert isinstance(broker, RedisBroker)
+        return RedisBroker(broker.url)
+
+    def _append(self, broker: Broker, stream: str, payload: bytes) -> None:
+        self.server.command("XADD", stream, "*", *encode_fields(payload, {}))
+
+    def messages(self, broker: Broker, stream: str) -> list[tuple[bytes, dict[str, str]]]:
+        return [
+            decode_fields(fields) for _, fields in self.server.command("XRANGE", stream, "-", "+")
+        ]
+
+    def preload(self, broker: Broker, count: int, *, stream: str = "s") -> None:
+        for n in range(1, count + 1):
+            self.server.command("XADD", stream, f"0-{n}", *encode_fields(str(n).encode(), {}))
+
+    def live(self, *streams: str, start_at: Position | None = None) -> Source:
+        (stream,) = streams or ("s",)
+        if start_at is not None and start_at.kind is PositionKind.SEQUENCE:
+            start_at = Position.entry(f"0-{start_at.seq}")
+        return RedisStream(stream, start=start_at)
+
+    def past_the_end_refusal(self, *, asked: int, last: int) -> tuple[str, ...]:
+        raise NotImplementedError("a Redis group subscription cannot seek")
+
+
+#: Every transport the suite runs on, by parameter id.
+TRANSPORTS: dict[str, type[Transport]] = {
+    "memory": MemoryTransport,
+    "file": FileTransport,
+    "redis": RedisTransport,
+}
