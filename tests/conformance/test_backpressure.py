@@ -11,7 +11,7 @@ from trio_streams.subscription import SubscriptionStats
 from .transports import Capability, Transport, needs
 
 
-@needs(Capability.REPLAY)
+@needs(Capability.REPLAY, Capability.VIRTUAL_TIME)
 async def test_a_slow_handler_never_lets_more_than_the_channel_capacity_queue(
     transport: Transport, autojump_clock: trio.abc.Clock
 ) -> None:

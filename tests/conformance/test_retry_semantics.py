@@ -176,7 +176,7 @@ async def test_in_an_ordered_lane_a_retry_keeps_the_keys_order(
     assert not [m for m in transport.messages(broker, "s") if RETRY_COUNT_HEADER in m[1]]
 
 
-@needs(Capability.REPLAY)
+@needs(Capability.REPLAY, Capability.VIRTUAL_TIME)
 async def test_in_an_ordered_lane_retry_after_holds_the_key_for_the_delay(
     transport: Transport, autojump_clock: trio.abc.Clock
 ) -> None:
@@ -201,6 +201,7 @@ async def test_in_an_ordered_lane_retry_after_holds_the_key_for_the_delay(
     assert handled[1][2] >= 30  # the retry waited out its delay, and 2 waited behind it
 
 
+@needs(Capability.VIRTUAL_TIME)
 async def test_shutdown_cuts_a_lanes_delay_short_and_settles_a_retry_copy(
     transport: Transport, autojump_clock: trio.abc.Clock
 ) -> None:

@@ -225,7 +225,7 @@ async def test_every_queued_delivery_of_an_older_generation_is_dropped(
     assert stale[0] > 0  # the channel held 11.. and they were purged unhandled
 
 
-@needs(Capability.REPLAY)
+@needs(Capability.REPLAY, Capability.VIRTUAL_TIME)
 async def test_nothing_read_at_the_old_position_reaches_a_handler_after_seek_returns(
     transport: Transport, autojump_clock: trio.abc.Clock
 ) -> None:

@@ -115,7 +115,7 @@ async def test_a_retry_copy_reaches_only_the_subscription_that_asked_for_it(
     assert other == [(1, 1), (2, 1)]
 
 
-@needs(Capability.REPLAY)
+@needs(Capability.REPLAY, Capability.VIRTUAL_TIME)
 async def test_retry_after_a_delay_delivers_the_copy_after_that_delay_on_trios_clock(
     transport: Transport, autojump_clock: trio.abc.Clock
 ) -> None:

@@ -12,7 +12,7 @@ import trio.testing
 
 from trio_streams import HealthState, RunningApp
 
-from .transports import Transport
+from .transports import Capability, Transport, needs
 
 
 async def test_a_graceful_stop_drains_the_handlers_in_flight(transport: Transport) -> None:
@@ -47,6 +47,7 @@ async def test_a_graceful_stop_drains_the_handlers_in_flight(transport: Transpor
     assert running.stats()["sub"].outstanding == 0
 
 
+@needs(Capability.VIRTUAL_TIME)
 async def test_a_drain_that_overruns_shutdown_timeout_abandons_what_is_left(
     transport: Transport, autojump_clock: trio.abc.Clock
 ) -> None:

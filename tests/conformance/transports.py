@@ -59,6 +59,9 @@ class Capability(enum.Enum):
     REPLAY = "replay a stream from its beginning"
     #: Preload messages written at instants the test chooses (for timestamp seeks).
     PIN_INSTANTS = "write messages at chosen instants"
+    #: Run on Trio's ``autojump_clock``: every wait of the transport is on Trio's clock or
+    #: local (a file's fsync), so jumping the clock while all tasks wait skips nothing real.
+    VIRTUAL_TIME = "run on an autojump clock"
 
 
 def needs(*capabilities: Capability) -> pytest.MarkDecorator:
@@ -278,6 +281,8 @@ class RedisTransport(Transport):
         Capability.SEEK: "a consumer group member cannot seek (moving a group is XGROUP SETID)",
         Capability.REPLAY: "plain-stream replays (no group) are not built on Redis yet",
         Capability.PIN_INSTANTS: "an entry's instant is its id, chosen by the server here",
+        Capability.VIRTUAL_TIME: "a real server's replies take real time, which an autojump "
+        "clock jumps past (timers fire while a reply is on its way)",
     }
 
     def __init__(self, tmp_path: Path) -> None:
