@@ -11,7 +11,9 @@ How it keeps its promises:
   from ``XPENDING`` for a pending one) plus the retry-count header of a retry copy.
 - **Settles per read.** Ack and drop collect the read's entry ids; one ``XACK`` sends them when
   every delivery of the read has been settled or let go (``unsettled``), or at ``aclose``. A
-  retry is the copy ``XADD`` and the ``XACK`` in one ``MULTI``/``EXEC``; so is a dead letter
+  retry is the copy ``XADD`` and the ``XACK`` in one ``MULTI``/``EXEC``; ``retry_after`` is
+  durable (the copy scheduled in a ZSET and the ``XACK``, in one script; :mod:`.delays`); a
+  dead letter is the copy and the ``XACK`` in one ``MULTI``/``EXEC`` too
   (in a cluster, where the dead-letter key shares the stream's slot). A failed ``XACK`` is a
   fault: the entries stay pending and are delivered again, never lost.
 - **Leases.** While the subscription holds an entry (queued, in a handler, waiting out a delay,
@@ -44,6 +46,7 @@ from ..positions import PositionKind
 from ..transport import DeadLetter, SourceFault, SubscriptionSource, Unsettled
 from .client import Backoff, Connection, ReadOnlyError, RedisClient, RedisConnectionError
 from .client.errors import RedisError, ReplyError
+from .delays import PROMOTE, SCHEDULE, delay_key, member
 from .streams import NoGroup, RedisStream
 from .wire import (
     Entry,
@@ -66,6 +69,8 @@ _CONSUMES = frozenset({OutcomeKind.ACK, OutcomeKind.DROP})
 #: Error codes of a read whose group or stream is gone (a read blocked when the stream was
 #: deleted is woken with UNBLOCKED).
 _VANISHED = frozenset({"NOGROUP", "UNBLOCKED"})
+#: The longest the promoter waits before looking for due copies again (seconds).
+_PROMOTE_EVERY = 1.0
 #: Ids per XCLAIM / XACK command.
 _CHUNK = 1000
 
@@ -93,7 +98,8 @@ class GroupSubscription(SubscriptionSource):
     """A consumer of a group on one stream; see the module docstring."""
 
     seekable = False
-    durable_delay = False
+    #: ``retry_after`` is kept by Redis (a ZSET schedule, see :mod:`.delays`).
+    durable_delay = True
     live = True
 
     def __init__(
@@ -130,6 +136,10 @@ class GroupSubscription(SubscriptionSource):
         self._backoff = Backoff(0.05, 2.0)
         self._group_missing = False
         self._faulted = False
+        self._delays = delay_key(stream.key)
+        self._promote_wanted = trio.Event()
+        #: Seconds until the promoter looks again.
+        self._promote_in = 0.0
         self._closed = False
         #: Entries found deleted (or trimmed) while pending: acknowledged and counted.
         self.deleted_pending = 0
@@ -148,6 +158,7 @@ class GroupSubscription(SubscriptionSource):
         host.start_soon(self._lease_loop, name=f"{self._label}: leases")
         host.start_soon(self._reclaim_loop, name=f"{self._label}: reclaim")
         host.start_soon(self._flush_loop, name=f"{self._label}: flush")
+        host.start_soon(self._promote_loop, name=f"{self._label}: delayed retries")
 
     def _start_id(self) -> str:
         start = self._stream.start
@@ -334,12 +345,15 @@ class GroupSubscription(SubscriptionSource):
         assert self._host is not None
         copy = encode_fields(delivery.payload, retry_headers(delivery, self._host.retry_target))
         try:
-            await (
-                self._client.transaction()
-                .add("XADD", self._key, "*", *copy)
-                .add("XACK", self._key, self.group, entry_id)
-                .execute()
-            )
+            if outcome.kind is OutcomeKind.RETRY_AFTER:
+                await self._schedule(copy, entry_id, outcome.delay)
+            else:
+                await (
+                    self._client.transaction()
+                    .add("XADD", self._key, "*", *copy)
+                    .add("XACK", self._key, self.group, entry_id)
+                    .execute()
+                )
         except RedisError as exc:
             raise SourceFault(
                 "settle", f"retry of entry {entry_id} failed (it stays pending): {exc}"
@@ -413,6 +427,37 @@ class GroupSubscription(SubscriptionSource):
                     self._host.report_fault("flush", exc.message, error=exc)
                 else:
                     self._host.clear_fault("flush")
+
+    # ---- delayed retries ----------------------------------------------------------------------
+
+    async def _schedule(self, copy: list[bytes | str], entry_id: str, delay: float) -> None:
+        delay_ms = max(0, round(delay * 1000))
+        await self._client.execute(
+            "EVAL", SCHEDULE, 2, self._delays, self._key, delay_ms, member(copy), self.group,
+            entry_id,
+        )  # fmt: skip
+        if delay < self._promote_in:
+            self._promote_wanted.set()  # sooner than the promoter planned to look
+
+    async def _promote_loop(self) -> None:
+        """Move due copies back to the stream (see :mod:`.delays`), sleeping until the next is
+        due, at most ``_PROMOTE_EVERY`` (copies other consumers scheduled are due too)."""
+        assert self._host is not None
+        while True:
+            try:
+                wait_ms = await self._client.execute(
+                    "EVAL", PROMOTE, 2, self._delays, self._key, 100
+                )
+            except RedisError as exc:
+                self._host.report_fault("delayed", f"promoting delayed retries: {exc}", error=exc)
+                wait_ms = -1
+            else:
+                self._host.clear_fault("delayed")
+            wait = _PROMOTE_EVERY if wait_ms < 0 else min(_PROMOTE_EVERY, wait_ms / 1000)
+            self._promote_in = wait
+            with trio.move_on_after(wait):
+                await self._promote_wanted.wait()
+            self._promote_wanted = trio.Event()
 
     # ---- leases and reclaim ------------------------------------------------------------------
 
