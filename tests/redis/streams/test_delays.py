@@ -56,7 +56,7 @@ async def test_retry_after_schedules_the_copy_in_a_zset_acks_the_original_and_re
             await scheduled.wait()
 
         async def in_schedule() -> bool:
-            return await redis.execute("ZCARD", "{s}:delayed") == 1
+            return bool(await redis.execute("ZCARD", "{s}:delayed") == 1)
 
         await eventually(in_schedule, what="the copy in the schedule")
         assert await pending_count(redis, "s", "g") == 0  # the original is acknowledged
@@ -114,7 +114,7 @@ async def test_a_redis_restart_with_aof_keeps_the_schedule_nothing_lost_no_dupli
             async with serving(app):
 
                 async def in_schedule() -> bool:
-                    return await redis.execute("ZCARD", "{s}:delayed") == 1
+                    return bool(await redis.execute("ZCARD", "{s}:delayed") == 1)
 
                 await eventually(in_schedule, what="the copy in the schedule")
                 await trio.to_thread.run_sync(server.restart)
