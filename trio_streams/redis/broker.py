@@ -28,7 +28,8 @@ from ..routing import _Declared
 from ..transport import Source, SubscriptionSource, Transport, read_count_option
 from .client import RedisClient, connect, key_slot, parse_url
 from .group import GroupSubscription
-from .streams import RedisStream
+from .plain import PlainSubscription
+from .streams import Mode, RedisStream
 from .wire import encode_fields, text
 
 __all__ = ["DEFAULT_BLOCK_MS", "DEFAULT_COUNT", "RedisBroker", "RedisTransport"]
@@ -103,7 +104,7 @@ class RedisBroker(Broker):
 
     def _on_declared(self, declared: _Declared) -> None:
         source = declared.source
-        if isinstance(source, RedisStream):
+        if isinstance(source, RedisStream) and source.mode is Mode.GROUP:
             declared.source = source.with_defaults(group=self.group, consumer=self.consumer)
             dead_letter = declared.options.policy.dead_letter
             key = self.prefix + source.key
@@ -165,6 +166,14 @@ class RedisTransport(Transport):
     ) -> SubscriptionSource:
         if not isinstance(source, RedisStream):
             raise ConfigurationError(f"{label}: a Redis broker cannot read {source!r}")
+        if source.mode is not Mode.GROUP:
+            return PlainSubscription(
+                self.client,
+                source,
+                label=label,
+                count=read_count_option(options, DEFAULT_COUNT),
+                block_ms=_block_option(options),
+            )
         return GroupSubscription(
             self.client,
             source,

@@ -408,7 +408,16 @@ class GroupSubscription(SubscriptionSource):
         held = self._held
         try:
             for i in range(0, len(ids), _CHUNK):
-                await self._client.execute("XACK", self._key, self.group, *ids[i : i + _CHUNK])
+                chunk = ids[i : i + _CHUNK]
+                if self._stream.delete_on_ack:  # a work queue: acknowledged means gone
+                    await (
+                        self._client.transaction()
+                        .add("XACK", self._key, self.group, *chunk)
+                        .add("XDEL", self._key, *chunk)
+                        .execute()
+                    )
+                else:
+                    await self._client.execute("XACK", self._key, self.group, *chunk)
         finally:
             for entry_id in ids:
                 held.pop(entry_id, None)

@@ -11,7 +11,7 @@ from ..memory.sources import MemoryStream
 from ..positions import Position, PositionKind
 from ..transport import Source, check_source_args
 
-__all__ = ["NoGroup", "RedisStream"]
+__all__ = ["Mode", "NoGroup", "RedisStream"]
 
 
 class NoGroup(enum.Enum):
@@ -29,9 +29,21 @@ class NoGroup(enum.Enum):
 DEFAULT_MIN_IDLE = 60.0
 
 
+class Mode(enum.Enum):
+    """How a ``RedisStream`` is read."""
+
+    #: Through a consumer group (the default): acknowledged, each entry to one member.
+    GROUP = "group"
+    #: Without a group, following the tip (``RedisStream(key).tail()``).
+    TAIL = "tail"
+    #: Without a group, from the beginning to the tip, then the end (``.replay()``).
+    REPLAY = "replay"
+
+
 @dataclass(frozen=True, slots=True, init=False)
 class RedisStream(Source):
-    """One Redis stream, read through a consumer group.
+    """One Redis stream, read through a consumer group (or plainly: :meth:`replay`,
+    :meth:`tail`).
 
     - ``group``: the consumer group (default: the broker's ``group=``, else one group per
       subscription, named ``<app>/<subscription>``). Each entry goes to one consumer of it.
@@ -43,16 +55,22 @@ class RedisStream(Source):
     - ``min_idle``: seconds after which an entry another consumer left unacknowledged is claimed
       (its handler is kept from being claimed by a lease while it runs).
     - ``on_nogroup``: ``"recreate"`` (default) or ``"fail"`` (see :class:`NoGroup`).
+    - ``delete_on_ack``: a work queue: an acknowledged entry is deleted too (``XACK`` and
+      ``XDEL`` in one ``MULTI``/``EXEC``). Without it ``XACK`` deletes nothing: trim the
+      stream (``RedisBroker(maxlen=...)``).
 
-    Under ``app.test()`` it runs as the ``MemoryStream`` of the same key, group and start.
+    Under ``app.test()`` it runs as the ``MemoryStream`` of the same key, group and start (an
+    entry-id start runs from the beginning there: in-process streams have no entry ids).
     """
 
     key: str
     group: str | None
     consumer: str | None
-    start: Position
+    start_at: Position | None
     min_idle: float
     on_nogroup: NoGroup
+    mode: Mode
+    delete_on_ack: bool
 
     def __init__(
         self,
@@ -63,17 +81,36 @@ class RedisStream(Source):
         start: Position | None = None,
         min_idle: float = DEFAULT_MIN_IDLE,
         on_nogroup: NoGroup | str = NoGroup.RECREATE,
+        delete_on_ack: bool = False,
+        mode: Mode = Mode.GROUP,
     ) -> None:
         check_source_args("RedisStream", (key,), start, entry_ids=True)
         for what, value in (("group", group), ("consumer", consumer)):
             if value is not None and (not isinstance(value, str) or not value):
                 raise ConfigurationError(f"{what} must be a non-empty string, not {value!r}")
-        start = Position.end() if start is None else start
-        if start.kind not in (PositionKind.BEGINNING, PositionKind.END, PositionKind.ENTRY):
+        mode = Mode(mode)
+        allowed: tuple[PositionKind, ...] = (
+            PositionKind.BEGINNING,
+            PositionKind.END,
+            PositionKind.ENTRY,
+        )
+        if mode is not Mode.GROUP:
+            allowed += (PositionKind.TIMESTAMP,)
+            if group is not None or consumer is not None:
+                raise ConfigurationError(
+                    f"RedisStream({key!r}).{mode.value}() reads without a consumer group: "
+                    "give no group or consumer"
+                )
+            if delete_on_ack:
+                raise ConfigurationError("delete_on_ack needs a consumer group (nothing is acked)")
+        if start is not None and start.kind not in allowed:
             raise ConfigurationError(
-                f"a consumer group starts at Position.beginning(), Position.end() or "
-                f"Position.entry(id), not {start!r}"
+                f"a Redis stream starts at Position.beginning(), Position.end(), "
+                f"Position.entry(id){'' if mode is Mode.GROUP else ' or Position.timestamp(ms)'}"
+                f", not {start!r}"
             )
+        if not isinstance(delete_on_ack, bool):
+            raise ConfigurationError(f"delete_on_ack is True or False, not {delete_on_ack!r}")
         if isinstance(min_idle, bool) or not isinstance(min_idle, int | float):
             raise ConfigurationError(f"min_idle takes seconds, not {min_idle!r}")
         if not 0.01 <= min_idle < float("inf"):
@@ -87,17 +124,41 @@ class RedisStream(Source):
         object.__setattr__(self, "key", key)
         object.__setattr__(self, "group", group)
         object.__setattr__(self, "consumer", consumer)
-        object.__setattr__(self, "start", start)
+        object.__setattr__(self, "start_at", start)
         object.__setattr__(self, "min_idle", float(min_idle))
         object.__setattr__(self, "on_nogroup", policy)
+        object.__setattr__(self, "mode", mode)
+        object.__setattr__(self, "delete_on_ack", delete_on_ack)
+
+    @property
+    def start(self) -> Position:
+        """Where reading starts: ``start``, else the tip (the beginning for a replay)."""
+        if self.start_at is not None:
+            return self.start_at
+        return Position.beginning() if self.mode is Mode.REPLAY else Position.end()
+
+    @property
+    def replaying(self) -> bool:
+        return self.mode is Mode.REPLAY
+
+    def replay(self) -> Self:
+        """The stream read without a group from the beginning (or ``start``) to the tip, then
+        the end; seekable."""
+        return self._evolve(mode=Mode.REPLAY)
+
+    def tail(self) -> Self:
+        """The stream read without a group from the tip (or ``start``), following; seekable."""
+        return self._evolve(mode=Mode.TAIL)
 
     def _evolve(self, **changes: object) -> Self:
         fields: dict[str, object] = {
             "group": self.group,
             "consumer": self.consumer,
-            "start": self.start,
+            "start": self.start_at,
             "min_idle": self.min_idle,
             "on_nogroup": self.on_nogroup,
+            "delete_on_ack": self.delete_on_ack,
+            "mode": self.mode,
         }
         fields.update(changes)
         key = fields.pop("key", self.key)
@@ -105,7 +166,10 @@ class RedisStream(Source):
         return type(self)(key, **fields)  # type: ignore[arg-type]
 
     def with_defaults(self, *, group: str | None, consumer: str | None) -> Self:
-        """This source with the broker's group and consumer where it names none."""
+        """This source with the broker's group and consumer where it names none (a plain
+        replay or tail keeps reading without a group)."""
+        if self.mode is not Mode.GROUP:
+            return self
         return self._evolve(group=self.group or group, consumer=self.consumer or consumer)
 
     @property
@@ -118,8 +182,9 @@ class RedisStream(Source):
 
     @property
     def seekable(self) -> bool:
-        """A consumer group member cannot seek (moving a group is ``XGROUP SETID``)."""
-        return False
+        """A consumer group member cannot seek (moving a group is ``XGROUP SETID``); a plain
+        replay or tail can."""
+        return self.mode is not Mode.GROUP
 
     def with_prefix(self, prefix: str) -> Self:
         return self._evolve(key=prefix + self.key) if prefix else self
@@ -128,6 +193,8 @@ class RedisStream(Source):
         start = self.start
         if start.kind is PositionKind.ENTRY:
             start = Position.beginning()  # in-process streams have no entry ids
+        if self.mode is not Mode.GROUP:
+            return MemoryStream(self.key, start_at=start, replaying=self.replaying)
         # No group named: one group per subscription, which in process is a cursor of its own.
         return MemoryStream(self.key, group=self.group, start_at=start)
 
@@ -137,6 +204,7 @@ class RedisStream(Source):
             parts.append(f"group={self.group!r}")
         if self.consumer is not None:
             parts.append(f"consumer={self.consumer!r}")
-        if self.start != Position.end():
-            parts.append(f"start={self.start!r}")
-        return f"RedisStream({', '.join(parts)})"
+        if self.start_at is not None:
+            parts.append(f"start={self.start_at!r}")
+        text = f"RedisStream({', '.join(parts)})"
+        return text if self.mode is Mode.GROUP else f"{text}.{self.mode.value}()"

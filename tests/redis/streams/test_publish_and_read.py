@@ -224,7 +224,7 @@ async def test_pipeline_true_is_refused_at_mount_naming_the_reason(
 
 
 def test_bad_source_arguments_are_refused_where_they_are_given() -> None:
-    with pytest.raises(ConfigurationError, match="consumer group starts at"):
+    with pytest.raises(ConfigurationError, match="a Redis stream starts at"):
         RedisStream("s", start=Position.sequence(3))
     with pytest.raises(ConfigurationError, match="on_nogroup"):
         RedisStream("s", on_nogroup="retry")

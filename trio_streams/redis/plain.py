@@ -1,0 +1,197 @@
+"""Plain stream subscriptions (no consumer group): ``RedisStream(key).replay()`` and
+``RedisStream(key).tail()``.
+
+Nothing is acknowledged: like a stream file, the reader keeps its own place (the id of the
+last entry it read), and every subscription reads every entry.
+
+- A **replay** reads with ``XRANGE`` from the beginning (or ``start``) in reads of ``count``,
+  and ends when a read finds nothing after its place (retry copies appended meanwhile are read
+  first).
+- A **tail** takes the stream's last id at open, then follows with ``XREAD BLOCK`` on a
+  dedicated connection. A lost connection is the fault ``connection`` (health ``degraded``);
+  the reader reconnects with the client's backoff and resumes after the last entry it read, so
+  nothing is lost and nothing is read twice.
+- **Seeking** (``ctx.seeker.seek``): ``Position.beginning()``, ``Position.end()`` (the tip
+  now), ``Position.entry(id)`` (that entry included) and ``Position.timestamp(ms)`` (the first
+  entry strictly later: an entry id's ms part is its time). ``Position.sequence(n)`` is refused:
+  Redis entries are addressed by id. Moving a whole consumer group (``XGROUP SETID``) is a
+  broker operation, not a handler's seek.
+- **Settles**: ack and drop settle nothing; ``retry`` appends a copy with the retry-count
+  header and the subscription as its target; ``retry_after`` waits on the core's timer first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
+
+import trio
+
+from ..delivery import Delivery, attempt_from_headers, retry_headers
+from ..host import SubscriptionHost
+from ..outcome import Outcome
+from ..positions import MAX_SEQUENCE, Position, PositionKind
+from ..transport import SeekRefused, SubscriptionSource
+from .client import Backoff, Connection, ReadOnlyError, RedisClient, RedisConnectionError
+from .client.errors import RedisError
+from .streams import RedisStream
+from .wire import (
+    Entry,
+    decode_fields,
+    encode_fields,
+    entry_position,
+    id_before,
+    parse_entries,
+    parse_read,
+    split_id,
+)
+
+__all__ = ["PlainSubscription"]
+
+_NO_HEADERS: dict[str, str] = {}
+
+
+class PlainSubscription(SubscriptionSource):
+    """Reads one stream without a group; see the module docstring."""
+
+    seekable = True
+    durable_delay = False
+
+    def __init__(
+        self, client: RedisClient, stream: RedisStream, *, label: str, count: int, block_ms: int
+    ) -> None:
+        self._client = client
+        self._key = stream.key
+        self._start = stream.start
+        self._label = label
+        self._count = count
+        self.read_count = count
+        self._block_ms = block_ms
+        self.live = not stream.replaying
+        #: The id of the last entry read: reading resumes strictly after it.
+        self._after = "0-0"
+        self._host: SubscriptionHost | None = None
+        self._stack: AsyncExitStack | None = None
+        self._conn: Connection | None = None
+        self._backoff = Backoff(0.05, 2.0)
+        self._faulted = False
+
+    async def open(self, host: SubscriptionHost) -> None:
+        self._host = host
+        self._after = await self._place(self._start)
+
+    async def _place(self, position: Position) -> str:
+        """The id to read strictly after, to start at ``position``."""
+        kind = position.kind
+        if kind is PositionKind.BEGINNING:
+            await trio.lowlevel.checkpoint()
+            return "0-0"
+        if kind is PositionKind.END:
+            last = parse_entries(
+                await self._client.execute("XREVRANGE", self._key, "+", "-", "COUNT", 1)
+            )
+            return last[0].id if last else "0-0"
+        if kind is PositionKind.ENTRY:
+            await trio.lowlevel.checkpoint()
+            return id_before(position.entry_id)
+        if kind is PositionKind.TIMESTAMP:
+            await trio.lowlevel.checkpoint()
+            assert position.value is not None
+            return f"{position.value}-{MAX_SEQUENCE}"
+        raise SeekRefused(
+            f"{self._label}: {position!r} cannot address a Redis stream: its entries are "
+            "addressed by id (Position.entry) and time (Position.timestamp)"
+        )
+
+    async def seek(self, position: Position) -> None:
+        if position.stream is not None and position.stream != self._key:
+            raise SeekRefused(
+                f"{self._label}: {position!r} names a stream this subscription does not read "
+                f"({self._key!r})"
+            )
+        with trio.fail_after(10):  # bounded: a seek never hangs the driver
+            try:
+                self._after = await self._place(position)
+            except RedisError as exc:
+                raise SeekRefused(f"{self._label}: seek to {position!r} failed: {exc}") from exc
+
+    async def read(self) -> Sequence[Delivery] | None:
+        if not self.live:
+            reply = await self._client.execute(
+                "XRANGE", self._key, f"({self._after}", "+", "COUNT", self._count
+            )
+            entries = parse_entries(reply)
+            return self._deliver(entries) if entries else None
+        while True:
+            try:
+                conn = await self._connection()
+                reply = await conn.execute(
+                    "XREAD", "COUNT", self._count, "BLOCK", self._block_ms,
+                    "STREAMS", self._key, self._after,
+                )  # fmt: skip
+            except (RedisConnectionError, ReadOnlyError) as exc:
+                assert self._host is not None
+                self._faulted = True
+                self._host.report_fault("connection", str(exc), error=exc)
+                await self._drop_connection(exc)
+                await trio.sleep(self._backoff.failed())  # paced
+                continue
+            if self._faulted:
+                self._faulted = False
+                self._backoff.succeeded()
+                assert self._host is not None
+                self._host.clear_fault("connection")
+            found = parse_read(reply).get(self._key)
+            if found:
+                return self._deliver(found)
+
+    def _deliver(self, entries: list[Entry]) -> list[Delivery]:
+        key = self._key
+        out: list[Delivery] = []
+        for entry in entries:
+            if entry.fields is None:
+                continue
+            payload, headers = decode_fields(entry.fields)
+            out.append(
+                Delivery(
+                    key,
+                    payload,
+                    headers or _NO_HEADERS,
+                    position=entry_position(entry.id, key),
+                    attempt=attempt_from_headers(headers) if headers else 1,
+                    timestamp_ms=split_id(entry.id)[0],
+                )
+            )
+        self._after = entries[-1].id
+        return out
+
+    async def _connection(self) -> Connection:
+        conn = self._conn
+        if conn is not None and not conn.broken:
+            return conn
+        await self._drop_connection(None)
+        stack = AsyncExitStack()
+        conn = await stack.enter_async_context(self._client.dedicated_connection(self._key))
+        self._stack, self._conn = stack, conn
+        return conn
+
+    async def _drop_connection(self, error: BaseException | None) -> None:
+        stack, self._stack, self._conn = self._stack, None, None
+        if stack is None:
+            return
+        with trio.CancelScope(shield=True):
+            if error is None:
+                await stack.aclose()
+            else:
+                await stack.__aexit__(type(error), error, error.__traceback__)
+
+    async def settle(self, delivery: Delivery, outcome: Outcome) -> None:
+        if outcome.consumes:
+            return
+        assert self._host is not None
+        copy = encode_fields(delivery.payload, retry_headers(delivery, self._host.retry_target))
+        await self._client.execute("XADD", self._key, "*", *copy)  # read in its turn
+
+    async def aclose(self) -> None:
+        await self._drop_connection(None)
+        await trio.lowlevel.checkpoint()
