@@ -279,7 +279,10 @@ class RedisTransport(Transport):
     name = "redis"
     cannot: ClassVar[Mapping[Capability, str]] = {
         Capability.SEEK: "a consumer group member cannot seek (moving a group is XGROUP SETID)",
-        Capability.REPLAY: "plain-stream replays (no group) are not built on Redis yet",
+        Capability.REPLAY: "a Redis replay reads without a group and can seek, while this "
+        "suite's live subscription is a group member, which cannot; the suite's replays also "
+        "address messages by sequence number, Redis by entry id (plain replays and their "
+        "seeks are tested in tests/redis/streams)",
         Capability.PIN_INSTANTS: "an entry's instant is its id, chosen by the server here",
         Capability.VIRTUAL_TIME: "a real server's replies take real time, which an autojump "
         "clock jumps past (timers fire while a reply is on its way)",
