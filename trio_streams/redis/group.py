@@ -57,7 +57,6 @@ from .wire import (
     parse_autoclaim,
     parse_pending,
     parse_read,
-    split_id,
     text,
 )
 
@@ -313,6 +312,7 @@ class GroupSubscription(SubscriptionSource):
         for entry in entries:
             assert entry.fields is not None
             payload, headers = decode_fields(entry.fields)
+            position, timestamp_ms = entry_position(entry.id, key)
             attempt = 1 if counts is None else counts.get(entry.id, 1)
             if RETRY_COUNT_HEADER in headers:
                 try:
@@ -323,10 +323,10 @@ class GroupSubscription(SubscriptionSource):
                 key,
                 payload,
                 headers,
-                position=entry_position(entry.id, key),
+                position=position,
                 attempt=attempt,
                 handle=(entry.id, read),
-                timestamp_ms=split_id(entry.id)[0],
+                timestamp_ms=timestamp_ms,
             )
             held[entry.id] = delivery
             out.append(delivery)

@@ -43,7 +43,6 @@ from .wire import (
     id_before,
     parse_entries,
     parse_read,
-    split_id,
 )
 
 __all__ = ["PlainSubscription"]
@@ -152,14 +151,15 @@ class PlainSubscription(SubscriptionSource):
             if entry.fields is None:
                 continue
             payload, headers = decode_fields(entry.fields)
+            position, timestamp_ms = entry_position(entry.id, key)
             out.append(
                 Delivery(
                     key,
                     payload,
                     headers or _NO_HEADERS,
-                    position=entry_position(entry.id, key),
+                    position=position,
                     attempt=attempt_from_headers(headers) if headers else 1,
-                    timestamp_ms=split_id(entry.id)[0],
+                    timestamp_ms=timestamp_ms,
                 )
             )
         self._after = entries[-1].id
