@@ -255,3 +255,24 @@ async def test_in_process_the_same_app_runs_as_a_memory_consumer_group() -> None
     async with app.test() as t:
         await t.publish("s", 7)
     assert seen == [(7, 1), (7, 2)]
+
+
+async def test_a_group_reads_the_same_over_resp2(
+    redis_server: RedisServer, redis: RedisClient
+) -> None:
+    await redis.execute("XADD", "s", "0-1", "_payload", "1", "h:k", "v")
+    app = App("svc")
+    broker = app.broker(RedisBroker(redis_server.url + "?protocol=2"))
+    seen: list[tuple[int, str]] = []
+    got = trio.Event()
+
+    @broker.subscriber(RedisStream("s", group="g", start=Position.beginning()), block=50)
+    async def handle(n: int, ctx: Context) -> None:
+        seen.append((n, ctx.headers["k"]))
+        got.set()
+
+    async with serving(app):
+        with trio.fail_after(10):
+            await got.wait()
+        await eventually(lambda: _zero(redis), what="an empty PEL")
+    assert seen == [(1, "v")]
