@@ -55,6 +55,7 @@ from .wire import (
     entry_position,
     id_before,
     parse_autoclaim,
+    parse_consumers,
     parse_pending,
     parse_read,
     text,
@@ -146,6 +147,8 @@ class GroupSubscription(SubscriptionSource):
         self.recreated = 0
         #: Entries claimed from other consumers (idle past ``min_idle``).
         self.reclaimed = 0
+        #: Idle consumers removed from the group (``remove_idle_consumers``).
+        self.removed_consumers = 0
 
     # ---- opening -----------------------------------------------------------------------------
 
@@ -525,6 +528,27 @@ class GroupSubscription(SubscriptionSource):
             if taken:
                 self.reclaimed += len(taken)
                 self._pending_from = "0"  # the reader takes them from its own pending list
+            if cursor == "0-0" and self._stream.remove_idle_consumers is not None:
+                await self._remove_idle_consumers(self._stream.remove_idle_consumers)
+
+    async def _remove_idle_consumers(self, idle: float) -> None:
+        """Remove the group's other consumers that hold nothing and have been idle ``idle``
+        seconds (a consumer with pending entries is left for the reclaim to empty first)."""
+        assert self._host is not None
+        try:
+            consumers = parse_consumers(
+                await self._client.execute("XINFO", "CONSUMERS", self._key, self.group)
+            )
+            for name, pending, idle_ms in consumers:
+                if name != self.consumer and pending == 0 and idle_ms >= idle * 1000:
+                    await self._client.execute("XGROUP", "DELCONSUMER", self._key, self.group, name)
+                    self.removed_consumers += 1
+                    _log.info(
+                        "%s: removed idle consumer %r of group %r", self._label, name, self.group
+                    )
+        except RedisError as exc:
+            if not (isinstance(exc, ReplyError) and exc.code == "NOGROUP"):
+                self._host.report_fault("hygiene", f"removing idle consumers: {exc}", error=exc)
 
     # ---- closing -----------------------------------------------------------------------------
 

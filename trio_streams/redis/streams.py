@@ -55,6 +55,9 @@ class RedisStream(Source):
     - ``min_idle``: seconds after which an entry another consumer left unacknowledged is claimed
       (its handler is kept from being claimed by a lease while it runs).
     - ``on_nogroup``: ``"recreate"`` (default) or ``"fail"`` (see :class:`NoGroup`).
+    - ``remove_idle_consumers``: seconds; other consumers of the group that have no pending
+      entries and have been idle that long are removed (``XGROUP DELCONSUMER``) by the
+      reclaim pass. Off by default.
     - ``delete_on_ack``: a work queue: an acknowledged entry is deleted too (``XACK`` and
       ``XDEL`` in one ``MULTI``/``EXEC``). Without it ``XACK`` deletes nothing: trim the
       stream (``RedisBroker(maxlen=...)``).
@@ -71,6 +74,7 @@ class RedisStream(Source):
     on_nogroup: NoGroup
     mode: Mode
     delete_on_ack: bool
+    remove_idle_consumers: float | None
 
     def __init__(
         self,
@@ -82,6 +86,7 @@ class RedisStream(Source):
         min_idle: float = DEFAULT_MIN_IDLE,
         on_nogroup: NoGroup | str = NoGroup.RECREATE,
         delete_on_ack: bool = False,
+        remove_idle_consumers: float | None = None,
         mode: Mode = Mode.GROUP,
     ) -> None:
         check_source_args("RedisStream", (key,), start, entry_ids=True)
@@ -109,6 +114,19 @@ class RedisStream(Source):
                 f"Position.entry(id){'' if mode is Mode.GROUP else ' or Position.timestamp(ms)'}"
                 f", not {start!r}"
             )
+        if remove_idle_consumers is not None:
+            if isinstance(remove_idle_consumers, bool) or not isinstance(
+                remove_idle_consumers, int | float
+            ):
+                raise ConfigurationError(
+                    f"remove_idle_consumers takes seconds, not {remove_idle_consumers!r}"
+                )
+            if not 1 <= remove_idle_consumers < float("inf"):
+                raise ConfigurationError(
+                    f"remove_idle_consumers must be at least 1 s, got {remove_idle_consumers!r}"
+                )
+            if mode is not Mode.GROUP:
+                raise ConfigurationError("remove_idle_consumers needs a consumer group")
         if not isinstance(delete_on_ack, bool):
             raise ConfigurationError(f"delete_on_ack is True or False, not {delete_on_ack!r}")
         if isinstance(min_idle, bool) or not isinstance(min_idle, int | float):
@@ -129,6 +147,11 @@ class RedisStream(Source):
         object.__setattr__(self, "on_nogroup", policy)
         object.__setattr__(self, "mode", mode)
         object.__setattr__(self, "delete_on_ack", delete_on_ack)
+        object.__setattr__(
+            self,
+            "remove_idle_consumers",
+            None if remove_idle_consumers is None else float(remove_idle_consumers),
+        )
 
     @property
     def start(self) -> Position:
@@ -158,6 +181,7 @@ class RedisStream(Source):
             "min_idle": self.min_idle,
             "on_nogroup": self.on_nogroup,
             "delete_on_ack": self.delete_on_ack,
+            "remove_idle_consumers": self.remove_idle_consumers,
             "mode": self.mode,
         }
         fields.update(changes)

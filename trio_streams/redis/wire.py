@@ -32,6 +32,7 @@ __all__ = [
     "entry_position",
     "id_before",
     "parse_autoclaim",
+    "parse_consumers",
     "parse_entries",
     "parse_pending",
     "parse_read",
@@ -146,6 +147,25 @@ def parse_pending(reply: Any) -> dict[str, int]:
             raise ReplyShapeError(f"expected [id, consumer, idle, count], got {item!r}")
         counts[text(item[0])] = int(item[3])
     return counts
+
+
+def parse_consumers(reply: Any) -> list[tuple[str, int, int]]:
+    """``XINFO CONSUMERS``' ``(name, pending, idle ms)`` per consumer (RESP3 maps or RESP2
+    flat lists)."""
+    if not isinstance(reply, list):
+        raise ReplyShapeError(f"expected a list of consumers, got {reply!r}")
+    consumers: list[tuple[str, int, int]] = []
+    for item in reply:
+        if isinstance(item, list):
+            item = dict(zip(item[::2], item[1::2], strict=True))
+        if not isinstance(item, dict):
+            raise ReplyShapeError(f"expected a consumer's fields, got {item!r}")
+        info = {text(k): v for k, v in item.items()}
+        try:
+            consumers.append((text(info["name"]), int(info["pending"]), int(info["idle"])))
+        except KeyError as exc:
+            raise ReplyShapeError(f"a consumer's fields lack {exc}: {item!r}") from None
+    return consumers
 
 
 def split_id(entry_id: str) -> tuple[int, int]:

@@ -111,3 +111,44 @@ async def test_a_handler_that_runs_3x_min_idle_is_handled_exactly_once(
         with trio.move_on_after(2 * min_idle):
             await trio.sleep_forever()
     assert len(handled) == 1, handled
+
+
+async def test_idle_consumers_without_pending_entries_are_removed_when_asked(
+    redis_server: RedisServer, redis: RedisClient
+) -> None:
+    await redis.execute("XGROUP", "CREATE", "s", "g", "$", "MKSTREAM")
+    await redis.execute("XGROUP", "CREATECONSUMER", "s", "g", "gone")
+    app = App("svc")
+    broker = app.broker(RedisBroker(redis_server.url))
+    source = RedisStream("s", group="g", consumer="me", min_idle=0.2, remove_idle_consumers=1)
+
+    @broker.subscriber(source, block=20)
+    async def handle(n: int) -> None: ...
+
+    async def names() -> set[str]:
+        reply = await redis.execute("XINFO", "CONSUMERS", "s", "g")
+        return {(c[b"name"] if isinstance(c, dict) else c[1]).decode() for c in reply}
+
+    async with serving(app):
+
+        async def removed() -> bool:
+            return await names() == {"me"}
+
+        await eventually(removed, within=10, what="the idle consumer removed")
+
+
+async def test_consumers_are_kept_unless_removal_is_asked_for(
+    redis_server: RedisServer, redis: RedisClient
+) -> None:
+    await redis.execute("XGROUP", "CREATE", "s", "g", "$", "MKSTREAM")
+    await redis.execute("XGROUP", "CREATECONSUMER", "s", "g", "gone")
+    app, broker, source = member(redis_server.url, "me", 0.05)
+
+    @broker.subscriber(source, block=20)
+    async def handle(n: int) -> None: ...
+
+    async with serving(app):
+        with trio.move_on_after(1.2):  # a window past a removal's idle limit: many passes
+            await trio.sleep_forever()
+        reply = await redis.execute("XINFO", "CONSUMERS", "s", "g")
+    assert len(reply) == 2
