@@ -2,7 +2,8 @@
 GROUP CONSUMER MIN_IDLE BEHAVIOUR``.
 
 Each handled message prints ``handling <n> <attempt>`` (flushed) first; then the behaviour:
-``ok`` acks (and prints ``handled <n>``), ``hang`` waits forever (a handler still running when
+``ok`` acks (and prints ``handled <n>``), ``slow`` does the same after a millisecond of
+work, ``hang`` waits forever (a handler still running when
 the process is killed), ``crash`` ends the process at once (``os._exit``), as a message that
 crashes its worker would. ``max_attempts=3``, dead letters to ``<KEY>.dead``. SIGTERM stops it
 gracefully.
@@ -28,6 +29,10 @@ def build(url: str, key: str, group: str, consumer: str, min_idle: float, behavi
 
     @broker.subscriber(source, max_attempts=3, dead_letter=f"{key}.dead", block=50)
     async def handle(n: int, ctx: Context) -> None:
+        if behaviour == "slow":
+            await trio.sleep(0.001)  # a millisecond of work
+            print(f"handled {n}", flush=True)
+            return
         print(f"handling {n} {ctx.attempt}", flush=True)
         if behaviour == "hang":
             await trio.sleep_forever()
