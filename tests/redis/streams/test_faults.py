@@ -152,3 +152,38 @@ async def test_flushall_under_a_running_subscription_costs_under_5_percent_cpu_w
         await consumer.wait_line("handled 7")  # recreated, and consuming again
     finally:
         consumer.stop()
+
+
+async def test_a_failed_xack_is_a_reported_fault_and_the_entries_are_redelivered_not_lost() -> None:
+    rules = ("app", "on", ">pw", "~*", "&*", "+@all", "-xack")
+    with start_redis_server("--user", *rules) as server:
+        url = f"redis://app:pw@{server.host}:{server.port}"
+        async with connect(server.url) as admin:
+            for n in (1, 2):
+                await admin.execute("XADD", "s", f"0-{n}", "_payload", str(n))
+            app = App("svc")
+            broker = app.broker(RedisBroker(url))
+            seen: list[tuple[int, int]] = []
+            source = RedisStream("s", group="g", start=Position.beginning(), min_idle=0.2)
+
+            @broker.subscriber(source, name="sub", block=20, max_attempts=100)
+            async def handle(n: int, ctx: Context) -> None:
+                seen.append((n, ctx.attempt))
+
+            async with serving(app) as running:
+
+                async def flush_failed() -> bool:
+                    await trio.lowlevel.checkpoint()
+                    return "flush" in running.stats()["sub"].degraded
+
+                await eventually(flush_failed, what="the failed XACK reported")
+                assert await pending_count(admin, "s", "g") == 2  # kept, not lost
+                await admin.execute("ACL", "SETUSER", "app", "+xack")
+
+                async def settled() -> bool:
+                    return bool(await pending_count(admin, "s", "g") == 0)
+
+                await eventually(settled, within=20, what="the entries acknowledged")
+                assert "flush" not in running.stats()["sub"].degraded
+    assert {n for n, _ in seen} == {1, 2}
+    assert max(attempt for _, attempt in seen) >= 2  # delivered again after the failure
