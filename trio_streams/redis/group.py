@@ -136,6 +136,8 @@ class GroupSubscription(SubscriptionSource):
         self._backoff = Backoff(0.05, 2.0)
         self._group_missing = False
         self._faulted = False
+        #: Set by the reclaim task: the reader reads its own pending list again from the start.
+        self._rescan = False
         self._delays = delay_key(stream.key)
         self._promote_wanted = trio.Event()
         #: Seconds until the promoter looks again.
@@ -186,6 +188,9 @@ class GroupSubscription(SubscriptionSource):
 
     async def read(self) -> Sequence[Delivery] | None:
         while True:
+            if self._rescan:  # the reclaim task claimed entries: take them from the PEL
+                self._rescan = False
+                self._pending_from = "0"
             try:
                 if self._group_missing:
                     await self._recreate()
@@ -351,12 +356,13 @@ class GroupSubscription(SubscriptionSource):
             if outcome.kind is OutcomeKind.RETRY_AFTER:
                 await self._schedule(copy, entry_id, outcome.delay)
             else:
-                await (
+                replies = await (
                     self._client.transaction()
                     .add("XADD", self._key, "*", *copy)
                     .add("XACK", self._key, self.group, entry_id)
                     .execute()
                 )
+                replies.raise_first()  # an error inside EXEC (Redis has no rollback)
         except RedisError as exc:
             raise SourceFault(
                 "settle", f"retry of entry {entry_id} failed (it stays pending): {exc}"
@@ -371,12 +377,13 @@ class GroupSubscription(SubscriptionSource):
         entry_id, read = delivery.handle
         fields = encode_fields(delivery.payload, letter.headers_for(delivery))
         try:
-            await (
+            replies = await (
                 self._client.transaction()
                 .add("XADD", letter.destination, "*", *fields)
                 .add("XACK", self._key, self.group, entry_id)
                 .execute()
             )
+            replies.raise_first()  # an error inside EXEC (Redis has no rollback)
         except RedisError as exc:
             raise SourceFault(
                 "settle", f"dead letter of entry {entry_id} failed (it stays pending): {exc}"
@@ -413,12 +420,13 @@ class GroupSubscription(SubscriptionSource):
             for i in range(0, len(ids), _CHUNK):
                 chunk = ids[i : i + _CHUNK]
                 if self._stream.delete_on_ack:  # a work queue: acknowledged means gone
-                    await (
+                    replies = await (
                         self._client.transaction()
                         .add("XACK", self._key, self.group, *chunk)
                         .add("XDEL", self._key, *chunk)
                         .execute()
                     )
+                    replies.raise_first()  # an error inside EXEC (Redis has no rollback)
                 else:
                     await self._client.execute("XACK", self._key, self.group, *chunk)
         finally:
@@ -527,7 +535,7 @@ class GroupSubscription(SubscriptionSource):
             taken = [c for c in map(text, claimed) if c not in self._held]
             if taken:
                 self.reclaimed += len(taken)
-                self._pending_from = "0"  # the reader takes them from its own pending list
+                self._rescan = True  # the reader takes them from its own pending list
             if cursor == "0-0" and self._stream.remove_idle_consumers is not None:
                 await self._remove_idle_consumers(self._stream.remove_idle_consumers)
 
