@@ -9,11 +9,17 @@ drains it through a consumer group twice per round, on the same server:
   per-message handler taking the payload as ``bytes``): decode, dispatch, settle, one ``XACK``
   per read, leases and reclaim running.
 
-Each figure is the median of ``--runs`` rounds, raw and framework alternating (so a
-disturbance hits both); the script prints msgs/s of each and the ratio framework / raw. The
-machine has 2 cores shared by the server and the client: compare the ratio.
+With ``--faststream-python PATH`` (an interpreter with ``faststream[redis]`` installed, kept
+out of this project's environment), each round also drains ``--peer-entries`` entries with
+FastStream in a subprocess under asyncio (``_faststream_peer.py``: a ``StreamSub`` of the same
+group shape, ``max_records=100``, its per-message logging off), per message and in batch mode.
 
-Run: ``python benchmarks/redis_stream_consume.py [--entries N] [--runs N]``.
+Each figure is the median of ``--runs`` rounds, the contenders alternating (so a disturbance
+hits all of them); the script prints msgs/s of each and the ratios. The machine has 2 cores
+shared by the server and the clients: compare the ratios.
+
+Run: ``python benchmarks/redis_stream_consume.py [--entries N] [--runs N]
+[--faststream-python PATH] [--peer-entries N]``.
 """
 
 from __future__ import annotations
@@ -91,23 +97,45 @@ async def framework(url: str, key: str, entries: int) -> float:
     return entries / elapsed
 
 
-async def main(entries: int, runs: int) -> None:
+async def faststream(python: str, url: str, key: str, entries: int, mode: str) -> float:
+    async with connect(url) as redis:
+        await prefill(redis, key, entries)
+    peer = str(Path(__file__).with_name("_faststream_peer.py"))
+    done = await trio.run_process([python, peer, url, key, str(entries), mode], capture_stdout=True)
+    return float(done.stdout.decode().split()[-1])
+
+
+async def main(entries: int, runs: int, peer_python: str | None, peer_entries: int) -> None:
+    results: dict[str, list[float]] = {"raw": [], "framework": []}
     with redis_server() as server:
-        results: dict[str, list[float]] = {"raw": [], "framework": []}
         for run in range(runs):
             results["raw"].append(await raw(server.url, f"raw-{run}", entries))
             results["framework"].append(await framework(server.url, f"fw-{run}", entries))
-    raw_rate = statistics.median(results["raw"])
-    fw_rate = statistics.median(results["framework"])
+            if peer_python is not None:
+                for mode in ("message", "batch"):
+                    rate = await faststream(
+                        peer_python, server.url, f"fs-{mode}-{run}", peer_entries, mode
+                    )
+                    results.setdefault(f"faststream {mode}", []).append(rate)
+    rates = {name: statistics.median(values) for name, values in results.items()}
     print(f"entries per run: {entries}, COUNT {COUNT}, runs: {runs}")
-    print(f"raw connection layer (XREADGROUP + XACK): {raw_rate:10.0f} msgs/s")
-    print(f"framework (RedisStream, no-op handler):   {fw_rate:10.0f} msgs/s")
-    print(f"ratio framework / raw: {fw_rate / raw_rate:.2f}")
+    print(f"raw connection layer (XREADGROUP + XACK): {rates['raw']:10.0f} msgs/s")
+    print(f"framework (RedisStream, no-op handler):   {rates['framework']:10.0f} msgs/s")
+    print(f"ratio framework / raw: {rates['framework'] / rates['raw']:.2f}")
+    for mode in ("message", "batch"):
+        name = f"faststream {mode}"
+        if name in rates:
+            print(
+                f"FastStream 0.7 {mode:>7} ({peer_entries} entries): {rates[name]:10.0f} msgs/s;"
+                f" framework / FastStream {mode}: {rates['framework'] / rates[name]:.1f}x"
+            )
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--entries", type=int, default=50_000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--faststream-python", metavar="PATH", default=None)
+    parser.add_argument("--peer-entries", type=int, default=5_000)
     args = parser.parse_args()
-    trio.run(main, args.entries, args.runs)
+    trio.run(main, args.entries, args.runs, args.faststream_python, args.peer_entries)

@@ -1,0 +1,43 @@
+"""The FastStream peer of ``redis_stream_consume.py``: drain a prefilled stream through a
+consumer group under asyncio, a no-op handler per message (or per batch with ``batch``).
+
+Run by ``redis_stream_consume.py --faststream-python PATH`` with an interpreter that has
+``faststream[redis]`` installed: ``python _faststream_peer.py URL KEY ENTRIES MODE`` prints
+the msgs/s it reached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from typing import Any
+
+
+async def main(url: str, key: str, entries: int, mode: str) -> None:
+    from faststream.redis import RedisBroker, StreamSub  # type: ignore[import-not-found]
+
+    broker = RedisBroker(url, logger=None)  # no log line per message: the fairest figure
+    done = asyncio.Event()
+    handled = 0
+    batch = mode == "batch"
+    source = StreamSub(key, group="g", consumer="c", max_records=100, batch=batch, last_id="0")
+
+    @broker.subscriber(stream=source)  # type: ignore[untyped-decorator]
+    async def handle(body: Any) -> None:
+        nonlocal handled
+        handled += len(body) if batch else 1
+        if handled >= entries:
+            done.set()
+
+    started = time.perf_counter()
+    await broker.start()
+    await done.wait()
+    elapsed = time.perf_counter() - started
+    await broker.stop()
+    print(entries / elapsed)
+
+
+if __name__ == "__main__":
+    url, key, entries, mode = sys.argv[1:5]
+    asyncio.run(main(url, key, int(entries), mode))
