@@ -7,6 +7,7 @@ import trio
 
 from tests.redis.client.redis_waits import eventually
 from tests.redis_servers import RedisServer
+from tests.redis_servers import redis_server as start_redis_server
 from tests.support import serving
 from trio_streams import App, Context, Outcome, Position, RunningApp, Seeker, ack, retry
 from trio_streams.errors import ConfigurationError
@@ -191,3 +192,69 @@ async def test_without_delete_on_ack_xack_deletes_nothing(
         with trio.fail_after(10):
             await done.wait()
     assert await redis.execute("XLEN", "s") == 3
+
+
+async def test_a_tail_reconnects_as_a_fault_and_resumes_after_the_last_entry_it_read() -> None:
+    with start_redis_server("--appendonly", "yes", "--appendfsync", "always") as server:
+        app = App("svc")
+        broker = app.broker(RedisBroker(server.url))
+        seen: list[int] = []
+        changed = trio.Event()
+
+        @broker.subscriber(RedisStream("s").tail(), name="tail", block=50)
+        async def handle(n: int) -> None:
+            seen.append(n)
+            changed.set()
+
+        async def wait_for(count: int) -> None:
+            nonlocal changed
+            with trio.fail_after(20):
+                while len(seen) < count:
+                    await changed.wait()
+                    changed = trio.Event()
+
+        async with serving(app) as running:
+            await broker.publish("s", 1)
+            await broker.publish("s", 2)
+            await wait_for(2)
+            await trio.to_thread.run_sync(server.restart)
+
+            async def published() -> bool:
+                try:
+                    await broker.publish("s", 3)
+                except ConnectionError:
+                    return False
+                return True
+
+            await eventually(published, within=20, what="a publish after the restart")
+            await wait_for(3)
+            assert running.stats()["tail"].faults >= 1
+    assert seen == [1, 2, 3]
+
+
+async def test_under_app_test_a_replay_runs_in_memory_and_seeks_the_same_way() -> None:
+    app = App("svc")
+    broker = app.broker(RedisBroker("redis://127.0.0.1:1"))
+    seen: list[int] = []
+
+    @broker.subscriber(RedisStream("s").replay())
+    async def handle(n: int, seeker: Seeker) -> None:
+        seen.append(n)
+        if n == 3 and seen.count(3) == 1:
+            await seeker.seek(Position.beginning())
+
+    async with app.test() as t:
+        for n in (1, 2, 3):
+            await t.publish("s", n)
+    assert seen == [1, 2, 3, 1, 2, 3]
+
+
+async def test_publish_trims_by_minid_when_asked(
+    redis_server: RedisServer, redis: RedisClient
+) -> None:
+    await redis.execute("XADD", "s", "5-0", "_payload", "old")
+    app = App("svc")
+    broker = app.broker(RedisBroker(redis_server.url, minid="10-0", exact_trim=True))
+    async with serving(app):
+        await broker.publish("s", 1)
+    assert [f["_payload"] for _, f in await entries(redis, "s")] == [b"1"]
