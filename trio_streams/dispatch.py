@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from .codec import DecodeError
+from .codec import DecodeError, EncodeError, encode
 from .context import Context
 from .delivery import Delivery
 from .failure import Verdict
@@ -37,6 +37,14 @@ _ACK = ack()
 #: Deliveries waiting in each ordered lane.
 _LANE_BUFFER = 4
 _UNDECODED: Any = object()
+
+
+class _Unencodable(Exception):
+    """The handler's return value cannot be encoded for its publishers (the handler ran)."""
+
+    def __init__(self, error: EncodeError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class _KeyFailed:
@@ -240,6 +248,8 @@ class Dispatcher:
             try:
                 result = await handler.fn(*args)
                 outcome = await self._outcome_of(result)
+            except _Unencodable as exc:
+                return await self._unencodable(delivery, args[0], exc.error)
             except Exception as exc:  # noqa: BLE001 - a failing handler runs the failure policy
                 error = exc
                 outcome = self._failed(delivery, exc)
@@ -278,6 +288,22 @@ class Dispatcher:
         self._observe(delivery, None, verdict.outcome, verdict, exc)
         return await self._settle(delivery, verdict, exc, reason="undecodable")
 
+    async def _unencodable(self, delivery: Delivery, message: Any, exc: EncodeError) -> bool:
+        """The handler ran, but its return value cannot be published: running it again would
+        repeat its effects for the same result, so the delivery is dead-lettered at once (or
+        dropped, logged as an error). True if a delayed retry now owns it (never)."""
+        verdict = self._policy.on_unencodable()
+        if verdict.dead_letter is None:
+            self._log.error(
+                "%s: message at %r dropped: the handler's return value cannot be published "
+                "(%s); the handler is not run again",
+                self._runner.label,
+                delivery.position,
+                exc,
+            )
+        self._observe(delivery, message, verdict.outcome, verdict, exc)
+        return await self._settle(delivery, verdict, exc, reason="unencodable")
+
     def _failed(self, delivery: Delivery, exc: Exception) -> Outcome:
         self._log.error(
             "%s: handler failed on attempt %d of %d (message at %r)",
@@ -294,8 +320,14 @@ class Dispatcher:
             return _ACK
         if isinstance(result, Outcome):
             return result
-        for publisher in self._publishers:
-            await publisher.publish(result)
+        publishers = self._publishers
+        if publishers:
+            try:
+                payload = encode(result)  # once for every publisher, before any publishes
+            except EncodeError as exc:
+                raise _Unencodable(exc) from None
+            for publisher in publishers:
+                await publisher.publish(payload)
         return _ACK
 
     # ---- batches -----------------------------------------------------------------------------
