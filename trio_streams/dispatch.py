@@ -24,7 +24,9 @@ import trio
 from .codec import DecodeError, EncodeError, encode
 from .context import Context
 from .delivery import Delivery
+from .depends import DependencyScope
 from .failure import Verdict
+from .handler import UNDECODED
 from .outcome import Outcome, OutcomeKind, ack, drop
 from .transport import DeadLetter, Unsettled
 
@@ -36,7 +38,7 @@ __all__ = ["Dispatcher", "HandledMessage"]
 _ACK = ack()
 #: Deliveries waiting in each ordered lane.
 _LANE_BUFFER = 4
-_UNDECODED: Any = object()
+_UNDECODED: Any = UNDECODED
 
 
 class _Unencodable(Exception):
@@ -221,23 +223,36 @@ class Dispatcher:
     async def _handle_one(self, delivery: Delivery, message: Any) -> bool:
         if delivery.attempt > self._policy.max_attempts:
             return await self._spent(delivery)
+        if self._handler.dependencies is None:
+            return await self._handle(delivery, message, None)
+        # Dependencies are cleaned up once the delivery is settled, or when it is cancelled.
+        scope = DependencyScope()
+        try:
+            later = await self._handle(delivery, message, scope)
+        except BaseException as exc:
+            await scope.aclose(exc, self._log, self._runner.label)
+            raise
+        await scope.aclose(scope.error, self._log, self._runner.label)
+        return later
+
+    async def _handle(
+        self, delivery: Delivery, message: Any, scope: DependencyScope | None
+    ) -> bool:
         handler = self._handler
         context = Context(self._runner, delivery) if handler.needs_context else None
         error: BaseException | None = None
         try:
             if type(message) is _KeyFailed:
                 raise message.error
-            if message is _UNDECODED:
-                args = await handler.arguments(delivery, context)
-            else:
-                args = [message]
-                for extract, is_async in zip(handler.extractors, handler.awaitable, strict=True):
-                    value = extract(delivery, context)
-                    args.append(await value if is_async else value)
+            args = await handler.arguments(delivery, context, message, scope)
         except DecodeError as exc:
+            if scope is not None:
+                scope.error = exc
             return await self._undecodable(delivery, exc)
         except Exception as exc:  # noqa: BLE001 - a failing extractor or key runs the policy
             error = exc
+            if scope is not None:
+                scope.error = exc
             outcome = self._failed(delivery, exc)
             args = None
         if args is not None and not self._channel.is_current(delivery):
@@ -249,9 +264,13 @@ class Dispatcher:
                 result = await handler.fn(*args)
                 outcome = await self._outcome_of(result)
             except _Unencodable as exc:
+                if scope is not None:
+                    scope.error = exc.error
                 return await self._unencodable(delivery, args[0], exc.error)
             except Exception as exc:  # noqa: BLE001 - a failing handler runs the failure policy
                 error = exc
+                if scope is not None:
+                    scope.error = exc
                 outcome = self._failed(delivery, exc)
         if outcome is _ACK and not self._runner.observers:
             # The common case, without building a verdict.
@@ -333,6 +352,19 @@ class Dispatcher:
     # ---- batches -----------------------------------------------------------------------------
 
     async def _process_batch(self, batch: list[Delivery]) -> None:
+        if self._handler.dependencies is None:
+            await self._handle_batch(batch, None)
+            return
+        # Solved once for the batch; cleaned up once every delivery of it is settled.
+        scope = DependencyScope()
+        try:
+            await self._handle_batch(batch, scope)
+        except BaseException as exc:
+            await scope.aclose(exc, self._log, self._runner.label)
+            raise
+        await scope.aclose(scope.error, self._log, self._runner.label)
+
+    async def _handle_batch(self, batch: list[Delivery], scope: DependencyScope | None) -> None:
         channel = self._channel
         runner = self._runner
         later: set[int] = set()
@@ -383,7 +415,7 @@ class Dispatcher:
                 return
             good = [d for d, _ in kept]
             messages = [m for _, m in kept]
-            outcomes, error = await self._call_batch(good, messages)
+            outcomes, error = await self._call_batch(good, messages, scope)
             for delivery, message, outcome in zip(good, messages, outcomes, strict=True):
                 verdict = self._policy.decide(delivery, outcome)
                 self._observe(delivery, message, outcome, verdict, error)
@@ -396,15 +428,24 @@ class Dispatcher:
                     channel.finished(delivery)
 
     async def _call_batch(
-        self, deliveries: list[Delivery], messages: list[Any]
+        self, deliveries: list[Delivery], messages: list[Any], scope: DependencyScope | None
     ) -> tuple[list[Outcome], BaseException | None]:
-        args: list[Any] = [messages]
-        if self._handler.extractors:
-            args.append([Context(self._runner, d) for d in deliveries])
+        handler = self._handler
+        contexts = [Context(self._runner, d) for d in deliveries] if handler.needs_context else None
         try:
-            result = await self._handler.fn(*args)
+            if handler.dependencies is not None:
+                assert scope is not None
+                args = [
+                    messages,
+                    *await handler.dependencies.solve(None, contexts, messages, scope),
+                ]
+            else:
+                args = [messages, contexts] if handler.extractors else [messages]
+            result = await handler.fn(*args)
             return _batch_outcomes(result, len(deliveries)), None
         except Exception as exc:  # noqa: BLE001 - a failing handler runs the failure policy
+            if scope is not None:
+                scope.error = exc
             self._log.error(
                 "%s: batch handler failed on %d messages",
                 self._runner.label,
