@@ -195,24 +195,39 @@ class Arguments:
     ) -> list[Any]:
         """The values, in order. A dependency's exception propagates (the failure policy runs);
         what was entered before it is in ``scope``, to clean up."""
-        return [await _resolve(s, delivery, context, payload, scope) for s in self.sources]
+        values = []
+        for code, target in self.sources:
+            if code == _LEAF:
+                values.append(target(delivery, context))
+            else:
+                values.append(await _solve(target, delivery, context, payload, scope))
+        return values
 
 
-async def _resolve(
-    source: Source, delivery: Any, context: Any, payload: Any, scope: DependencyScope
+async def _solve(
+    call: _Call, delivery: Any, context: Any, payload: Any, scope: DependencyScope
 ) -> Any:
-    code, target = source
-    if code == _LEAF:
-        return target(delivery, context)
-    if code == _PAYLOAD:
-        return payload
-    call: _Call = target
+    """``call``'s value in this delivery: cached, or called (and entered, for a generator)."""
     if call.use_cache:
         value = scope.values.get(call.key, _MISSING)
         if value is not _MISSING:
             return value
-    args = [await _resolve(s, delivery, context, payload, scope) for s in call.positional]
-    kwargs = {n: await _resolve(s, delivery, context, payload, scope) for n, s in call.keyword}
+    args = []
+    for code, target in call.positional:
+        if code == _LEAF:
+            args.append(target(delivery, context))
+        elif code == _PAYLOAD:
+            args.append(payload)
+        else:
+            args.append(await _solve(target, delivery, context, payload, scope))
+    kwargs = {}
+    for name, (code, target) in call.keyword:
+        if code == _LEAF:
+            kwargs[name] = target(delivery, context)
+        elif code == _PAYLOAD:
+            kwargs[name] = payload
+        else:
+            kwargs[name] = await _solve(target, delivery, context, payload, scope)
     kind = call.kind
     if kind == _SYNC:
         value = call.fn(*args, **kwargs)
@@ -333,7 +348,7 @@ def check_overrides(
     used: set[Callable[..., Any]] = set()
     for handler in handlers:
         used.update(handler.depends_on)
-        handler.overridden(overrides)
+        used.update(handler.overridden(overrides).depends_on)  # replacements' own trees too
     unused = [_name_of(original) for original in overrides if original not in used]
     if unused:
         raise ConfigurationError(f"dependency_overrides: no handler depends on {', '.join(unused)}")

@@ -83,6 +83,10 @@ class Dispatcher:
         self._channel = runner.channel
         self._publishers = subscription.publishers
         self._log = runner.logger
+        #: Handlers without dependencies skip the dependency scope altogether.
+        self._handle_delivery = (
+            self._handle_one if self._handler.dependencies is None else self._handle_scoped
+        )
         #: Deliveries taken off the channel by the lane router, not yet by their lane's worker.
         self._in_lanes: dict[int, Delivery] = {}
 
@@ -211,7 +215,7 @@ class Dispatcher:
                 # A seek made it stale before its handler started.
                 self._runner.unsettled(delivery, Unsettled.STALE)
             else:
-                later = await self._handle_one(delivery, message)
+                later = await self._handle_delivery(delivery, message)
             done = True
         finally:
             if not done:
@@ -220,24 +224,23 @@ class Dispatcher:
             if not later:
                 self._channel.finished(delivery)
 
-    async def _handle_one(self, delivery: Delivery, message: Any) -> bool:
-        if delivery.attempt > self._policy.max_attempts:
-            return await self._spent(delivery)
-        if self._handler.dependencies is None:
-            return await self._handle(delivery, message, None)
-        # Dependencies are cleaned up once the delivery is settled, or when it is cancelled.
+    async def _handle_scoped(self, delivery: Delivery, message: Any) -> bool:
+        """``_handle_one`` for a handler with dependencies: they are cleaned up once the
+        delivery is settled, or when it is cancelled."""
         scope = DependencyScope()
         try:
-            later = await self._handle(delivery, message, scope)
+            later = await self._handle_one(delivery, message, scope)
         except BaseException as exc:
             await scope.aclose(exc, self._log, self._runner.label)
             raise
         await scope.aclose(scope.error, self._log, self._runner.label)
         return later
 
-    async def _handle(
-        self, delivery: Delivery, message: Any, scope: DependencyScope | None
+    async def _handle_one(
+        self, delivery: Delivery, message: Any, scope: DependencyScope | None = None
     ) -> bool:
+        if delivery.attempt > self._policy.max_attempts:
+            return await self._spent(delivery)
         handler = self._handler
         context = Context(self._runner, delivery) if handler.needs_context else None
         error: BaseException | None = None

@@ -54,7 +54,7 @@ class Header:
     name: str | None = None
 
 
-#: Fills one argument: (delivery, context or None) -> value, possibly awaitable.
+#: Fills one argument: (delivery, context or None) -> value.
 _Extractor = Callable[[Delivery, Context | None], Any]
 
 

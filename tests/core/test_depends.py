@@ -602,3 +602,63 @@ def test_a_batch_dependency_cannot_take_a_per_message_parameter() -> None:
 
     with pytest.raises(ConfigurationError, match=r"dependency .*tenant, parameter 'ctx'.*batch"):
         analyse(handle, batch=True)
+
+
+# ---- nasty cases ---------------------------------------------------------------------------
+
+
+async def test_a_delivery_made_stale_while_its_dependencies_were_solved_is_still_cleaned_up(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    app, broker = make_app()
+    for n in range(1, 6):
+        broker.hub.append("s", str(n).encode(), {})
+    opened: list[int] = []
+    closed: list[int] = []
+    handled: list[int] = []
+    seeked = False
+
+    async def slow_session(n: int) -> AsyncIterator[int]:
+        opened.append(n)
+        try:
+            await trio.sleep(0 if n == 1 else 1)  # 2 is still being solved when 1 seeks
+            yield n
+        finally:
+            closed.append(n)
+
+    @broker.subscriber(MemoryStream("s").replay(), workers=2, buffer=4)
+    async def handle(n: int, ctx: Context, s: Annotated[int, Depends(slow_session)]) -> None:
+        nonlocal seeked
+        handled.append(n)
+        if n == 1 and not seeked:
+            seeked = True
+            await ctx.seeker.seek(Position.sequence(5))
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            running = await nursery.start(app.serve)
+            await running.wait_stopped()
+    assert 2 in opened and 2 not in handled  # solved, then found stale
+    assert sorted(opened) == sorted(closed)
+
+
+async def test_the_cleanup_sees_the_encode_error_of_an_unencodable_return_value() -> None:
+    app, broker = make_app()
+    seen: list[str] = []
+
+    async def session() -> AsyncIterator[None]:
+        try:
+            yield None
+        except TypeError as exc:
+            seen.append(type(exc).__name__)
+            raise
+
+    @broker.subscriber(MemoryStream("s"), dead_letter="dlq")
+    @broker.publisher("out")
+    async def handle(n: int, db: Annotated[None, Depends(session)]) -> object:
+        return object()
+
+    async with app.test() as t:
+        await t.publish("s", 1)
+        assert t.handler(handle).call_count == 1
+    assert seen == ["EncodeError"]
