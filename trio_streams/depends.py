@@ -47,14 +47,8 @@ from .errors import ConfigurationError
 if TYPE_CHECKING:
     from .handler import Handler
 
-__all__ = [
-    "CLEANUP_TIMEOUT",
-    "Arguments",
-    "DependencyScope",
-    "Depends",
-    "Planner",
-    "check_overrides",
-]
+#: What users meet; the rest (planning, solving, scopes) is the dispatcher's and the harness's.
+__all__ = ["CLEANUP_TIMEOUT", "Depends"]
 
 #: Seconds a dependency's cleanup may run, shielded from cancellation, before it is cut short.
 CLEANUP_TIMEOUT = 5.0
