@@ -261,6 +261,11 @@ class Planner:
         self.leaves: list[Leaf] = []
         self.needs_context = False
 
+    @staticmethod
+    def leaf(extract: Leaf) -> Source:
+        """The source of a handler parameter filled by an extractor (not a dependency)."""
+        return (_LEAF, extract)
+
     def source(self, marker: Depends, where: str) -> Source:
         """The source of a handler parameter marked ``Depends``."""
         return (_CALL, self._plan(marker, where, ()))

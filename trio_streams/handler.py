@@ -165,7 +165,7 @@ def analyse(
             continue
         extract, wants_context = _leaf_for(where, param, annotation, batch=batch)
         extractors.append(extract)
-        sources.append((0, extract))  # a leaf source (see depends._LEAF)
+        sources.append(Planner.leaf(extract))
         needs_context = needs_context or wants_context
     leaves = [*extractors, *planner.leaves]
     return Handler(
