@@ -452,9 +452,12 @@ class App:
                 transport = await stack.enter_async_context(options.connect(broker))
                 broker._attach(transport)
                 stack.callback(broker._attach, None)
+            targets: dict[str, int] = {}
             for broker in self._brokers:
                 for subscription in broker.subscriptions:
-                    runner = self._make_runner(subscription, broker, options)
+                    runner = self._make_runner(
+                        subscription, broker, options, self._retry_target(subscription, targets)
+                    )
                     runners.append(runner)
                     # A runner that never started (a later one failed to open) still
                     # closes its reader; one that ran closed it already.
@@ -489,8 +492,20 @@ class App:
             failure.__cause__ = exc
             handle._fail(failure)
 
+    def _retry_target(self, subscription: Subscription, seen: dict[str, int]) -> str:
+        """``<app>/<subscription>``, unique in the app: a name a later broker repeats gets
+        ``#n`` (brokers are in registration order, so every process of the app agrees)."""
+        target = f"{self.name}/{subscription.name}"
+        count = seen.get(target, 0) + 1
+        seen[target] = count
+        return target if count == 1 else f"{target}#{count}"
+
     def _make_runner(
-        self, subscription: Subscription, broker: Broker, options: RunOptions
+        self,
+        subscription: Subscription,
+        broker: Broker,
+        options: RunOptions,
+        retry_target: str | None = None,
     ) -> SubscriptionRunner:
         if options.dependency_overrides:
             handler = subscription.handler.overridden(options.dependency_overrides)
@@ -504,6 +519,7 @@ class App:
             observers=options.observers,
             on_fault=lambda fault: self._fault_changed(fault, options),
             app_name=self.name,
+            retry_target=retry_target,
         )
 
     def _fault_changed(self, fault: Fault, options: RunOptions) -> None:

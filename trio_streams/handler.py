@@ -6,7 +6,8 @@ parameter is filled by what its annotation or default asks for:
 - ``Context`` — the delivery's context (headers, position, attempt, publish, seeker);
 - ``Annotated[T, Header("name")]`` or ``= Header("name")`` — one header, converted to ``T``;
   a missing header fails decoding unless the parameter has a default or is optional;
-- ``Headers`` — all headers as a read-only mapping;
+- ``Headers`` — the producer's headers as a read-only mapping (as ``ctx.headers``: without
+  the retry count and target a retry copy carries);
 - ``Position`` — where the message is; ``Seeker`` — the subscription's seek handle;
 - ``Annotated[T, Depends(fn)]`` or ``= Depends(fn)`` — a dependency: ``fn`` sync or async, a
   function or a generator with cleanup, its own parameters filled the same way (see ``depends``).
@@ -27,7 +28,7 @@ from typing import Any
 
 from .codec import DecodeError, Decoder, decoder_for
 from .context import Context
-from .delivery import Delivery
+from .delivery import Delivery, producer_headers
 from .depends import Arguments, DependencyScope, Depends, Planner
 from .driver import Seeker
 from .errors import ConfigurationError
@@ -266,7 +267,7 @@ def _position(delivery: Delivery, context: Context | None) -> Position | None:
 
 
 def _headers(delivery: Delivery, context: Context | None) -> Mapping[str, str]:
-    return delivery.headers
+    return producer_headers(delivery.headers)  # as ctx.headers: without the retry headers
 
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
