@@ -17,7 +17,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
@@ -114,6 +114,10 @@ class RunOptions:
     fault_observers: tuple[Callable[[Fault], None], ...] = ()
     on_change: Callable[[], None] | None = None
     runners: list[SubscriptionRunner] = field(default_factory=list)
+    #: Dependency -> replacement, for every handler (``app.test(dependency_overrides=...)``).
+    dependency_overrides: Mapping[Callable[..., Any], Callable[..., Any]] = field(
+        default_factory=dict
+    )
 
 
 class RunningApp:
@@ -339,18 +343,29 @@ class App:
             raise AppFailed(f"app {self.name!r} failed: {describe(error)}") from error
 
     def test(
-        self, *, settle_timeout: float = 30.0, raise_errors: bool = False
+        self,
+        *,
+        settle_timeout: float = 30.0,
+        raise_errors: bool = False,
+        dependency_overrides: Mapping[Callable[..., Any], Callable[..., Any]] | None = None,
     ) -> AbstractAsyncContextManager[TestClient]:
         """Run this app on in-process transports: ``async with app.test() as t: ...``.
 
         ``settle_timeout`` bounds each wait for the app to settle (on Trio's clock). Handler
         errors run the failure policy as in production and are recorded
         (``t.handler(fn).errors``); with ``raise_errors=True`` the first one since the last
-        ``publish``/``settled`` is also raised from it.
+        ``publish``/``settled`` is also raised from it. ``dependency_overrides`` maps a
+        dependency (the function given to ``Depends``) to its replacement, wherever it is used;
+        each is checked as at mount, and one that no handler uses is refused.
         """
         from .testing.harness import run_test_client
 
-        return run_test_client(self, settle_timeout=settle_timeout, raise_errors=raise_errors)
+        return run_test_client(
+            self,
+            settle_timeout=settle_timeout,
+            raise_errors=raise_errors,
+            dependency_overrides=dependency_overrides,
+        )
 
     async def _run_with_signals(self, shutdown_timeout: float | None) -> bool:
         forced = trio.Event()
@@ -437,9 +452,12 @@ class App:
                 transport = await stack.enter_async_context(options.connect(broker))
                 broker._attach(transport)
                 stack.callback(broker._attach, None)
+            targets: dict[str, int] = {}
             for broker in self._brokers:
                 for subscription in broker.subscriptions:
-                    runner = self._make_runner(subscription, broker, options)
+                    runner = self._make_runner(
+                        subscription, broker, options, self._retry_target(subscription, targets)
+                    )
                     runners.append(runner)
                     # A runner that never started (a later one failed to open) still
                     # closes its reader; one that ran closed it already.
@@ -474,9 +492,24 @@ class App:
             failure.__cause__ = exc
             handle._fail(failure)
 
+    def _retry_target(self, subscription: Subscription, seen: dict[str, int]) -> str:
+        """``<app>/<subscription>``, unique in the app: a name a later broker repeats gets
+        ``#n`` (brokers are in registration order, so every process of the app agrees)."""
+        target = f"{self.name}/{subscription.name}"
+        count = seen.get(target, 0) + 1
+        seen[target] = count
+        return target if count == 1 else f"{target}#{count}"
+
     def _make_runner(
-        self, subscription: Subscription, broker: Broker, options: RunOptions
+        self,
+        subscription: Subscription,
+        broker: Broker,
+        options: RunOptions,
+        retry_target: str | None = None,
     ) -> SubscriptionRunner:
+        if options.dependency_overrides:
+            handler = subscription.handler.overridden(options.dependency_overrides)
+            subscription = replace(subscription, handler=handler)
         return SubscriptionRunner(
             subscription,
             broker.transport,
@@ -486,6 +519,7 @@ class App:
             observers=options.observers,
             on_fault=lambda fault: self._fault_changed(fault, options),
             app_name=self.name,
+            retry_target=retry_target,
         )
 
     def _fault_changed(self, fault: Fault, options: RunOptions) -> None:

@@ -6,7 +6,7 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from .delivery import Delivery
+from .delivery import Delivery, producer_headers
 from .errors import UnsupportedError
 from .positions import Position
 
@@ -35,8 +35,11 @@ class Context:
 
     @property
     def headers(self) -> Mapping[str, str]:
-        """The message's headers, as it arrived (retry copies: with the retry count)."""
-        return self.message.headers
+        """The message's headers as its producer sent them: without the transport's own (the
+        retry count and target a retry copy carries; ``ctx.attempt`` says how often it was
+        tried), so a handler that forwards them (``ctx.publish(..., headers=ctx.headers)``)
+        never makes the next stage take its message for a retry copy."""
+        return producer_headers(self.message.headers)
 
     @property
     def position(self) -> Position | None:

@@ -102,6 +102,18 @@ def retry_headers(delivery: Delivery, target: str | None = None) -> dict[str, st
     return headers
 
 
+#: Headers a transport adds to retry copies; handlers see the headers without them
+#: (``producer_headers``), so forwarding a copy's headers never forwards "this is a retry".
+TRANSPORT_HEADERS = frozenset({RETRY_COUNT_HEADER, RETRY_TARGET_HEADER})
+
+
+def producer_headers(headers: Mapping[str, str]) -> Mapping[str, str]:
+    """``headers`` without the transport's own (the retry count and target of a copy)."""
+    if RETRY_COUNT_HEADER in headers or RETRY_TARGET_HEADER in headers:
+        return {k: v for k, v in headers.items() if k not in TRANSPORT_HEADERS}
+    return headers
+
+
 def retry_target_of(delivery: Delivery) -> str | None:
     """The subscription a retry copy is for, or None for a message any subscription handles."""
     if delivery.attempt == 1:

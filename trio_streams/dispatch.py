@@ -21,10 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from .codec import DecodeError
+from .codec import DecodeError, EncodeError, encode
 from .context import Context
 from .delivery import Delivery, retry_target_of
+from .depends import DependencyScope
 from .failure import Verdict
+from .handler import UNDECODED
 from .outcome import Outcome, OutcomeKind, ack, drop, retry
 from .reporting import describe
 from .transport import DeadLetter, Unsettled
@@ -37,7 +39,15 @@ __all__ = ["Dispatcher", "HandledMessage"]
 _ACK = ack()
 #: Deliveries waiting in each ordered lane.
 _LANE_BUFFER = 4
-_UNDECODED: Any = object()
+_UNDECODED: Any = UNDECODED
+
+
+class _Unencodable(Exception):
+    """The handler's return value cannot be encoded for its publishers (the handler ran)."""
+
+    def __init__(self, error: EncodeError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class _Again:
@@ -84,6 +94,10 @@ class Dispatcher:
         self._channel = runner.channel
         self._publishers = subscription.publishers
         self._log = runner.logger
+        #: Handlers without dependencies skip the dependency scope altogether.
+        self._handle_delivery = (
+            self._handle_one if self._handler.dependencies is None else self._handle_scoped
+        )
         #: Deliveries taken off the channel by the lane router, not yet by their lane's worker.
         self._in_lanes: dict[int, Delivery] = {}
 
@@ -216,11 +230,12 @@ class Dispatcher:
             elif self._for_another(delivery):
                 await self._runner.settle(delivery, _ACK)
             elif ordered:
-                while (result := await self._handle_one(delivery, message, True)) is _AGAIN:
+                handle = self._handle_delivery
+                while (result := await handle(delivery, message, ordered=True)) is _AGAIN:
                     pass
                 later = result is True
             else:
-                later = await self._handle_one(delivery, message) is True
+                later = await self._handle_delivery(delivery, message) is True
             done = True
         finally:
             if not done:
@@ -235,8 +250,27 @@ class Dispatcher:
         target = retry_target_of(delivery)
         return target is not None and target != self._runner.retry_target
 
-    async def _handle_one(
+    async def _handle_scoped(
         self, delivery: Delivery, message: Any, ordered: bool = False
+    ) -> bool | _Again:
+        """``_handle_one`` for a handler with dependencies: they are cleaned up once the
+        delivery is settled (or, in an ordered lane that retries in place, once this attempt
+        is decided), or when it is cancelled."""
+        scope = DependencyScope()
+        try:
+            later = await self._handle_one(delivery, message, scope, ordered=ordered)
+        except BaseException as exc:
+            await scope.aclose(exc, self._log, self._runner.label)
+            raise
+        await scope.aclose(scope.error, self._log, self._runner.label)
+        return later
+
+    async def _handle_one(
+        self,
+        delivery: Delivery,
+        message: Any,
+        scope: DependencyScope | None = None,
+        ordered: bool = False,
     ) -> bool | _Again:
         """Handle ``delivery`` once and carry out the verdict. True if a delayed retry now owns
         it; ``_AGAIN`` if an ordered lane is to handle it again in place."""
@@ -248,17 +282,15 @@ class Dispatcher:
         try:
             if type(message) is _KeyFailed:
                 raise message.error
-            if message is _UNDECODED:
-                args = await handler.arguments(delivery, context)
-            else:
-                args = [message]
-                for extract, is_async in zip(handler.extractors, handler.awaitable, strict=True):
-                    value = extract(delivery, context)
-                    args.append(await value if is_async else value)
+            args = await handler.arguments(delivery, context, message, scope)
         except DecodeError as exc:
+            if scope is not None:
+                scope.error = exc
             return await self._undecodable(delivery, exc)
         except Exception as exc:  # noqa: BLE001 - a failing extractor or key runs the policy
             error = exc
+            if scope is not None:
+                scope.error = exc
             outcome = self._failed(delivery, exc)
             args = None
         if args is not None and not self._channel.is_current(delivery):
@@ -269,8 +301,14 @@ class Dispatcher:
             try:
                 result = await handler.fn(*args)
                 outcome = await self._outcome_of(result)
+            except _Unencodable as exc:
+                if scope is not None:
+                    scope.error = exc.error
+                return await self._unencodable(delivery, args[0], exc.error)
             except Exception as exc:  # noqa: BLE001 - a failing handler runs the failure policy
                 error = exc
+                if scope is not None:
+                    scope.error = exc
                 outcome = self._failed(delivery, exc)
         if outcome is _ACK and not self._runner.observers:
             # The common case, without building a verdict.
@@ -342,6 +380,22 @@ class Dispatcher:
         self._observe(delivery, None, verdict.outcome, verdict, exc, called=False)
         return await self._settle(delivery, verdict, exc, reason="undecodable")
 
+    async def _unencodable(self, delivery: Delivery, message: Any, exc: EncodeError) -> bool:
+        """The handler ran, but its return value cannot be published: running it again would
+        repeat its effects for the same result, so the delivery is dead-lettered at once (or
+        dropped, logged as an error). True if a delayed retry now owns it (never)."""
+        verdict = self._policy.on_unencodable()
+        if verdict.dead_letter is None:
+            self._log.error(
+                "%s: message at %r dropped: the handler's return value cannot be published "
+                "(%s); the handler is not run again",
+                self._runner.label,
+                delivery.position,
+                exc,
+            )
+        self._observe(delivery, message, verdict.outcome, verdict, exc)
+        return await self._settle(delivery, verdict, exc, reason="unencodable")
+
     def _failed(self, delivery: Delivery, exc: Exception) -> Outcome:
         # A failure that will be retried is one WARNING line (its traceback at DEBUG); the
         # last attempt's is an ERROR with the traceback.
@@ -375,13 +429,32 @@ class Dispatcher:
             return _ACK
         if isinstance(result, Outcome):
             return result
-        for publisher in self._publishers:
-            await publisher.publish(result)
+        publishers = self._publishers
+        if publishers:
+            try:
+                payload = encode(result)  # once for every publisher, before any publishes
+            except EncodeError as exc:
+                raise _Unencodable(exc) from None
+            for publisher in publishers:
+                await publisher.publish(payload)
         return _ACK
 
     # ---- batches -----------------------------------------------------------------------------
 
     async def _process_batch(self, batch: list[Delivery]) -> None:
+        if self._handler.dependencies is None:
+            await self._handle_batch(batch, None)
+            return
+        # Solved once for the batch; cleaned up once every delivery of it is settled.
+        scope = DependencyScope()
+        try:
+            await self._handle_batch(batch, scope)
+        except BaseException as exc:
+            await scope.aclose(exc, self._log, self._runner.label)
+            raise
+        await scope.aclose(scope.error, self._log, self._runner.label)
+
+    async def _handle_batch(self, batch: list[Delivery], scope: DependencyScope | None) -> None:
         channel = self._channel
         runner = self._runner
         later: set[int] = set()
@@ -435,7 +508,7 @@ class Dispatcher:
                 return
             good = [d for d, _ in kept]
             messages = [m for _, m in kept]
-            outcomes, error = await self._call_batch(good, messages)
+            outcomes, error = await self._call_batch(good, messages, scope)
             for delivery, message, outcome in zip(good, messages, outcomes, strict=True):
                 verdict = self._policy.decide(delivery, outcome)
                 self._observe(delivery, message, outcome, verdict, error)
@@ -448,15 +521,24 @@ class Dispatcher:
                     channel.finished(delivery)
 
     async def _call_batch(
-        self, deliveries: list[Delivery], messages: list[Any]
+        self, deliveries: list[Delivery], messages: list[Any], scope: DependencyScope | None
     ) -> tuple[list[Outcome], BaseException | None]:
-        args: list[Any] = [messages]
-        if self._handler.extractors:
-            args.append([Context(self._runner, d) for d in deliveries])
+        handler = self._handler
+        contexts = [Context(self._runner, d) for d in deliveries] if handler.needs_context else None
         try:
-            result = await self._handler.fn(*args)
+            if handler.dependencies is not None:
+                assert scope is not None
+                args = [
+                    messages,
+                    *await handler.dependencies.solve(None, contexts, messages, scope),
+                ]
+            else:
+                args = [messages, contexts] if handler.extractors else [messages]
+            result = await handler.fn(*args)
             return _batch_outcomes(result, len(deliveries)), None
         except Exception as exc:  # noqa: BLE001 - a failing handler runs the failure policy
+            if scope is not None:
+                scope.error = exc
             last = sum(d.attempt >= self._policy.max_attempts for d in deliveries)
             if last:
                 self._log.error(

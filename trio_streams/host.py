@@ -82,7 +82,9 @@ class SubscriptionHost:
         self.label = label
         #: What this subscription's retry copies name as their target
         #: (``delivery.retry_headers(delivery, host.retry_target)``): ``<app>/<subscription>``.
-        #: Other subscriptions of the stream pass over a copy meant for this one.
+        #: Other subscriptions of the stream pass over a copy meant for this one. A source whose
+        #: members share the reading (a consumer group) sets it in ``open`` to name the group,
+        #: so any member handles the copy.
         self.retry_target = retry_target or label
         self.options = options
         self._nursery = nursery

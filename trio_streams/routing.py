@@ -132,7 +132,8 @@ class Publisher:
         self.kind = target.kind
         broker = owner.broker_or_none()
         if broker is not None:
-            broker.check_destination(target)  # refused at declaration, not at the first publish
+            # Refused at declaration, not at the first publish; with the prefixes it will have.
+            broker.check_destination(target.with_prefix(owner.full_prefix()))
         self.headers: Mapping[str, str] = dict(headers or {})
 
     @property

@@ -90,11 +90,11 @@ class SubscriptionRunner:
         observers: tuple[Callable[[HandledMessage], None], ...] = (),
         on_fault: Callable[[Fault], None] | None = None,
         app_name: str = "",
+        retry_target: str | None = None,
     ) -> None:
         self.subscription = subscription
         self.label = subscription.name
-        #: What this subscription's retry copies name as their target (see RETRY_TARGET_HEADER).
-        self.retry_target = f"{app_name}/{subscription.name}"
+        self._retry_target = retry_target or f"{app_name}/{subscription.name}"
         self.transport = transport
         self.app_state = app_state
         self.logger = logger
@@ -136,6 +136,12 @@ class SubscriptionRunner:
     @property
     def broker(self) -> Broker:
         return self.subscription.broker
+
+    @property
+    def retry_target(self) -> str:
+        """What this subscription's retry copies name as their target (RETRY_TARGET_HEADER):
+        ``<app>/<subscription>``, or what the source made it at open (a consumer group's)."""
+        return self._retry_target if self.host is None else self.host.retry_target
 
     @property
     def seeker(self) -> Seeker | None:
@@ -196,7 +202,7 @@ class SubscriptionRunner:
                         services,
                         logger=self.logger,
                         on_fault=self._fault_changed,
-                        retry_target=self.retry_target,
+                        retry_target=self._retry_target,
                     )
                     self.driver.host = self.host
                     await self.source.open(self.host)

@@ -73,8 +73,9 @@ class DeadLetter:
     ``x-dead-letter-*`` headers saying why (see :meth:`headers_for`)."""
 
     destination: str
-    #: ``max-attempts`` (tried as often as allowed) or ``undecodable`` (the payload cannot be
-    #: decoded, which no retry fixes).
+    #: ``max-attempts`` (tried as often as allowed), ``undecodable`` (the payload cannot be
+    #: decoded, which no retry fixes) or ``unencodable`` (the handler ran, but the value it
+    #: returned cannot be encoded for its publishers; it is not run again).
     reason: str
     #: The exception type and message of the last failure ("" when an outcome asked for it).
     error: str

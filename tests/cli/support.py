@@ -17,8 +17,15 @@ def cli(
     *args: str, env: dict[str, str] | None = None, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     """Run ``trio-streams ARGS`` from the repository's root; its status and its output."""
+    return run_command([*COMMAND, *args], env=env, stdin=stdin)
+
+
+def run_command(
+    argv: list[str], *, env: dict[str, str] | None = None, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` from the repository's root (within a minute); its status and its output."""
     return subprocess.run(
-        [*COMMAND, *args],
+        argv,
         cwd=ROOT,
         env={**os.environ, **(env or {})},
         input=stdin,

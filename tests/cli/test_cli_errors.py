@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .support import COMMAND, ROOT, cli, stderr_lines, stream_file
+from .support import COMMAND, ROOT, cli, run_command, stderr_lines, stream_file
 
 #: Enough output that a pipe nobody reads fills up, so the command is still writing.
 MESSAGES = 20_000
@@ -40,14 +40,7 @@ def test_decode_into_a_pipe_closed_early_exits_quietly_like_the_coreutils(
 def test_decode_piped_into_head_in_a_shell_prints_nothing_on_stderr(tmp_path: Path) -> None:
     path = stream_file(tmp_path / "big.ss", MESSAGES)
     command = " ".join([*COMMAND, "file", "decode", str(path)])
-    result = subprocess.run(
-        ["/bin/sh", "-c", f"{command} | head -n 2"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = run_command(["/bin/sh", "-c", f"{command} | head -n 2"])
     assert result.returncode == 0
     assert len(result.stdout.splitlines()) == 2
     assert result.stderr == ""

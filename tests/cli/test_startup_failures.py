@@ -10,7 +10,7 @@ from pathlib import Path
 from trio_streams.file.durable import DurableStore
 from trio_streams.file.writer import StreamWriter
 
-from .support import ROOT, cli, stderr_lines, stream_file
+from .support import cli, run_command, stderr_lines, stream_file
 
 PREFIX = "trio-streams run: "
 
@@ -108,14 +108,7 @@ def test_the_traceback_only_with_log_level_debug() -> None:
 
 
 def test_app_run_prints_the_same_one_line_and_exits_1() -> None:
-    result = subprocess.run(
-        [sys.executable, "-c", "from tests.cli.apps import hooky; hooky.run()"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = run_command([sys.executable, "-c", "from tests.cli.apps import hooky; hooky.run()"])
     assert result.returncode == 1
     assert stderr_lines(result) == [
         "hooky: app 'hooky' did not start: RuntimeError: database unreachable (in the "

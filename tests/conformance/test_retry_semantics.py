@@ -264,3 +264,32 @@ async def test_a_publish_cancelled_before_it_starts_publishes_nothing(
         assert scope.cancelled_caught
         await broker.publish("s", 2)
     assert [payload for payload, _ in transport.messages(broker, "s")] == [b"2"]
+
+
+async def test_a_handler_forwarding_a_retry_copys_headers_does_not_make_the_next_stage_skip_it(
+    transport: Transport,
+) -> None:
+    app, broker = transport.app("pipeline")
+    forwarded: list[dict[str, str]] = []
+    stage_two = trio.Event()
+
+    @broker.subscriber(transport.live("a"), name="one")
+    async def one(n: int, ctx: Context) -> Outcome:
+        if ctx.attempt == 1:
+            return retry()
+        forwarded.append(dict(ctx.headers))
+        await ctx.publish("b", n, headers=ctx.headers)  # pass the correlation id along
+        return ack()
+
+    @broker.subscriber(transport.live("b"), name="two")
+    async def two(n: int, ctx: Context) -> None:
+        assert ctx.attempt == 1
+        stage_two.set()
+
+    async with serving(app):
+        await broker.publish("a", 1, headers={"correlation-id": "c-1"})
+        with trio.fail_after(10):
+            await stage_two.wait()
+    assert forwarded == [{"correlation-id": "c-1"}]  # the producer's headers, not the copy's
+    [(_, headers)] = transport.messages(broker, "b")
+    assert headers == {"correlation-id": "c-1"}

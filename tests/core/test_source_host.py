@@ -22,6 +22,7 @@ from trio_streams.delivery import RETRY_COUNT_HEADER, Delivery
 from trio_streams.host import Fault, SubscriptionHost
 from trio_streams.memory.broker import MemorySubscription, MemoryTransport
 from trio_streams.outcome import Outcome, retry_after
+from trio_streams.subscription import SubscriptionStats
 from trio_streams.transport import DEAD_LETTER_HEADERS, DeadLetter, Source, SourceFault, Unsettled
 
 Behaviour = Callable[["Scripted"], None]
@@ -429,6 +430,22 @@ async def serve_until_it_fails(app: App, match: str) -> None:
             await running.wait_stopped()
 
 
+async def publish_one_and_stop(
+    app: App, broker: MemoryBroker, handled: trio.Event
+) -> tuple[SubscriptionStats, HealthState]:
+    """Serve ``app``, publish 1 to stream ``s``, wait for ``handled``, then stop: the stats of
+    subscription ``sub`` and the app's health just before the stop."""
+    async with trio.open_nursery() as nursery:
+        running = await nursery.start(app.serve)
+        await broker.publish("s", 1)
+        with trio.fail_after(10):
+            await handled.wait()
+        stats = running.stats()["sub"]
+        health = health_of(app)
+        await running.aclose()
+    return stats, health
+
+
 def health_of(app: App) -> HealthState:
     """The app's health now (a call, so checks before and after a change both type-check)."""
     state: HealthState = app.health.value.state
@@ -672,12 +689,7 @@ async def test_a_settle_cut_short_by_shutdown_still_ends_the_delivery_once(
     async def handle(n: int) -> None:
         handled.set()
 
-    async with trio.open_nursery() as nursery:
-        running = await nursery.start(app.serve)
-        await broker.publish("s", 1)
-        with trio.fail_after(10):
-            await handled.wait()
-        await running.aclose()
+    await publish_one_and_stop(app, broker, handled)
     assert script.endings() == {"ack": 1}  # settled (cut short), never also "abandoned"
 
 
@@ -813,14 +825,7 @@ async def test_read_faults_of_several_kinds_all_clear_at_the_next_good_read(
     async def handle(n: int) -> None:
         handled.set()
 
-    async with trio.open_nursery() as nursery:
-        running = await nursery.start(app.serve)
-        await broker.publish("s", 1)
-        with trio.fail_after(10):
-            await handled.wait()
-        stats = running.stats()["sub"]
-        health = app.health.value.state
-        await running.aclose()
+    stats, health = await publish_one_and_stop(app, broker, handled)
     assert (stats.faults, stats.degraded) == (2, ())
     assert health is HealthState.RUNNING
 

@@ -7,8 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import trio
 
-from trio_streams import App, ConfigurationError, Router
+from tests.support import serving
+from trio_streams import App, ConfigurationError, Context, Outcome, Router, ack, retry
 from trio_streams.file import FileBroker, FileStream
 
 
@@ -83,3 +85,36 @@ async def test_under_app_test_a_file_subscriptions_count_sizes_its_channel(
     async with app.test() as t:
         [stats] = t.running.stats().values()
     assert stats.capacity == 500  # as in production: one read fits in the channel
+
+
+def test_a_publisher_is_checked_with_its_brokers_prefix(tmp_path: Path) -> None:
+    app = App("svc")
+    broker = app.broker(FileBroker(tmp_path / "orders.ss", prefix="eu/"))
+    with pytest.raises(ConfigurationError, match="'eu/orders' is not valid"):
+        broker.publisher("orders")
+
+
+async def test_two_brokers_on_one_file_with_subscriptions_of_one_name_keep_their_retries_apart(
+    tmp_path: Path,
+) -> None:
+    app = App("svc")
+    first = app.broker(FileBroker(tmp_path / "orders.ss", name="first"))
+    second = app.broker(FileBroker(tmp_path / "orders.ss", name="second"))
+    seen: dict[str, list[tuple[int, int]]] = {"first": [], "second": []}
+    both_retried = trio.Event()
+
+    def bill(broker: FileBroker, which: str) -> None:
+        @broker.subscriber(FileStream("orders"), name="bill")
+        async def handle(n: int, ctx: Context) -> Outcome:
+            seen[which].append((n, ctx.attempt))
+            if all(len(v) == 2 for v in seen.values()):
+                both_retried.set()
+            return retry() if ctx.attempt == 1 else ack()
+
+    bill(first, "first")
+    bill(second, "second")
+    async with serving(app):
+        await first.publish("orders", 1)
+        with trio.fail_after(10):
+            await both_retried.wait()
+    assert seen == {"first": [(1, 1), (1, 2)], "second": [(1, 1), (1, 2)]}

@@ -6,13 +6,16 @@ import trio.testing
 
 from tests.support import serving
 from trio_streams import (
+    RETRY_TARGET_HEADER,
     App,
     ConfigurationError,
     Context,
     MemoryBroker,
     MemoryStream,
+    Outcome,
     Position,
     UnsupportedError,
+    ack,
     retry,
 )
 from trio_streams.memory.log import MemoryHub
@@ -241,3 +244,26 @@ def test_memory_streams_validate_their_names() -> None:
         MemoryStream("")
     assert repr(MemoryStream("a", group="g").replay()) == "MemoryStream('a', group='g').replay()"
     assert MemoryStream("a").with_prefix("p.").streams == ("p.a",)
+
+
+async def test_a_retry_in_a_consumer_group_is_handled_by_whichever_member_reads_the_copy() -> None:
+    app = App("svc")
+    broker = app.broker(MemoryBroker())
+    handled: list[tuple[str, int, int]] = []
+
+    def member(name: str) -> None:
+        @broker.subscriber(MemoryStream("jobs", group="w"), name=name)
+        async def work(n: int, ctx: Context) -> Outcome:
+            if ctx.attempt == 1:
+                return retry()
+            handled.append((name, n, ctx.attempt))
+            return ack()
+
+    member("m1")
+    member("m2")
+    async with app.test() as t:
+        await t.publish("jobs", 1)
+        await t.publish("jobs", 2)
+    assert sorted((n, attempt) for _, n, attempt in handled) == [(1, 2), (2, 2)]
+    copies = [m for m in t.published("jobs") if RETRY_TARGET_HEADER in m.headers]
+    assert {m.headers[RETRY_TARGET_HEADER] for m in copies} == {"group:w"}

@@ -159,6 +159,7 @@ class MemorySubscription(SubscriptionSource):
         # A replay that keeps following once it reaches the tip (app.test(): the test is still
         # publishing). Seek refusals still treat it as a replay.
         self._ends = stream.replaying and not follow
+        self._group = stream.group
         if stream.group is not None:
             group = hub.group(stream.keys, stream.group, start)
             self._cursor: Cursor = group.cursor
@@ -168,6 +169,10 @@ class MemorySubscription(SubscriptionSource):
             self.seekable = True
 
     async def open(self, host: SubscriptionHost) -> None:
+        if self._group is not None:
+            # Any member of the group handles a copy another member asked for, as the group
+            # shares one cursor: the copy is the group's, not one member's.
+            host.retry_target = f"group:{self._group}"
         self._retry_target = host.retry_target
         await checkpoint()
 

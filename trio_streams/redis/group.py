@@ -157,7 +157,13 @@ class GroupSubscription(SubscriptionSource):
     async def open(self, host: SubscriptionHost) -> None:
         self._host = host
         if not self.group:
+            # One group per subscription: its members are this subscription in every process
+            # of the app, which its own retry target (``<app>/<subscription>``) already names.
             self.group = host.retry_target
+        else:
+            # A named group's members may be subscriptions of other apps: a retry copy is the
+            # group's, and whichever member reads it handles it.
+            host.retry_target = f"group:{self.group}"
         await self._create_group()
         host.start_soon(self._lease_loop, name=f"{self._label}: leases")
         host.start_soon(self._reclaim_loop, name=f"{self._label}: reclaim")

@@ -23,6 +23,7 @@ from trio.lowlevel import ParkingLot
 
 from ..broker import Broker
 from ..codec import decoder_for
+from ..depends import check_overrides
 from ..dispatch import HandledMessage
 from ..errors import ConfigurationError, TrioStreamsError
 from ..groups import open_nursery
@@ -310,9 +311,16 @@ class TestClient:
 
 @asynccontextmanager
 async def run_test_client(
-    app: App, *, settle_timeout: float = DEFAULT_SETTLE_TIMEOUT, raise_errors: bool = False
+    app: App,
+    *,
+    settle_timeout: float = DEFAULT_SETTLE_TIMEOUT,
+    raise_errors: bool = False,
+    dependency_overrides: Mapping[Callable[..., Any], Callable[..., Any]] | None = None,
 ) -> AsyncIterator[TestClient]:
     from ..app import RunOptions
+
+    overrides = dict(dependency_overrides or {})
+    check_overrides([s.handler for b in app.brokers for s in b.subscriptions], overrides)
 
     hubs = {broker: MemoryHub() for broker in app.brokers}
     changes = _Changes()
@@ -336,6 +344,7 @@ async def run_test_client(
         observers=(record,),
         fault_observers=(faults.append,),
         on_change=changes.notify,
+        dependency_overrides=overrides,
     )
     # A lone error (a failed assert of the test, a failure of the app) leaves as itself.
     async with open_nursery() as nursery:

@@ -122,7 +122,7 @@ async def test_a_retry_is_a_copy_xadded_with_retry_headers_and_the_original_xack
     [original, copy] = await entries(redis, "s")
     assert copy[1]["_payload"] == b"1"
     assert copy[1][f"h:{RETRY_COUNT_HEADER}"] == b"1"
-    assert copy[1][f"h:{RETRY_TARGET_HEADER}"] == b"svc/sub"
+    assert copy[1][f"h:{RETRY_TARGET_HEADER}"] == b"group:g"  # the named group's copy
     stats = (await redis.execute("INFO", "commandstats")).decode()
     assert "cmdstat_multi:calls=1" in stats and "cmdstat_exec:calls=1" in stats
     del original
@@ -249,3 +249,33 @@ async def test_deliveries_let_go_at_shutdown_stay_pending_and_the_rest_are_ackno
             await started.wait()
     pending = await redis.execute("XPENDING", "s", "g", "-", "+", 10)
     assert [p[0] for p in pending] == [b"0-3"]
+
+
+async def test_a_retry_copy_is_the_named_groups_and_any_member_handles_it(
+    redis_server: RedisServer, redis: RedisClient
+) -> None:
+    await preload(redis, "s", 1)
+    seen: list[tuple[str, int]] = []
+    done = trio.Event()
+    apps = []
+    for name in ("billing", "billing-canary"):  # two apps, one group
+        app = App(name)
+        broker = app.broker(RedisBroker(redis_server.url))
+        source = RedisStream("s", group="g", consumer=name, start=Position.beginning())
+
+        async def handle(n: int, ctx: Context, name: str = name) -> Outcome:
+            seen.append((name, ctx.attempt))
+            if ctx.attempt == 1:
+                return retry()
+            done.set()
+            return ack()
+
+        broker.subscriber(source, name="sub", block=20)(handle)
+        apps.append(app)
+    async with serving(apps[0]), serving(apps[1]):
+        with trio.fail_after(10):
+            await done.wait()
+        await pel_empty(redis)
+    [(_, copy)] = [e for e in await entries(redis, "s") if f"h:{RETRY_TARGET_HEADER}" in e[1]]
+    assert copy[f"h:{RETRY_TARGET_HEADER}"] == b"group:g"
+    assert [attempt for _, attempt in seen] == [1, 2]  # handled by whichever member read it
