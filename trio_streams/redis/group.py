@@ -69,6 +69,8 @@ _CONSUMES = frozenset({OutcomeKind.ACK, OutcomeKind.DROP})
 #: Error codes of a read whose group or stream is gone (a read blocked when the stream was
 #: deleted is woken with UNBLOCKED).
 _VANISHED = frozenset({"NOGROUP", "UNBLOCKED"})
+#: Seconds a vanished group is remembered: vanishing again within them pauses longer.
+_VANISH_MEMORY = 10.0
 #: The longest the promoter waits before looking for due copies again (seconds).
 _PROMOTE_EVERY = 1.0
 #: Ids per XCLAIM / XACK command.
@@ -134,6 +136,8 @@ class GroupSubscription(SubscriptionSource):
         self._to_flush: list[_Read] = []
         self._flush_wanted = trio.Event()
         self._backoff = Backoff(0.05, 2.0)
+        self._nogroup_backoff = Backoff(0.05, 2.0)
+        self._vanished_at = float("-inf")
         self._group_missing = False
         self._faulted = False
         #: Set by the reclaim task: the reader reads its own pending list again from the start.
@@ -271,7 +275,13 @@ class GroupSubscription(SubscriptionSource):
             "nogroup", f"group {self.group!r} of stream {self._key!r} vanished: recreating it"
         )
         self._group_missing = True
-        await trio.sleep(self._backoff.failed())  # never a hot loop while it keeps vanishing
+        # Never a hot loop while it keeps vanishing: the pause doubles (to 2 s) for as long as
+        # the group vanished again within the last 10 s.
+        now = trio.current_time()
+        if now - self._vanished_at > _VANISH_MEMORY:
+            self._nogroup_backoff.succeeded()
+        self._vanished_at = now
+        await trio.sleep(self._nogroup_backoff.failed())
 
     async def _recreate(self) -> None:
         created = await self._create_group()
