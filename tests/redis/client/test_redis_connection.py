@@ -235,3 +235,24 @@ async def test_pipeline_mixes_commands_and_transaction_blocks(redis: RedisClient
     assert replies[4] == b"6"
     with pytest.raises(ExecAbortError):
         replies.raise_first()
+
+
+async def test_attribute_frame_from_the_server_is_not_taken_for_a_reply() -> None:
+    # DEBUG PROTOCOL attrib makes Redis 7 send an attribute frame before its reply (RESP3).
+    with redis_server("--enable-debug-command", "yes") as server:
+        async with connect(server.url, pool_size=1) as client:
+            attributed = b"Some real reply following the attribute"
+            assert await client.execute("DEBUG", "PROTOCOL", "attrib") == attributed
+            assert await client.execute("PING") == b"PONG"  # nothing shifted
+            replies = await (
+                client.pipeline()
+                .add("DEBUG", "PROTOCOL", "attrib")
+                .add("ECHO", "between")
+                .add("DEBUG", "PROTOCOL", "attrib")
+                .execute()
+            )
+            assert replies == [attributed, b"between", attributed]
+            assert await client.execute("ECHO", "last") == b"last"
+            async with client.connection() as connection:
+                assert connection.protocol == 3
+                assert not connection.broken

@@ -205,6 +205,7 @@ class Connection:
                 else:
                     replies.append(reply)
                     if len(replies) == count:
+                        parser.settled()
                         break
         except BaseException as exc:
             translated = self._fail(exc, describe_command(first))
@@ -226,6 +227,7 @@ class Connection:
             elif skip_push and type(reply) is PushFrame:
                 continue
             else:
+                parser.settled()
                 return reply
 
     def _fail(self, exc: BaseException, describe: str) -> BaseException:
