@@ -191,6 +191,8 @@ class Redis(RedisClient):
             shard_channels=shard_channels,
             backoff=Backoff(self.config.backoff_initial, self.config.backoff_cap),
             on_connection_lost=self._node_failed,
+            health_check_interval=self.config.health_check_interval,
+            health_check_timeout=self.config.health_check_timeout,
         )
 
     @asynccontextmanager

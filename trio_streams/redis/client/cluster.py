@@ -446,6 +446,8 @@ class RedisCluster(RedisClient):
             shard_channels=shard,
             backoff=Backoff(self.config.backoff_initial, self.config.backoff_cap),
             on_connection_lost=lost,
+            health_check_interval=self.config.health_check_interval,
+            health_check_timeout=self.config.health_check_timeout,
         )
 
     async def aclose(self) -> None:

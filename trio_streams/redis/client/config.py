@@ -75,6 +75,11 @@ class ClientConfig:
     #: Reconnect backoff: the first delay after a failed connect, and the cap it doubles to.
     backoff_initial: float = 0.05
     backoff_cap: float = 2.0
+    #: Pub/Sub: seconds of silence after which a subscription PINGs its server (0: never),
+    #: and seconds the answer may take before the server is taken for dead (a reconnect and
+    #: a Gap follow).
+    health_check_interval: float = 5.0
+    health_check_timeout: float = 5.0
 
     def __post_init__(self) -> None:
         if not self.addresses:
@@ -83,10 +88,17 @@ class ClientConfig:
             raise ConfigurationError("a sentinel client needs the service name of its primary")
         if self.pool_size < 1:
             raise ConfigurationError(f"pool_size must be at least 1, not {self.pool_size}")
+        for name in ("health_check_interval", "health_check_timeout"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and 0 <= value < float("inf")):
+                raise ConfigurationError(f"{name} must be a number of seconds >= 0, not {value!r}")
+        if self.health_check_interval and not self.health_check_timeout:
+            raise ConfigurationError("health_check_timeout must be above 0 when checks are on")
 
 
 _INT_OPTIONS = {"db", "pool_size", "protocol"}
 _FLOAT_OPTIONS = {"connect_timeout", "pool_timeout", "backoff_initial", "backoff_cap"}
+_FLOAT_OPTIONS |= {"health_check_interval", "health_check_timeout"}
 _STR_OPTIONS = {"client_name", "sentinel_username", "sentinel_password", "ssl_server_hostname"}
 _TLS_OPTIONS = {"ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname"}
 
