@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import shapes
 from .backoff import Backoff
 from .client import Redis, RedisClient
 from .cluster import RedisCluster
@@ -48,6 +49,7 @@ from .errors import (
 from .keys import key_slot
 from .pipeline import Pipeline, Transaction
 from .replies import Replies
+from .shapes import StreamEntry
 from .subscriber import Gap, Message, Subscription
 
 
@@ -96,6 +98,7 @@ __all__ = [
     "Replies",
     "ReplyError",
     "SentinelError",
+    "StreamEntry",
     "Subscription",
     "Transaction",
     "TryAgainError",
@@ -106,4 +109,5 @@ __all__ = [
     "make_ssl_context",
     "open_connection",
     "parse_url",
+    "shapes",
 ]

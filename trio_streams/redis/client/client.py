@@ -22,6 +22,7 @@ from .backoff import Backoff
 from .config import ClientConfig, ConnectionOptions
 from .connection import Connection, open_connection
 from .errors import Address, ReadOnlyError, RedisConnectionError, format_address
+from .negotiation import ProtocolWatch
 from .pipeline import Item, Pipeline, Transaction, fold_replies, wire_commands
 from .pool import ConnectionPool
 from .protocol import Arg
@@ -34,6 +35,13 @@ class RedisClient(abc.ABC):
     """What every client offers, whatever the deployment behind it."""
 
     config: ClientConfig
+    _protocols: ProtocolWatch
+
+    @property
+    def protocol(self) -> int | None:
+        """The RESP version the client's connections speak: 3, or 2 on a server without
+        ``HELLO`` (logged once as a warning); None before the first connection."""
+        return self._protocols.protocol
 
     @abc.abstractmethod
     async def execute(self, *args: Any) -> Any:
@@ -99,6 +107,7 @@ class Redis(RedisClient):
 
     def __init__(self, config: ClientConfig) -> None:
         self.config = config
+        self._protocols = ProtocolWatch(config.connection.protocol)
         self._locator: SentinelLocator | None = None
         if config.topology == "sentinel":
             assert config.service_name is not None
@@ -141,8 +150,9 @@ class Redis(RedisClient):
 
     async def _open_node(self) -> Connection:
         if self._locator is not None:
-            return await self._locator.open_primary()
-        return await open_connection(self.config.addresses[0], self.config.connection)
+            return self._protocols.seen(await self._locator.open_primary())
+        connection = await open_connection(self.config.addresses[0], self.config.connection)
+        return self._protocols.seen(connection)
 
     def _node_failed(self) -> None:
         """The node went away or stopped being primary: stop trusting pooled connections."""

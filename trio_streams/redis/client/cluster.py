@@ -41,6 +41,7 @@ from .errors import (
 )
 from .keys import SLOTS, KeyFinder, key_slot, parse_command_table
 from .keys import text as _text
+from .negotiation import ProtocolWatch
 from .pipeline import Item, TransactionBlock, fold_replies, wire_commands
 from .pool import ConnectionPool
 from .protocol import Arg, Command
@@ -98,6 +99,7 @@ class RedisCluster(RedisClient):
 
     def __init__(self, config: ClientConfig) -> None:
         self.config = config
+        self._protocols = ProtocolWatch(config.connection.protocol)
         self._slots: list[Address | None] = [None] * SLOTS
         self._primaries: list[Address] = []
         self._pools: dict[Address, ConnectionPool] = {}
@@ -180,7 +182,7 @@ class RedisCluster(RedisClient):
             options = self.config.connection
 
             async def opener() -> Connection:
-                return await open_connection(address, options)
+                return self._protocols.seen(await open_connection(address, options))
 
             pool = self._pools[address] = ConnectionPool(
                 opener,
@@ -399,7 +401,9 @@ class RedisCluster(RedisClient):
     async def dedicated_connection(self, key: Arg | None = None) -> AsyncIterator[Connection]:
         address = await self._address_for_key(key)
         try:
-            connection = await open_connection(address, self.config.connection)
+            connection = self._protocols.seen(
+                await open_connection(address, self.config.connection)
+            )
         except RedisConnectionError:
             self._node_lost(address)
             raise
@@ -434,7 +438,7 @@ class RedisCluster(RedisClient):
                     f"shard channels {shard!r} live on different nodes "
                     f"{sorted(format_address(n) for n in nodes)}: use one subscription per node"
                 )
-            return await open_connection(nodes.pop(), self.config.connection)
+            return self._protocols.seen(await open_connection(nodes.pop(), self.config.connection))
 
         def lost() -> None:
             self._stale = True
