@@ -27,7 +27,7 @@ from .pipeline import Item, Pipeline, Transaction, fold_replies, wire_commands
 from .pool import ConnectionPool
 from .protocol import Arg
 from .replies import Replies
-from .sentinel import SentinelLocator
+from .sentinel import PrimaryPool, SentinelLocator, SwitchWatch
 from .subscriber import Subscription
 
 
@@ -125,13 +125,22 @@ class Redis(RedisClient):
             label = f"primary of {config.service_name!r}"
         else:
             label = f"redis {format_address(config.addresses[0])}"
-        self._pool = ConnectionPool(
+        self._pool = (PrimaryPool if self._locator else ConnectionPool)(
             self._open_node,
             label=label,
             max_size=config.pool_size,
             timeout=config.pool_timeout,
             backoff=Backoff(config.backoff_initial, config.backoff_cap),
         )
+        self._watch: SwitchWatch | None = None
+        if self._locator is not None:
+            assert isinstance(self._pool, PrimaryPool)
+            self._watch = SwitchWatch(
+                self._locator,
+                self._pool,
+                backoff=(config.backoff_initial, config.backoff_cap),
+                health_check=(config.health_check_interval, config.health_check_timeout),
+            )
 
     def __repr__(self) -> str:
         return f"<Redis {self._pool!r}>"
@@ -225,5 +234,24 @@ class Redis(RedisClient):
         finally:
             connection.close()
 
+    async def __aenter__(self) -> Self:
+        if self._watch is not None:  # follow failovers as the sentinels announce them
+            await self._watch.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            await self.aclose()
+        finally:
+            if self._watch is not None:
+                await self._watch.stop()
+
     async def aclose(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
         await self._pool.aclose()
