@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -71,17 +72,20 @@ async def test_pipeline_replies_in_order_with_errors_in_place(redis: RedisClient
     assert await redis.pipeline().execute() == []
 
 
-async def test_pipeline_leaves_in_one_write(redis_server: RedisServer) -> None:
+async def test_pipeline_leaves_in_one_write(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     connection = await open_connection(redis_server.address, ConnectionOptions())
+    fd = connection._socket.fileno()
     writes: list[int] = []
-    stream: Any = connection._stream
-    original = stream.send_all
+    original = os.write
 
-    async def counting_send_all(data: bytes) -> None:
-        writes.append(len(data))
-        await original(data)
+    def counting_write(to: int, data: Any) -> int:
+        if to == fd:
+            writes.append(len(data))
+        return original(to, data)
 
-    stream.send_all = counting_send_all
+    monkeypatch.setattr(os, "write", counting_write)
     replies = await connection.execute_many([("INCR", "n")] * 500)
     await connection.aclose()
     assert replies == list(range(1, 501))

@@ -114,7 +114,7 @@ class ReplyParser:
         if self._filter is not None:
             self._feed_filtered(bytes(data))
             return
-        if (data[:1] == b"|" or b"\n|" in data) and self._boundary:
+        if self._boundary and _next_bar(data, 0) != -1:
             self._start_filter(bytes(data))
             return
         # Without a known boundary (more than _RETAIN_LIMIT bytes since one) a "|" is taken
@@ -206,11 +206,17 @@ _PAIRED: Final = frozenset(b"%|")
 
 def _next_bar(buffer: bytes | bytearray, position: int) -> int:
     """Where an attribute frame may start at or after ``position`` (a frame boundary): the
-    first ``|`` there or right after a line end; -1 if none."""
-    if buffer[position : position + 1] == b"|":
-        return position
-    found = buffer.find(b"\n|", position)
-    return -1 if found == -1 else found + 1
+    first ``|`` there or right after a line end; -1 if none.
+
+    The byte is searched for alone (memchr: many times faster than a two-byte search),
+    then checked for the line end before it.
+    """
+    found = buffer.find(b"|", position)
+    while found != -1:
+        if found == position or buffer[found - 1] == 0x0A:
+            return found
+        found = buffer.find(b"|", found + 1)
+    return -1
 
 
 class _AttributeFilter:
