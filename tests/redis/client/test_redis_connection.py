@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from typing import Any
 
 import pytest
@@ -260,3 +261,15 @@ async def test_attribute_frame_from_the_server_is_not_taken_for_a_reply() -> Non
             async with client.connection() as connection:
                 assert connection.protocol == 3
                 assert not connection.broken
+
+
+async def test_connections_have_tcp_keepalive_on(redis_server: RedisServer) -> None:
+    connection = await open_connection(redis_server.address, ConnectionOptions())
+    try:
+        sock = connection._socket
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+        if hasattr(socket, "TCP_KEEPIDLE"):
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 30
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == 3
+    finally:
+        connection.close()

@@ -10,6 +10,7 @@ import trio
 
 from tests.redis_servers import RedisServer
 from tests.redis_servers import redis_server as start_redis_server
+from trio_streams.errors import ConfigurationError
 from trio_streams.redis.client import (
     Gap,
     Message,
@@ -17,6 +18,7 @@ from trio_streams.redis.client import (
     RedisConnectionError,
     RedisTimeoutError,
     connect,
+    parse_url,
 )
 
 from .redis_waits import eventually, read_until_message
@@ -270,3 +272,15 @@ async def test_a_refused_initial_subscription_raises_from_async_with() -> None:
             with pytest.raises(NoPermissionError, match="SUBSCRIBE bad"):
                 async with client.subscribe(["bad"]):
                     pass
+
+
+def test_health_check_options_come_from_the_url_and_are_checked() -> None:
+    config = parse_url("redis://h/0?health_check_interval=0.5&health_check_timeout=2")
+    assert (config.health_check_interval, config.health_check_timeout) == (0.5, 2.0)
+    assert parse_url("redis://h", health_check_interval=0).health_check_interval == 0
+    with pytest.raises(ConfigurationError, match="health_check_interval must be"):
+        parse_url("redis://h", health_check_interval=-1)
+    with pytest.raises(ConfigurationError, match="health_check_timeout must be"):
+        parse_url("redis://h?health_check_timeout=inf")
+    with pytest.raises(ConfigurationError, match="above 0 when checks are on"):
+        parse_url("redis://h", health_check_timeout=0)
