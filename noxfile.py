@@ -63,6 +63,7 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("mypy")
+    session.run("python", "-m", "tests.docs_blocks")  # the docs' examples, mypy --strict
 
 
 @nox.session(python=PYTHON)

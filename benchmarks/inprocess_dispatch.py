@@ -1,6 +1,8 @@
 """Messages per second from publish to settled on the in-process transport, no-op handler.
 
-Cases: raw bytes and JSON into a dataclass, with workers=1 and workers=8. The peer, measured in
+Cases: raw bytes and JSON into a dataclass, with workers=1 and workers=8, and JSON into a
+dataclass with two dependencies (a function and an async generator with a cleanup, the cost of
+``Depends`` per delivery). The peer, measured in
 the same run, is a bare Trio loop: a producer sending into a ``trio.open_memory_channel`` of the
 same capacity and a consumer awaiting a no-op per item — the floor any Trio dispatcher pays.
 Prints medians of several rounds and the ratio to the peer.
@@ -11,13 +13,14 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import Annotated
 
 import trio
 
-from trio_streams import App, MemoryBroker, MemoryStream
+from trio_streams import App, Depends, MemoryBroker, MemoryStream
 
 CAPACITY = 64
 
@@ -27,6 +30,14 @@ class Order:
     id: int
     customer: str
     amount: float
+
+
+def customer(order: Order) -> str:
+    return order.customer
+
+
+async def session() -> AsyncIterator[int]:
+    yield 1
 
 
 async def bare_channel(n: int) -> float:
@@ -66,10 +77,20 @@ def make_app(kind: str, workers: int, n: int, done: trio.Event) -> tuple[App, Me
         async def handle_raw(payload: bytes) -> None:
             seen()
 
-    else:
+    elif kind == "json":
 
         @broker.subscriber(MemoryStream("bench"), workers=workers, buffer=CAPACITY)
         async def handle_json(order: Order) -> None:
+            seen()
+
+    else:
+
+        @broker.subscriber(MemoryStream("bench"), workers=workers, buffer=CAPACITY)
+        async def handle_depends(
+            order: Order,
+            who: Annotated[str, Depends(customer)],
+            db: Annotated[int, Depends(session)],
+        ) -> None:
             seen()
 
     return app, broker
@@ -108,7 +129,11 @@ def main() -> None:
 
     peer = median_rate(lambda: bare_channel(n), args.rounds)
     print(f"bare trio memory channel loop: {peer:>10,.0f} msgs/s (peer)")
-    for kind, label in (("raw", "raw bytes"), ("json", "JSON -> dataclass")):
+    for kind, label in (
+        ("raw", "raw bytes"),
+        ("json", "JSON -> dataclass"),
+        ("depends", "JSON + 2 Depends"),
+    ):
         for workers in (1, 8):
             rate = median_rate(partial(framework, kind, workers, n), args.rounds)
             print(

@@ -1,4 +1,5 @@
-"""The tutorial runs as written: its files are written out and its commands run and compared."""
+"""The docs run as written: every page's files are written out and its commands run and compared
+(see ``tests/docs_blocks.py`` for what counts as a runnable block)."""
 
 import re
 import shlex
@@ -8,40 +9,27 @@ from pathlib import Path
 
 import pytest
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
-BLOCK = re.compile(r"```(\w+)([^\n]*)\n(.*?)```", re.S)
+from tests.docs_blocks import DOCS, ROOT, Step, pages, steps_of
+
+PAGES = pages()
 
 
-def tutorial_steps(path: Path) -> list[tuple[str, str, str]]:
-    """(kind, argument, body) for each file (kind 'file') and command (kind 'run')."""
-    steps = []
-    for language, info, body in BLOCK.findall(path.read_text()):
-        title = re.search(r'title="([^"]+)"', info)
-        if title:
-            steps.append(("file", title.group(1), body))
-        elif language == "console" and body.startswith("$ "):
-            command, _, expected = body.partition("\n")
-            steps.append(("run", command[2:], expected))
-    return steps
-
-
-def test_the_tutorial_runs_as_written(tmp_path: Path) -> None:
-    steps = tutorial_steps(DOCS / "tutorial.md")
-    assert any(kind == "run" for kind, _, _ in steps)
+@pytest.mark.parametrize("page", sorted(PAGES))
+def test_every_runnable_block_of_the_page_runs_as_written(page: str, tmp_path: Path) -> None:
+    steps = steps_of(PAGES[page])
+    assert any(step.kind == "run" for step in steps), f"{page}: files but no command runs them"
+    (tmp_path / "pytest.ini").write_text("[pytest]\ntrio_mode = true\n")
     run_steps(steps, tmp_path)
 
 
-def test_the_readme_example_runs_and_its_test_passes(tmp_path: Path) -> None:
-    steps = tutorial_steps(DOCS.parent / "README.md")
-    assert [argument for kind, argument, _ in steps if kind == "file"] == [
-        "billing.py",
-        "test_billing.py",
-    ]
-    (tmp_path / "pytest.ini").write_text("[pytest]\ntrio_mode = true\n")
-    run_steps([*steps, ("run", "python -m pytest -q test_billing.py", "1 passed")], tmp_path)
+def test_the_pages_that_teach_have_runnable_examples() -> None:
+    for page in ("README.md", "docs/tutorial.md", "docs/guides/testing.md"):
+        assert page in PAGES, f"{page} has no runnable example"
+    readme = [s.argument for s in steps_of(ROOT / "README.md") if s.kind == "file"]
+    assert readme == ["billing.py", "test_billing.py"]
 
 
-def run_steps(steps: list[tuple[str, str, str]], tmp_path: Path) -> None:
+def run_steps(steps: list[Step], tmp_path: Path) -> None:
     for kind, argument, body in steps:
         if kind == "file":
             (tmp_path / argument).write_text(body)
@@ -70,5 +58,5 @@ def test_pages_are_not_empty(page: str) -> None:
 
 
 def test_the_home_page_is_the_readme() -> None:
-    readme = (DOCS.parent / "README.md").read_text()
+    readme = (ROOT / "README.md").read_text()
     assert (DOCS / "index.md").read_text() == readme.replace("](docs/", "](")

@@ -8,9 +8,9 @@ drains in-flight work instead of abandoning it.
 from ._version import __version__
 from .app import App, AppFailed, Health, HealthState, RunningApp, State
 from .broker import Broker, NotConnected
-from .codec import DecodeError
+from .codec import DecodeError, EncodeError
 from .context import Context
-from .delivery import RETRY_COUNT_HEADER, Delivery
+from .delivery import RETRY_COUNT_HEADER, RETRY_TARGET_HEADER, Delivery
 from .destinations import Destination
 from .driver import Seeker
 from .errors import ConfigurationError, TrioStreamsError, UnsupportedError
@@ -24,6 +24,7 @@ from .transport import SeekRefused
 
 __all__ = [
     "RETRY_COUNT_HEADER",
+    "RETRY_TARGET_HEADER",
     "App",
     "AppFailed",
     "Broker",
@@ -33,6 +34,7 @@ __all__ = [
     "Delivery",
     "Depends",
     "Destination",
+    "EncodeError",
     "Header",
     "Headers",
     "Health",

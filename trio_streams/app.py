@@ -12,19 +12,25 @@ from __future__ import annotations
 import enum
 import inspect
 import logging
+import math
 import signal
+import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 from trio_util import AsyncValue
 
+from .banner import log_banner
 from .broker import Broker
 from .dispatch import HandledMessage
 from .errors import ConfigurationError, TrioStreamsError
+from .groups import leaves, raise_lone_errors, reraise_unwrapped
 from .host import Fault
+from .logs import configure_default
+from .reporting import describe, report
 from .routing import Subscription
 from .subscription import SubscriptionRunner, SubscriptionState, SubscriptionStats
 from .transport import Transport
@@ -37,12 +43,19 @@ __all__ = ["App", "AppFailed", "Health", "HealthState", "RunningApp", "State"]
 B = TypeVar("B", bound=Broker)
 Hook = Callable[..., Any]
 H = TypeVar("H", bound=Hook)
+#: ``lifespan``: a function of no argument, or of the app, returning an async context manager.
+Lifespan = Callable[..., AbstractAsyncContextManager[Any]]
+L = TypeVar("L", bound=Lifespan)
+#: ``@app.task``: an ``async def`` of no argument, or of the app.
+TaskFunction = Callable[..., Any]
+T = TypeVar("T", bound=TaskFunction)
 
 DEFAULT_SHUTDOWN_TIMEOUT = 10.0
 
 
 class AppFailed(TrioStreamsError):
-    """The app stopped because a subscription or a hook failed; ``__cause__`` is the error."""
+    """The app did not start, or stopped because a subscription failed; ``__cause__`` is the
+    error (an exception group when several errors stopped it)."""
 
 
 class HealthState(enum.Enum):
@@ -86,8 +99,13 @@ class State:
 
 
 @dataclass(slots=True)
-class _RunOptions:
-    """How one run connects brokers and who watches it (the test harness changes these)."""
+class RunOptions:
+    """How one run connects brokers and who watches it.
+
+    ``serve`` runs with the defaults (each broker's own transport); ``app.test()`` runs the same
+    app through :meth:`App.serve_with` on in-process transports with its observers. Not part of
+    the top-level face: it exists so the harness needs nothing private of the app.
+    """
 
     connect: Callable[[Broker], AbstractAsyncContextManager[Transport]]
     shutdown_timeout: float
@@ -96,6 +114,10 @@ class _RunOptions:
     fault_observers: tuple[Callable[[Fault], None], ...] = ()
     on_change: Callable[[], None] | None = None
     runners: list[SubscriptionRunner] = field(default_factory=list)
+    #: Dependency -> replacement, for every handler (``app.test(dependency_overrides=...)``).
+    dependency_overrides: Mapping[Callable[..., Any], Callable[..., Any]] = field(
+        default_factory=dict
+    )
 
 
 class RunningApp:
@@ -110,10 +132,13 @@ class RunningApp:
 
     @property
     def health(self) -> AsyncValue[Health]:
+        """The app's health, a trio-util ``AsyncValue``: read ``.value``, or wait for a state
+        with ``await running.health.wait_value(lambda h: h.ok)``."""
         return self.app.health
 
     @property
     def subscriptions(self) -> dict[str, SubscriptionState]:
+        """Each subscription's state, by name."""
         return {runner.label: runner.state for runner in self._runners}
 
     def stats(self) -> dict[str, SubscriptionStats]:
@@ -141,6 +166,9 @@ class RunningApp:
         await self._stopped.wait()
 
     async def wait_stopped(self) -> None:
+        """Wait until the app has stopped (whatever stopped it) and every broker has closed.
+
+        Cancelled, it stops waiting; the app runs on."""
         await self._stopped.wait()
 
     async def wait_finished(self) -> None:
@@ -159,6 +187,8 @@ class App:
 
     ``shutdown_timeout`` bounds the graceful drain. With ``stop_when_finished`` (the default) an
     app whose subscriptions have all ended (replays that reached their end) stops by itself.
+    ``lifespan`` is an async context manager factory wrapping the whole run (see
+    :meth:`lifespan`).
     """
 
     def __init__(
@@ -167,9 +197,10 @@ class App:
         *,
         shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
         stop_when_finished: bool = True,
+        lifespan: Lifespan | None = None,
     ) -> None:
         self.name = name
-        self.shutdown_timeout = shutdown_timeout
+        self.shutdown_timeout = check_shutdown_timeout(shutdown_timeout)
         self.stop_when_finished = stop_when_finished
         self.state = State()
         self.health: AsyncValue[Health] = AsyncValue(Health(HealthState.STOPPED))
@@ -181,7 +212,12 @@ class App:
             "on_shutdown": [],
             "after_shutdown": [],
         }
+        self._lifespans: list[Lifespan] = [] if lifespan is None else [_check_lifespan(lifespan)]
+        self._tasks: list[TaskFunction] = []
         self._running = False
+
+    def __repr__(self) -> str:
+        return f"App({self.name!r})"
 
     # ---- declaring ---------------------------------------------------------------------------
 
@@ -218,6 +254,35 @@ class App:
         self._hooks["after_shutdown"].append(hook)
         return hook
 
+    def lifespan(self, factory: L) -> L:
+        """Wrap the whole run in ``factory()`` (or ``factory(app)``), an async context manager:
+        entered before the ``on_startup`` hooks and brokers connect, left after the brokers have
+        closed and the ``after_shutdown`` hooks ran — whether the run ended well, failed, or was
+        cancelled. Several are entered in the order given and left in reverse.
+
+        For resources the handlers share (a database pool, an HTTP client): open them before
+        the ``yield``, put them in ``app.state``, close them after. A failure before the
+        ``yield`` fails the start; the app never reports started. For work that runs alongside
+        the handlers, use :meth:`task`.
+        """
+        self._lifespans.append(_check_lifespan(factory))
+        return factory
+
+    def task(self, fn: T) -> T:
+        """Run ``async def fn()`` (or ``fn(app)``) for as long as the app runs: a periodic job,
+        a metrics pusher, a watcher.
+
+        It is a task in the app's nursery, started once every subscription is running and the
+        ``after_startup`` hooks have run (so it may publish), and cancelled at shutdown after
+        the drain, before the brokers close: ``trio.Cancelled`` reaches it at its next
+        checkpoint, and its ``finally`` blocks run then. A task that returns just ends; one that
+        raises fails the app, like a failing subscription, and the app shuts down gracefully.
+        """
+        if not inspect.iscoroutinefunction(fn):
+            raise ConfigurationError(f"app.task() takes an `async def` function, not {fn!r}")
+        self._tasks.append(fn)
+        return fn
+
     # ---- running -----------------------------------------------------------------------------
 
     async def serve(
@@ -226,47 +291,97 @@ class App:
         shutdown_timeout: float | None = None,
         task_status: trio.TaskStatus[RunningApp] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Run in the caller's nursery: ``running = await nursery.start(app.serve)``."""
-        timeout = self.shutdown_timeout if shutdown_timeout is None else shutdown_timeout
-        await self._serve(_RunOptions(connect=_connect, shutdown_timeout=timeout), task_status)
+        """Run in the caller's nursery: ``running = await nursery.start(app.serve)``.
+
+        An error that fails the start (a broker that cannot connect, a hook, a source that
+        cannot open) or stops the app is raised as itself, not wrapped in the exception groups
+        of the app's own nurseries; several errors are raised together as a group.
+        """
+        timeout = (
+            self.shutdown_timeout
+            if shutdown_timeout is None
+            else check_shutdown_timeout(shutdown_timeout)
+        )
+        await self.serve_with(
+            RunOptions(connect=connect_broker, shutdown_timeout=timeout), task_status
+        )
 
     def run(self, *, shutdown_timeout: float | None = None) -> bool:
         """Run standalone until SIGINT/SIGTERM (graceful) or a second signal (at once).
 
         Returns True after a graceful stop, False when a second signal cut the drain short.
-        Raises ``AppFailed`` when a subscription failed.
+        Logs to stderr at INFO, unless logging is configured already. When the app does not
+        start, or a subscription fails, it prints one line per error to stderr, naming the
+        cause and, where it is known, what to do (the traceback is logged at DEBUG), and exits
+        with status 1: it raises ``SystemExit(1)``, whose ``__cause__`` is the ``AppFailed``.
         """
+        configure_default()
         try:
-            return trio.run(self._run_with_signals, shutdown_timeout)
-        except BaseExceptionGroup as group:
-            failure = _single_cause(group)
-            if isinstance(failure, AppFailed):
-                raise failure from failure.__cause__
+            return self.run_until_stopped(shutdown_timeout=shutdown_timeout)
+        except AppFailed as failure:
+            report(
+                failure,
+                prefix=self.name,
+                out=sys.stderr,
+                logger=self.logger,
+                traceback_hint="its traceback is logged at DEBUG",
+            )
+            raise SystemExit(1) from failure
+
+    def run_until_stopped(self, *, shutdown_timeout: float | None = None) -> bool:
+        """``run`` without its logging set-up and its exit: raises ``AppFailed`` instead.
+
+        ``AppFailed`` says whether the app did not start or stopped, and why; ``__cause__`` is
+        the error itself.
+        """
+        timeout = None if shutdown_timeout is None else check_shutdown_timeout(shutdown_timeout)
+        try:
+            return trio.run(self._run_with_signals, timeout)
+        except AppFailed:
             raise
+        except Exception as error:
+            raise AppFailed(f"app {self.name!r} failed: {describe(error)}") from error
 
     def test(
-        self, *, settle_timeout: float = 30.0, raise_errors: bool = False
+        self,
+        *,
+        settle_timeout: float = 30.0,
+        raise_errors: bool = False,
+        dependency_overrides: Mapping[Callable[..., Any], Callable[..., Any]] | None = None,
     ) -> AbstractAsyncContextManager[TestClient]:
         """Run this app on in-process transports: ``async with app.test() as t: ...``.
 
         ``settle_timeout`` bounds each wait for the app to settle (on Trio's clock). Handler
         errors run the failure policy as in production and are recorded
         (``t.handler(fn).errors``); with ``raise_errors=True`` the first one since the last
-        ``publish``/``settled`` is also raised from it.
+        ``publish``/``settled`` is also raised from it. ``dependency_overrides`` maps a
+        dependency (the function given to ``Depends``) to its replacement, wherever it is used;
+        each is checked as at mount, and one that no handler uses is refused.
         """
         from .testing.harness import run_test_client
 
-        return run_test_client(self, settle_timeout=settle_timeout, raise_errors=raise_errors)
+        return run_test_client(
+            self,
+            settle_timeout=settle_timeout,
+            raise_errors=raise_errors,
+            dependency_overrides=dependency_overrides,
+        )
 
     async def _run_with_signals(self, shutdown_timeout: float | None) -> bool:
         forced = trio.Event()
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        with (
+            trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals,
+            raise_lone_errors(),
+        ):
             async with trio.open_nursery() as nursery:
-                running: RunningApp = await nursery.start(
-                    lambda task_status: self.serve(
-                        shutdown_timeout=shutdown_timeout, task_status=task_status
+                try:
+                    running: RunningApp = await nursery.start(
+                        lambda task_status: self.serve(
+                            shutdown_timeout=shutdown_timeout, task_status=task_status
+                        )
                     )
-                )
+                except Exception as error:
+                    raise _did_not_start(self.name, error) from error
                 nursery.start_soon(self._watch_signals, signals, running, forced, nursery)
                 await running.wait_stopped()
                 nursery.cancel_scope.cancel()
@@ -292,7 +407,11 @@ class App:
                 nursery.cancel_scope.cancel()
                 return
 
-    async def _serve(self, options: _RunOptions, task_status: trio.TaskStatus[RunningApp]) -> None:
+    async def serve_with(
+        self, options: RunOptions, task_status: trio.TaskStatus[RunningApp]
+    ) -> None:
+        """``serve``, with how brokers connect and who observes the run given by ``options``
+        (the test harness's entry point; ``serve`` is this with the defaults)."""
         if self._running:
             raise ConfigurationError(f"app {self.name!r} is already running")
         self._running = True
@@ -300,40 +419,17 @@ class App:
         runners = options.runners
         handle = RunningApp(self, runners)
         try:
-            await self._run_hooks("on_startup")
-            async with AsyncExitStack() as stack:
-                for broker in self._brokers:
-                    transport = await stack.enter_async_context(options.connect(broker))
-                    broker._attach(transport)
-                    stack.callback(broker._attach, None)
-                for broker in self._brokers:
-                    for subscription in broker.subscriptions:
-                        runner = self._make_runner(subscription, broker, options)
-                        runners.append(runner)
-                        # A runner that never started (a later one failed to open) still
-                        # closes its reader; one that ran closed it already.
-                        stack.push_async_callback(runner.close_if_unstarted)
-                async with trio.open_nursery() as nursery:
-                    for runner in runners:
-                        await nursery.start(self._supervise, runner, handle)
-                    if runners and options.stop_when_finished:
-                        nursery.start_soon(self._stop_when_finished, handle)
-                    await self._run_hooks("after_startup")
-                    self.health.value = Health(HealthState.RUNNING)
-                    self._refresh_health(runners)
-                    task_status.started(handle)
-                    await handle._stop.wait()
-                    reason = str(handle._failure) if handle._failure else None
-                    self.health.value = Health(HealthState.SHUTTING_DOWN, reason)
-                    await self._run_hooks("on_shutdown")
-                    await self._drain(runners, options.shutdown_timeout)
-                    nursery.cancel_scope.cancel()
-            await self._run_hooks("after_shutdown")
+            async with AsyncExitStack() as lifespans:
+                for factory in self._lifespans:
+                    await lifespans.enter_async_context(_call_with_app(factory, self))
+                await self._run(options, handle, task_status)
         except BaseException as exc:
             if _only_cancelled(exc):
                 self.health.value = Health(HealthState.STOPPED, "cancelled")
             else:
                 self.health.value = Health(HealthState.FAILED, repr(_single_cause(exc)))
+            if isinstance(exc, BaseExceptionGroup):
+                reraise_unwrapped(exc)
             raise
         finally:
             self._running = False
@@ -343,10 +439,62 @@ class App:
             self.health.value = Health(HealthState.FAILED, str(failure))
             raise AppFailed(f"app {self.name!r} stopped: {failure}") from failure.__cause__
         self.health.value = Health(HealthState.STOPPED)
+        self.logger.info("%s: stopped", self.name)
+
+    async def _run(
+        self, options: RunOptions, handle: RunningApp, task_status: trio.TaskStatus[RunningApp]
+    ) -> None:
+        """Hooks, brokers, subscriptions and tasks, inside the lifespans."""
+        runners = options.runners
+        await self._run_hooks("on_startup")
+        async with AsyncExitStack() as stack:
+            for broker in self._brokers:
+                transport = await stack.enter_async_context(options.connect(broker))
+                broker._attach(transport)
+                stack.callback(broker._attach, None)
+            for broker in self._brokers:
+                for subscription in broker.subscriptions:
+                    runner = self._make_runner(subscription, broker, options)
+                    runners.append(runner)
+                    # A runner that never started (a later one failed to open) still
+                    # closes its reader; one that ran closed it already.
+                    stack.push_async_callback(runner.close_if_unstarted)
+            async with trio.open_nursery() as nursery:
+                for runner in runners:
+                    await nursery.start(self._supervise, runner, handle)
+                if runners and options.stop_when_finished:
+                    nursery.start_soon(self._stop_when_finished, handle)
+                await self._run_hooks("after_startup")
+                for fn in self._tasks:
+                    nursery.start_soon(self._run_task, fn, handle, name=f"task {fn!r}")
+                self.health.value = Health(HealthState.RUNNING)
+                self._refresh_health(runners)
+                log_banner(self.logger, self.name, self._brokers, runners)
+                task_status.started(handle)
+                await handle._stop.wait()
+                reason = str(handle._failure) if handle._failure else None
+                self.health.value = Health(HealthState.SHUTTING_DOWN, reason)
+                await self._run_hooks("on_shutdown")
+                await self._drain(runners, options.shutdown_timeout)
+                nursery.cancel_scope.cancel()  # the app's tasks end here
+        await self._run_hooks("after_shutdown")
+
+    async def _run_task(self, fn: TaskFunction, handle: RunningApp) -> None:
+        """One ``@app.task``: if it raises, fail the app (and so shut it down)."""
+        try:
+            await _call_with_app(fn, self)
+        except Exception as exc:
+            self.logger.error("%s: task %s failed", self.name, _name_of(fn), exc_info=exc)
+            failure = TrioStreamsError(f"task {_name_of(fn)} failed: {exc!r}")
+            failure.__cause__ = exc
+            handle._fail(failure)
 
     def _make_runner(
-        self, subscription: Subscription, broker: Broker, options: _RunOptions
+        self, subscription: Subscription, broker: Broker, options: RunOptions
     ) -> SubscriptionRunner:
+        if options.dependency_overrides:
+            handler = subscription.handler.overridden(options.dependency_overrides)
+            subscription = replace(subscription, handler=handler)
         return SubscriptionRunner(
             subscription,
             broker.transport,
@@ -355,9 +503,10 @@ class App:
             on_change=options.on_change,
             observers=options.observers,
             on_fault=lambda fault: self._fault_changed(fault, options),
+            app_name=self.name,
         )
 
-    def _fault_changed(self, fault: Fault, options: _RunOptions) -> None:
+    def _fault_changed(self, fault: Fault, options: RunOptions) -> None:
         for observer in options.fault_observers:
             observer(fault)
         self._refresh_health(options.runners)
@@ -392,14 +541,28 @@ class App:
             if not runner.started:
                 raise
             cause = _single_cause(exc)
-            self.logger.error("%s: subscription %r failed", self.name, runner.label, exc_info=cause)
+            # A typed error of ours names its cause and where (a corrupt file, a lost lock): one
+            # line, the traceback at DEBUG. Anything else is a crash, whose traceback belongs in
+            # the log.
+            expected = isinstance(cause, TrioStreamsError)
+            self.logger.error(
+                "%s: subscription %r failed: %s",
+                self.name,
+                runner.label,
+                describe(cause),
+                exc_info=None if expected else cause,
+            )
+            if expected:
+                self.logger.debug(
+                    "%s: the traceback of %r's failure", self.name, runner.label, exc_info=cause
+                )
             failure = TrioStreamsError(f"subscription {runner.label!r} failed: {cause!r}")
             failure.__cause__ = cause
             handle._fail(failure)
 
     async def _stop_when_finished(self, handle: RunningApp) -> None:
         await handle.wait_finished()
-        if handle._failure is None:
+        if handle._failure is None and not handle._stop.is_set():
             self.logger.info("%s: every subscription has ended; stopping", self.name)
         handle.request_stop()
 
@@ -424,10 +587,47 @@ class App:
 
     async def _run_hooks(self, stage: str) -> None:
         for hook in self._hooks[stage]:
-            takes_app = bool(inspect.signature(hook).parameters)
-            result = hook(self) if takes_app else hook()
-            if inspect.isawaitable(result):
-                await result
+            try:
+                result = _call_with_app(hook, self)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception as exc:
+                # Says where it came from in a one-line report; the type stays the hook's.
+                exc.add_note(f"in the {stage} hook {_name_of(hook)}")
+                raise
+
+
+def check_shutdown_timeout(value: object) -> float:
+    """``value`` as a drain bound in seconds: a number >= 0 (``inf``: no bound)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigurationError(f"shutdown_timeout takes seconds, not {value!r}")
+    if math.isnan(value) or value < 0:
+        raise ConfigurationError(f"shutdown_timeout must be >= 0 seconds, got {value!r}")
+    return float(value)
+
+
+def _did_not_start(name: str, error: Exception) -> AppFailed:
+    if isinstance(error, BaseExceptionGroup):
+        return AppFailed(f"app {name!r} did not start: {len(leaves(error))} errors")
+    return AppFailed(f"app {name!r} did not start: {describe(error)}")
+
+
+def _name_of(hook: Hook) -> str:
+    name = getattr(hook, "__qualname__", None) or getattr(hook, "__name__", None)
+    return str(name) if name else repr(hook)
+
+
+def _check_lifespan(factory: Lifespan) -> Lifespan:
+    if not callable(factory):
+        raise ConfigurationError(
+            f"lifespan takes a function returning an async context manager, not {factory!r}"
+        )
+    return factory
+
+
+def _call_with_app(fn: Callable[..., Any], app: App) -> Any:
+    """``fn(app)`` if ``fn`` takes an argument, else ``fn()`` (hooks, lifespans, tasks)."""
+    return fn(app) if inspect.signature(fn).parameters else fn()
 
 
 def _only_cancelled(error: BaseException) -> bool:
@@ -444,5 +644,6 @@ def _single_cause(error: BaseException) -> BaseException:
     return error
 
 
-def _connect(broker: Broker) -> AbstractAsyncContextManager[Transport]:
+def connect_broker(broker: Broker) -> AbstractAsyncContextManager[Transport]:
+    """The default way a run connects a broker: its own transport."""
     return broker.connect()

@@ -87,11 +87,14 @@ class Broker(Router):
                     else f" on a transport that has one ({self.name} has none)"
                 )
             )
-        if (
-            declared.options.policy.dead_letter is not None
-            and not declared.options.policy.dead_letter
-        ):
-            raise ConfigurationError("dead_letter must name a destination")
+        dead_letter = declared.options.policy.dead_letter
+        if dead_letter is not None:
+            if not dead_letter:
+                raise ConfigurationError("dead_letter must name a destination")
+            try:
+                self.check_destination(dead_letter)
+            except TrioStreamsError as exc:
+                raise type(exc)(f"handler {declared.handler.name}: dead_letter: {exc}") from None
         names = {s.name for s in self._subscriptions}
         name = declared.name
         if name in names:
@@ -131,7 +134,16 @@ class Broker(Router):
                 f"{self.name} cannot publish to {target.kind.value} {target.name!r}; "
                 f"it has: {kinds}"
             )
+        self.check_name(target)
         return target
+
+    def check_name(self, destination: Destination) -> None:
+        """Refuse, with ``ConfigurationError``, a name the transport cannot publish to (a stream
+        file's key rules, say). Called wherever a destination is declared — publishers, dead
+        letters — and at every publish, under ``app.test()`` too: the broker is the real one
+        there, only its transport is in-process."""
+        if not destination.name:
+            raise ConfigurationError(f"{self.name}: a destination needs a name")
 
     async def publish(
         self,

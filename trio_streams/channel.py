@@ -126,6 +126,14 @@ class DeliveryChannel:
             await self._send_share.after_progress()
         return end
 
+    def grow(self, capacity: int) -> None:
+        """Make room for at least ``capacity`` deliveries (never shrinks: what is queued stays).
+
+        Used once the source has opened and knows how much one read returns."""
+        if capacity > self._capacity:
+            self._capacity = capacity
+            self._send_waiters.unpark_all()
+
     def interrupt(self) -> None:
         """Wake the driver wherever it waits here; ``send`` returns False until cleared."""
         self._interrupted = True

@@ -4,15 +4,23 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import logging
+import math
 import os
 import signal
 import sys
 from typing import Any
 
 from .app import App, AppFailed
+from .logs import FORMATS, LEVELS, LogConfigError, configure
+from .reporting import describe, report
 
-__all__ = ["load_app", "register"]
+__all__ = ["AppNotFound", "load_app", "register"]
+
+_PROG = "trio-streams run"
+_TRACEBACK_HINT = "--log-level debug shows the traceback"
+_log = logging.getLogger("trio_streams.cli")
 
 
 class AppNotFound(Exception):
@@ -20,7 +28,12 @@ class AppNotFound(Exception):
 
 
 def load_app(target: str, *, factory: bool = False) -> App:
-    """Import ``module:attribute`` (the current directory is importable) and return the App."""
+    """Import ``module:attribute`` (the current directory is importable) and return the App.
+
+    With ``factory``, the attribute is called (with no argument) and must return the App.
+    Raises :class:`AppNotFound` saying what is wrong; an error raised while importing the
+    module or calling the factory is its ``__cause__``.
+    """
     module_name, _, attribute = target.partition(":")
     if not module_name or not attribute:
         raise AppNotFound(f"expected MODULE:ATTRIBUTE (e.g. myservice.main:app), got {target!r}")
@@ -30,6 +43,8 @@ def load_app(target: str, *, factory: bool = False) -> App:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise AppNotFound(f"cannot import {module_name!r}: {exc}") from exc
+    except Exception as exc:
+        raise AppNotFound(f"importing {module_name!r} failed: {describe(exc)}") from exc
     value: Any = module
     for part in attribute.split("."):
         try:
@@ -37,27 +52,69 @@ def load_app(target: str, *, factory: bool = False) -> App:
         except AttributeError:
             raise AppNotFound(f"{module_name!r} has no attribute {attribute!r}") from None
     if factory:
-        value = value()
+        if not callable(value):
+            raise AppNotFound(
+                f"--factory: {target} is {value!r}, not callable; "
+                "--factory needs a function that returns the App (leave it out if "
+                f"{target} is the App itself)"
+            )
+        try:
+            value = value()
+        except Exception as exc:
+            raise AppNotFound(f"--factory: calling {target}() failed: {describe(exc)}") from exc
+        if inspect.iscoroutine(value):
+            value.close()
+            raise AppNotFound(
+                f"--factory: {target} is an async function; the factory must be a plain one"
+            )
+        if not isinstance(value, App):
+            raise AppNotFound(
+                f"--factory: {target}() returned {type(value).__name__}, not a trio_streams.App"
+            )
+        return value
     if not isinstance(value, App):
-        raise AppNotFound(f"{target} is {type(value).__name__}, not a trio_streams.App")
+        hint = " (is it a factory? add --factory)" if callable(value) else ""
+        raise AppNotFound(f"{target} is {type(value).__name__}, not a trio_streams.App{hint}")
     return value
 
 
 def _run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    if args.log_config is not None and (args.log_level or args.log_format):
+        print(
+            f"{_PROG}: --log-config replaces --log-level and --log-format; give one or the other",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        configure(args.log_level or "info", args.log_format or "text", args.log_config)
+    except LogConfigError as exc:
+        print(f"{_PROG}: {exc}", file=sys.stderr)
+        return 2
     try:
         app = load_app(args.app, factory=args.factory)
     except AppNotFound as exc:
-        print(f"trio-streams run: {exc}", file=sys.stderr)
+        if exc.__cause__ is not None:
+            _log.debug("%s: the traceback", _PROG, exc_info=exc.__cause__)
+        hint = f"; {_TRACEBACK_HINT}" if exc.__cause__ is not None else ""
+        print(f"{_PROG}: {exc}{hint}", file=sys.stderr)
         return 2
     try:
-        graceful = app.run(shutdown_timeout=args.shutdown_timeout)
-    except AppFailed as exc:
-        print(f"trio-streams run: {exc}", file=sys.stderr)
+        graceful = app.run_until_stopped(shutdown_timeout=args.shutdown_timeout)
+    except AppFailed as failure:
+        report(failure, prefix=_PROG, out=sys.stderr, logger=_log, traceback_hint=_TRACEBACK_HINT)
         return 1
     return 0 if graceful else 128 + signal.SIGINT
+
+
+def _seconds(text: str) -> float:
+    """``--shutdown-timeout``: seconds, >= 0 (``inf``: no bound)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if math.isnan(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0 seconds, not {text}")
+    return value
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -65,7 +122,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "run",
         help="run an app until SIGINT/SIGTERM",
         description="Import MODULE:ATTRIBUTE and run the App it names. The first SIGINT or "
-        "SIGTERM drains in-flight work; a second one cancels at once.",
+        "SIGTERM drains in-flight work; a second one cancels at once. Exit status: 0 after a "
+        "graceful stop, 1 when the app did not start or a subscription failed (one line per "
+        "error on stderr), 2 for a bad command line or a target that is not an App, 130 when "
+        "a second signal cut the drain short.",
     )
     parser.add_argument("app", metavar="MODULE:ATTRIBUTE", help="where the App is, e.g. svc:app")
     parser.add_argument(
@@ -73,10 +133,30 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     parser.add_argument(
         "--shutdown-timeout",
-        type=float,
+        type=_seconds,
         default=None,
         metavar="SECONDS",
-        help="how long a graceful shutdown may drain before cancelling (default: the app's)",
+        help="how long a graceful shutdown may drain before cancelling, >= 0 (default: the app's)",
     )
-    parser.add_argument("--log-level", default="info", help="logging level (default: info)")
+    logs = parser.add_argument_group("logging (to stderr)")
+    logs.add_argument(
+        "--log-level",
+        type=str.lower,
+        choices=LEVELS,
+        default=None,
+        help="the root logger's level (default: info); debug adds tracebacks",
+    )
+    logs.add_argument(
+        "--log-format",
+        choices=FORMATS,
+        default=None,
+        help="text: one line per record (default); json: one JSON object per line with "
+        "time, level, logger, message and exc_info",
+    )
+    logs.add_argument(
+        "--log-config",
+        metavar="FILE",
+        default=None,
+        help="a JSON logging.config.dictConfig file; it replaces --log-level and --log-format",
+    )
     parser.set_defaults(handler=_run)

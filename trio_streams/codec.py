@@ -2,34 +2,41 @@
 
 A handler's first parameter says what it wants: ``bytes`` (the payload as it arrived; also what
 an unannotated parameter gets), ``str`` (UTF-8), JSON values (``dict``, ``list``, numbers,
-``Any``…), a dataclass, a pydantic model or a msgspec Struct (the last two with their optional
-extras). Decoders are built once per handler, at mount
-time, so the hot path is a single call. A payload that does not fit raises ``DecodeError``, which
-names the path inside the document (``$.items[2].qty``) and what was expected.
+``Any``…), a dataclass, a pydantic model (with the optional extra) or a msgspec Struct, and
+inside those ``UUID``, ``Decimal``, ``datetime``/``date``/``time``/``timedelta``, enums, sets and
+``bytes`` (base64), as msgspec encodes them. Decoders are built once per handler, at mount time,
+so the hot path is a single call. A payload that does not fit raises ``DecodeError``, which names
+the path inside the document (``$.items[2].qty``) and what was expected.
+
+Encoding is msgspec's JSON encoder (pydantic models through ``model_dump_json``, or
+``model_dump(mode="json")`` when nested), so what a handler can decode it can also publish. A
+value that cannot be encoded raises ``EncodeError`` naming the path of the part that cannot.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import decimal
 import enum
-import json
 import types
 import typing
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from typing import Any
 
+import msgspec
+
 from .errors import TrioStreamsError
 
-__all__ = ["DecodeError", "Decoder", "decoder_for", "encode"]
+__all__ = ["DecodeError", "Decoder", "EncodeError", "decoder_for", "encode"]
 
 Decoder = Callable[[bytes], Any]
 #: Turns an already-parsed JSON value into the wanted type, or raises _Mismatch.
 _Convert = Callable[[Any, str], Any]
 
-_json_loads = json.loads
-_json_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+_json_loads = msgspec.json.decode
 
 
 class DecodeError(TrioStreamsError):
@@ -75,7 +82,7 @@ def decoder_for(annotation: Any) -> Decoder:
     def decode_json(payload: bytes) -> Any:
         try:
             value = _json_loads(payload)
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
             raise DecodeError(f"not valid JSON: {exc}") from None
         except RecursionError:
             raise DecodeError("JSON nested too deeply") from None
@@ -191,6 +198,8 @@ def _converter(annotation: Any) -> _Convert:
             return _enum(annotation)
         if annotation is _dt.datetime:
             return _datetime
+        if annotation in _MSGSPEC_LEAVES:
+            return _msgspec_leaf(annotation)
         if _model_decoder(annotation) is not None:
             return _model_from_value(annotation)
     raise TypeError(f"trio-streams cannot decode a payload into {annotation!r}")
@@ -319,6 +328,31 @@ def _datetime(value: Any, path: str) -> _dt.datetime:
         raise _Mismatch(path, "an ISO 8601 datetime string", value) from None
 
 
+#: Types a JSON document holds as strings, converted (and checked) by msgspec as it encodes them.
+_MSGSPEC_LEAVES: dict[type, str] = {
+    uuid.UUID: "a UUID string",
+    decimal.Decimal: "a decimal number or string",
+    _dt.date: "an ISO 8601 date string",
+    _dt.time: "an ISO 8601 time string",
+    _dt.timedelta: "an ISO 8601 duration or a number of seconds",
+    bytes: "a base64 string",
+    bytearray: "a base64 string",
+}
+
+
+def _msgspec_leaf(kind: type) -> _Convert:
+    expected = _MSGSPEC_LEAVES[kind]
+    convert = msgspec.convert
+
+    def leaf(value: Any, path: str) -> Any:
+        try:
+            return convert(value, kind)
+        except msgspec.ValidationError:
+            raise _Mismatch(path, expected, value) from None
+
+    return leaf
+
+
 def _model_from_value(model: Any) -> _Convert:
     """A pydantic model or msgspec Struct nested inside a dataclass or container."""
     if hasattr(model, "model_validate"):
@@ -390,8 +424,36 @@ def _build_dataclass(cls: type) -> _Convert:
 # ---- encoding ----------------------------------------------------------------------------------
 
 
+class EncodeError(TrioStreamsError, TypeError):
+    """A value cannot be turned into a payload; ``path`` says which part (``$.items[0].due``)."""
+
+    def __init__(self, kind: str, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        where = "" if path == "$" else f"{path}: "
+        super().__init__(f"cannot encode {kind} as a payload: {where}{reason}")
+
+
+def _enc_hook(value: Any) -> Any:
+    """What msgspec does not know natively: pydantic models (nested in other values)."""
+    dump = getattr(value, "model_dump", None)
+    if dump is not None and hasattr(value, "model_dump_json"):
+        return dump(mode="json")
+    raise TypeError(f"{type(value).__name__} is not encodable")
+
+
+_json_encoder = msgspec.json.Encoder(enc_hook=_enc_hook)
+_json_encode = _json_encoder.encode
+
+
 def encode(value: Any) -> bytes:
-    """Payload bytes for ``value``: bytes as-is, str as UTF-8, models and JSON values as JSON."""
+    """Payload bytes for ``value``: bytes as-is, str as UTF-8, everything else as JSON.
+
+    JSON is msgspec's: dataclasses, msgspec Structs, pydantic models (``model_dump_json``),
+    enums by value, ``UUID``/``Decimal`` as strings, dates and times in ISO 8601, sets and tuples
+    as arrays, ``bytes`` inside a structure as base64. NaN and infinities become ``null``, as
+    JavaScript does. Raises ``EncodeError`` (a ``TypeError``) naming the part that cannot be.
+    """
     kind = type(value)
     if kind is bytes:
         return value  # type: ignore[no-any-return]
@@ -400,33 +462,36 @@ def encode(value: Any) -> bytes:
     if isinstance(value, bytearray | memoryview):
         return bytes(value)
     dump = getattr(value, "model_dump_json", None)
-    if dump is not None:
-        return dump().encode("utf-8")  # type: ignore[no-any-return]
-    if _is_struct(kind):
-        import msgspec
-
-        return msgspec.json.encode(value)
     try:
-        return _json_encoder.encode(_jsonable(value)).encode("utf-8")
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"cannot encode {kind.__name__} as a payload: {exc}") from None
+        if dump is not None:
+            return dump().encode("utf-8")  # type: ignore[no-any-return]
+        return _json_encode(value)
+    except (TypeError, ValueError, OverflowError) as exc:
+        path, reason = _unencodable_part(value, "$", exc)
+        raise EncodeError(kind.__name__, path, reason) from None
 
 
-def _is_struct(kind: type) -> bool:
-    return any(b.__module__.startswith("msgspec") and b.__name__ == "Struct" for b in kind.__mro__)
+def _unencodable_part(value: Any, path: str, error: BaseException) -> tuple[str, str]:
+    """The path of the first part of ``value`` that cannot be encoded, and why (slow: for the
+    error message only)."""
+    for child_path, child in _children(value, path):
+        try:
+            _json_encode(child)
+        except (TypeError, ValueError, OverflowError) as exc:
+            return _unencodable_part(child, child_path, exc)
+    return path, str(error)
 
 
-def _jsonable(value: Any) -> Any:
+def _children(value: Any, path: str) -> list[tuple[str, Any]]:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, _dt.datetime | _dt.date):
-        return value.isoformat()
-    if isinstance(value, list | tuple | set | frozenset):
-        return [_jsonable(v) for v in value]
+        return [(f"{path}.{f.name}", getattr(value, f.name)) for f in dataclasses.fields(value)]
+    if isinstance(value, msgspec.Struct):
+        return [(f"{path}.{name}", getattr(value, name)) for name in value.__struct_fields__]
+    fields = getattr(type(value), "model_fields", None)
+    if isinstance(fields, dict) and hasattr(value, "model_dump_json"):
+        return [(f"{path}.{name}", getattr(value, name, None)) for name in fields]
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if hasattr(value, "model_dump"):
-        return value.model_dump(mode="json")
-    return value
+        return [(f"{path}.{key}", item) for key, item in value.items()]
+    if isinstance(value, list | tuple | set | frozenset):
+        return [(f"{path}[{i}]", item) for i, item in enumerate(value)]
+    return []

@@ -35,6 +35,7 @@ class Context:
 
     @property
     def headers(self) -> Mapping[str, str]:
+        """The message's headers, as it arrived (retry copies: with the retry count)."""
         return self.message.headers
 
     @property
@@ -54,10 +55,12 @@ class Context:
 
     @property
     def stream(self) -> str:
+        """The stream (key, list, channel) the message came from."""
         return self.message.stream
 
     @property
     def subscription(self) -> str:
+        """The name of the subscription handling it."""
         return self._runner.label
 
     @property
@@ -67,27 +70,29 @@ class Context:
 
     @property
     def logger(self) -> logging.Logger:
+        """The subscription's logger (``trio_streams.subscription.<name>``)."""
         return self._runner.logger
 
     @property
     def broker(self) -> Broker:
+        """The broker the subscription is mounted on."""
         return self._runner.broker
 
     @property
     def seeker(self) -> Seeker:
         """The seek handle of this subscription (stream files and in-process)."""
-        driver = self._runner.driver
-        if driver is None or not driver.source.seekable:
+        seeker = self._runner.seeker
+        if seeker is None:
             raise UnsupportedError(
                 f"subscription {self._runner.label!r} reads a source that cannot seek"
             )
-        return driver.seeker
+        return seeker
 
     @property
     def pipeline(self) -> Pipeline:
         """This delivery's segment of the pipeline window: commands sent with its
         acknowledgement if the outcome is ``ack``, discarded otherwise (``pipeline=True``)."""
-        pipeline = self._runner.source.pipeline(self.message)
+        pipeline = self._runner.pipeline_for(self.message)
         if pipeline is None:
             raise UnsupportedError(
                 f"subscription {self._runner.label!r} has no pipeline window: mount it with "

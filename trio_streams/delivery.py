@@ -7,11 +7,22 @@ from typing import Any
 
 from .positions import Position
 
-__all__ = ["RETRY_COUNT_HEADER", "Delivery", "attempt_from_headers", "retry_headers"]
+__all__ = [
+    "RETRY_COUNT_HEADER",
+    "RETRY_TARGET_HEADER",
+    "Delivery",
+    "attempt_from_headers",
+    "retry_headers",
+]
 
 #: Carried by retry copies on transports that keep no delivery count of their own (stream files,
 #: Pub/Sub, streams where a retry is a new entry): how many times the message was tried before.
 RETRY_COUNT_HEADER = "x-ruststream-retry-count"
+#: Carried by retry copies on transports where every subscription of a stream reads every entry
+#: (stream files, in-process fan-out, a Redis stream's other groups): the subscription the copy
+#: is for (``<app>/<subscription>``). Every other subscription passes over the copy without
+#: handling it; a reader that does not know the header still sees a valid message.
+RETRY_TARGET_HEADER = "x-trio-streams-retry-for"
 
 _NO_HEADERS: Mapping[str, str] = {}
 
@@ -81,8 +92,18 @@ def attempt_from_headers(headers: Mapping[str, str]) -> int:
     return count + 1 if count >= 0 else 1
 
 
-def retry_headers(delivery: Delivery) -> dict[str, str]:
-    """Headers for the retry copy of ``delivery``: as it arrived, with the retry count advanced."""
+def retry_headers(delivery: Delivery, target: str | None = None) -> dict[str, str]:
+    """Headers for the retry copy of ``delivery``: as it arrived, with the retry count advanced
+    and, given a ``target`` (``SubscriptionHost.retry_target``), the subscription it is for."""
     headers = dict(delivery.headers)
     headers[RETRY_COUNT_HEADER] = str(delivery.attempt)
+    if target is not None:
+        headers[RETRY_TARGET_HEADER] = target
     return headers
+
+
+def retry_target_of(delivery: Delivery) -> str | None:
+    """The subscription a retry copy is for, or None for a message any subscription handles."""
+    if delivery.attempt == 1:
+        return None  # not a retry copy: the common case costs one comparison
+    return delivery.headers.get(RETRY_TARGET_HEADER)

@@ -21,11 +21,14 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from .codec import DecodeError
+from .codec import DecodeError, EncodeError, encode
 from .context import Context
-from .delivery import Delivery
+from .delivery import Delivery, retry_target_of
+from .depends import DependencyScope
 from .failure import Verdict
-from .outcome import Outcome, OutcomeKind, ack, drop
+from .handler import UNDECODED
+from .outcome import Outcome, OutcomeKind, ack, drop, retry
+from .reporting import describe
 from .transport import DeadLetter, Unsettled
 
 if TYPE_CHECKING:
@@ -36,7 +39,22 @@ __all__ = ["Dispatcher", "HandledMessage"]
 _ACK = ack()
 #: Deliveries waiting in each ordered lane.
 _LANE_BUFFER = 4
-_UNDECODED: Any = object()
+_UNDECODED: Any = UNDECODED
+
+
+class _Unencodable(Exception):
+    """The handler's return value cannot be encoded for its publishers (the handler ran)."""
+
+    def __init__(self, error: EncodeError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class _Again:
+    """An ordered lane retries in place: handle the same delivery again (see ``_retry_in_lane``)."""
+
+
+_AGAIN = _Again()
 
 
 class _KeyFailed:
@@ -61,6 +79,9 @@ class HandledMessage:
     #: What was settled after the attempts cap, and where it was dead-lettered, if anywhere.
     verdict: Verdict
     error: BaseException | None = None
+    #: False when the handler was not called: the payload could not be decoded, or the delivery
+    #: had already been tried ``max_attempts`` times (its verdict says what became of it).
+    called: bool = True
 
 
 class Dispatcher:
@@ -73,6 +94,10 @@ class Dispatcher:
         self._channel = runner.channel
         self._publishers = subscription.publishers
         self._log = runner.logger
+        #: Handlers without dependencies skip the dependency scope altogether.
+        self._handle_delivery = (
+            self._handle_one if self._handler.dependencies is None else self._handle_scoped
+        )
         #: Deliveries taken off the channel by the lane router, not yet by their lane's worker.
         self._in_lanes: dict[int, Delivery] = {}
 
@@ -103,12 +128,14 @@ class Dispatcher:
     async def _worker(self) -> None:
         receive = self._channel.receive
         process = self._process
+        # by_key with one worker: one lane, so retries keep the key's order as lanes do.
+        ordered = self._options.by_key is not None
         while True:
             try:
                 delivery = await receive()
             except trio.EndOfChannel:
                 return
-            await process(delivery, _UNDECODED)
+            await process(delivery, _UNDECODED, ordered)
 
     async def _route_lanes(self, nursery: trio.Nursery, lanes: int) -> None:
         key_of = self._key_function()
@@ -157,7 +184,7 @@ class Dispatcher:
         async with receive:
             async for delivery, message in receive:
                 del in_lanes[id(delivery)]
-                await self._process(delivery, message)
+                await self._process(delivery, message, True)
 
     async def _batch_worker(self, size: int, max_wait: float) -> None:
         channel = self._channel
@@ -193,15 +220,22 @@ class Dispatcher:
 
     # ---- one delivery ------------------------------------------------------------------------
 
-    async def _process(self, delivery: Delivery, message: Any) -> None:
+    async def _process(self, delivery: Delivery, message: Any, ordered: bool = False) -> None:
         later = False
         done = False
         try:
             if not self._channel.is_current(delivery):
                 # A seek made it stale before its handler started.
                 self._runner.unsettled(delivery, Unsettled.STALE)
+            elif self._for_another(delivery):
+                await self._runner.settle(delivery, _ACK)
+            elif ordered:
+                handle = self._handle_delivery
+                while (result := await handle(delivery, message, ordered=True)) is _AGAIN:
+                    pass
+                later = result is True
             else:
-                later = await self._handle_one(delivery, message)
+                later = await self._handle_delivery(delivery, message) is True
             done = True
         finally:
             if not done:
@@ -210,7 +244,36 @@ class Dispatcher:
             if not later:
                 self._channel.finished(delivery)
 
-    async def _handle_one(self, delivery: Delivery, message: Any) -> bool:
+    def _for_another(self, delivery: Delivery) -> bool:
+        """A retry copy another subscription of the stream asked for: passed over unhandled
+        (settled as consumed, so a durable position moves past it), and not recorded."""
+        target = retry_target_of(delivery)
+        return target is not None and target != self._runner.retry_target
+
+    async def _handle_scoped(
+        self, delivery: Delivery, message: Any, ordered: bool = False
+    ) -> bool | _Again:
+        """``_handle_one`` for a handler with dependencies: they are cleaned up once the
+        delivery is settled (or, in an ordered lane that retries in place, once this attempt
+        is decided), or when it is cancelled."""
+        scope = DependencyScope()
+        try:
+            later = await self._handle_one(delivery, message, scope, ordered=ordered)
+        except BaseException as exc:
+            await scope.aclose(exc, self._log, self._runner.label)
+            raise
+        await scope.aclose(scope.error, self._log, self._runner.label)
+        return later
+
+    async def _handle_one(
+        self,
+        delivery: Delivery,
+        message: Any,
+        scope: DependencyScope | None = None,
+        ordered: bool = False,
+    ) -> bool | _Again:
+        """Handle ``delivery`` once and carry out the verdict. True if a delayed retry now owns
+        it; ``_AGAIN`` if an ordered lane is to handle it again in place."""
         if delivery.attempt > self._policy.max_attempts:
             return await self._spent(delivery)
         handler = self._handler
@@ -219,17 +282,15 @@ class Dispatcher:
         try:
             if type(message) is _KeyFailed:
                 raise message.error
-            if message is _UNDECODED:
-                args = await handler.arguments(delivery, context)
-            else:
-                args = [message]
-                for extract, is_async in zip(handler.extractors, handler.awaitable, strict=True):
-                    value = extract(delivery, context)
-                    args.append(await value if is_async else value)
+            args = await handler.arguments(delivery, context, message, scope)
         except DecodeError as exc:
+            if scope is not None:
+                scope.error = exc
             return await self._undecodable(delivery, exc)
         except Exception as exc:  # noqa: BLE001 - a failing extractor or key runs the policy
             error = exc
+            if scope is not None:
+                scope.error = exc
             outcome = self._failed(delivery, exc)
             args = None
         if args is not None and not self._channel.is_current(delivery):
@@ -240,16 +301,57 @@ class Dispatcher:
             try:
                 result = await handler.fn(*args)
                 outcome = await self._outcome_of(result)
+            except _Unencodable as exc:
+                if scope is not None:
+                    scope.error = exc.error
+                return await self._unencodable(delivery, args[0], exc.error)
             except Exception as exc:  # noqa: BLE001 - a failing handler runs the failure policy
                 error = exc
+                if scope is not None:
+                    scope.error = exc
                 outcome = self._failed(delivery, exc)
         if outcome is _ACK and not self._runner.observers:
             # The common case, without building a verdict.
             await self._runner.settle(delivery, outcome)
             return False
         verdict = self._policy.decide(delivery, outcome)
-        self._observe(delivery, args[0] if args else None, outcome, verdict, error)
+        if args is None:
+            self._observe(delivery, None, outcome, verdict, error, called=False)
+        else:
+            self._observe(delivery, args[0], outcome, verdict, error)
+        if ordered and verdict.dead_letter is None and verdict.outcome.is_retry:
+            return await self._retry_in_lane(delivery, verdict.outcome)
         return await self._settle(delivery, verdict, error)
+
+    async def _retry_in_lane(self, delivery: Delivery, outcome: Outcome) -> bool | _Again:
+        """A retry in an ordered lane keeps the key's order: the lane handles the delivery again
+        in place (after the delay, for ``retry_after``), and the key's later messages wait
+        behind it. The attempt count is kept in memory, so a crash in between restarts it.
+
+        Stopping cuts a delay short: the delivery is then settled as a retry copy, as every
+        delayed retry is at shutdown, so nothing is lost. A seek that made it stale meanwhile
+        ends it unsettled."""
+        runner = self._runner
+        runner.source.deferred(delivery, outcome)
+        if outcome.kind is OutcomeKind.RETRY_AFTER and outcome.delay > 0:
+            deadline = trio.current_time() + outcome.delay
+            runner.lane_delays[id(delivery)] = deadline
+            runner.changed()
+            try:
+                with trio.move_on_at(deadline):
+                    await runner.stopping.wait()
+            finally:
+                del runner.lane_delays[id(delivery)]
+            if runner.stopping.is_set():
+                await runner.settle(delivery, retry())
+                return False
+        else:
+            await trio.lowlevel.checkpoint()
+        if not self._channel.is_current(delivery):
+            runner.unsettled(delivery, Unsettled.STALE)
+            return False
+        delivery.attempt += 1
+        return _AGAIN
 
     async def _spent(self, delivery: Delivery) -> bool:
         """A delivery already tried ``max_attempts`` times (a handler that crashed the process
@@ -263,7 +365,7 @@ class Dispatcher:
             self._policy.max_attempts,
         )
         verdict = Verdict(drop(), self._policy.dead_letter)
-        self._observe(delivery, None, verdict.outcome, verdict, None)
+        self._observe(delivery, None, verdict.outcome, verdict, None, called=False)
         return await self._settle(delivery, verdict)
 
     async def _undecodable(self, delivery: Delivery, exc: DecodeError) -> bool:
@@ -275,32 +377,84 @@ class Dispatcher:
             exc.reason,
         )
         verdict = self._policy.on_undecodable()
-        self._observe(delivery, None, verdict.outcome, verdict, exc)
+        self._observe(delivery, None, verdict.outcome, verdict, exc, called=False)
         return await self._settle(delivery, verdict, exc, reason="undecodable")
 
+    async def _unencodable(self, delivery: Delivery, message: Any, exc: EncodeError) -> bool:
+        """The handler ran, but its return value cannot be published: running it again would
+        repeat its effects for the same result, so the delivery is dead-lettered at once (or
+        dropped, logged as an error). True if a delayed retry now owns it (never)."""
+        verdict = self._policy.on_unencodable()
+        if verdict.dead_letter is None:
+            self._log.error(
+                "%s: message at %r dropped: the handler's return value cannot be published "
+                "(%s); the handler is not run again",
+                self._runner.label,
+                delivery.position,
+                exc,
+            )
+        self._observe(delivery, message, verdict.outcome, verdict, exc)
+        return await self._settle(delivery, verdict, exc, reason="unencodable")
+
     def _failed(self, delivery: Delivery, exc: Exception) -> Outcome:
-        self._log.error(
-            "%s: handler failed on attempt %d of %d (message at %r)",
-            self._runner.label,
-            delivery.attempt,
-            self._policy.max_attempts,
-            delivery.position,
-            exc_info=exc,
-        )
-        return self._policy.on_exception(delivery)
+        # A failure that will be retried is one WARNING line (its traceback at DEBUG); the
+        # last attempt's is an ERROR with the traceback.
+        outcome = self._policy.on_exception(delivery)
+        label, attempt, cap = self._runner.label, delivery.attempt, self._policy.max_attempts
+        if attempt >= cap:
+            self._log.error(
+                "%s: handler failed on attempt %d of %d, the last (message at %r): %s",
+                label,
+                attempt,
+                cap,
+                delivery.position,
+                describe(exc),
+                exc_info=exc,
+            )
+        else:
+            self._log.warning(
+                "%s: handler failed on attempt %d of %d (message at %r): %s; retrying%s",
+                label,
+                attempt,
+                cap,
+                delivery.position,
+                describe(exc),
+                f" in {outcome.delay:g}s" if outcome.kind is OutcomeKind.RETRY_AFTER else "",
+            )
+            self._log.debug("%s: the traceback of attempt %d", label, attempt, exc_info=exc)
+        return outcome
 
     async def _outcome_of(self, result: Any) -> Outcome:
         if result is None:
             return _ACK
         if isinstance(result, Outcome):
             return result
-        for publisher in self._publishers:
-            await publisher.publish(result)
+        publishers = self._publishers
+        if publishers:
+            try:
+                payload = encode(result)  # once for every publisher, before any publishes
+            except EncodeError as exc:
+                raise _Unencodable(exc) from None
+            for publisher in publishers:
+                await publisher.publish(payload)
         return _ACK
 
     # ---- batches -----------------------------------------------------------------------------
 
     async def _process_batch(self, batch: list[Delivery]) -> None:
+        if self._handler.dependencies is None:
+            await self._handle_batch(batch, None)
+            return
+        # Solved once for the batch; cleaned up once every delivery of it is settled.
+        scope = DependencyScope()
+        try:
+            await self._handle_batch(batch, scope)
+        except BaseException as exc:
+            await scope.aclose(exc, self._log, self._runner.label)
+            raise
+        await scope.aclose(scope.error, self._log, self._runner.label)
+
+    async def _handle_batch(self, batch: list[Delivery], scope: DependencyScope | None) -> None:
         channel = self._channel
         runner = self._runner
         later: set[int] = set()
@@ -321,6 +475,9 @@ class Dispatcher:
             for delivery in batch:
                 if not channel.is_current(delivery):
                     stale(delivery)
+                elif self._for_another(delivery):
+                    await runner.settle(delivery, _ACK)
+                    ended.add(id(delivery))
                 elif delivery.attempt > self._policy.max_attempts:
                     await settle(delivery, self._spent(delivery))
                 else:
@@ -336,7 +493,7 @@ class Dispatcher:
                 except Exception as exc:  # noqa: BLE001 - one bad message fails alone
                     outcome = self._failed(delivery, exc)
                     verdict = self._policy.decide(delivery, outcome)
-                    self._observe(delivery, None, outcome, verdict, exc)
+                    self._observe(delivery, None, outcome, verdict, exc, called=False)
                     await settle(delivery, self._settle(delivery, verdict, exc))
                 else:
                     good.append(delivery)
@@ -351,7 +508,7 @@ class Dispatcher:
                 return
             good = [d for d, _ in kept]
             messages = [m for _, m in kept]
-            outcomes, error = await self._call_batch(good, messages)
+            outcomes, error = await self._call_batch(good, messages, scope)
             for delivery, message, outcome in zip(good, messages, outcomes, strict=True):
                 verdict = self._policy.decide(delivery, outcome)
                 self._observe(delivery, message, outcome, verdict, error)
@@ -364,21 +521,42 @@ class Dispatcher:
                     channel.finished(delivery)
 
     async def _call_batch(
-        self, deliveries: list[Delivery], messages: list[Any]
+        self, deliveries: list[Delivery], messages: list[Any], scope: DependencyScope | None
     ) -> tuple[list[Outcome], BaseException | None]:
-        args: list[Any] = [messages]
-        if self._handler.extractors:
-            args.append([Context(self._runner, d) for d in deliveries])
+        handler = self._handler
+        contexts = [Context(self._runner, d) for d in deliveries] if handler.needs_context else None
         try:
-            result = await self._handler.fn(*args)
+            if handler.dependencies is not None:
+                assert scope is not None
+                args = [
+                    messages,
+                    *await handler.dependencies.solve(None, contexts, messages, scope),
+                ]
+            else:
+                args = [messages, contexts] if handler.extractors else [messages]
+            result = await handler.fn(*args)
             return _batch_outcomes(result, len(deliveries)), None
         except Exception as exc:  # noqa: BLE001 - a failing handler runs the failure policy
-            self._log.error(
-                "%s: batch handler failed on %d messages",
-                self._runner.label,
-                len(deliveries),
-                exc_info=exc,
-            )
+            if scope is not None:
+                scope.error = exc
+            last = sum(d.attempt >= self._policy.max_attempts for d in deliveries)
+            if last:
+                self._log.error(
+                    "%s: batch handler failed on %d messages, the last attempt of %d: %s",
+                    self._runner.label,
+                    len(deliveries),
+                    last,
+                    describe(exc),
+                    exc_info=exc,
+                )
+            else:
+                self._log.warning(
+                    "%s: batch handler failed on %d messages: %s; retrying",
+                    self._runner.label,
+                    len(deliveries),
+                    describe(exc),
+                )
+                self._log.debug("%s: the traceback", self._runner.label, exc_info=exc)
             return [self._policy.on_exception(d) for d in deliveries], exc
 
     # ---- settling ----------------------------------------------------------------------------
@@ -418,14 +596,17 @@ class Dispatcher:
             and delivery.attempt >= self._policy.max_attempts
         ):
             self._log.warning(
-                "%s: message at %r dropped after %d attempt(s)",
+                "%s: message at %r dropped after %d attempt(s): %s%s",
                 runner.label,
                 delivery.position,
                 delivery.attempt,
+                reason,
+                f" ({describe(error)})" if error is not None else "",
             )
         outcome = verdict.outcome
         if outcome.kind is OutcomeKind.RETRY_AFTER and not runner.source.durable_delay:
             await runner.delayed.schedule(delivery, outcome.delay)
+            runner.source.deferred(delivery, outcome)
             return True
         await runner.settle(delivery, outcome)
         return False
@@ -437,10 +618,14 @@ class Dispatcher:
         outcome: Outcome,
         verdict: Verdict,
         error: BaseException | None,
+        *,
+        called: bool = True,
     ) -> None:
         observers = self._runner.observers
         if observers:
-            record = HandledMessage(self._runner.label, delivery, message, outcome, verdict, error)
+            record = HandledMessage(
+                self._runner.label, delivery, message, outcome, verdict, error, called
+            )
             for observer in observers:
                 observer(record)
 

@@ -91,7 +91,8 @@ class SubscriptionDriver:
         self.holding = 0
         #: Where faults are reported; the runner sets it when it opens the source.
         self.host: SubscriptionHost | None = None
-        self._read_fault: str | None = None
+        #: The kinds of the faults reads raised since the last read that succeeded.
+        self._read_faults: dict[str, None] = {}
         self._fault_pause = _FAULT_PAUSE_FIRST
 
     # ---- requests from handlers --------------------------------------------------------------
@@ -171,7 +172,7 @@ class SubscriptionDriver:
             except SourceFault as fault:
                 await self._read_failed(fault)
                 continue
-            if self._read_fault is not None:
+            if self._read_faults:
                 self._read_recovered()
             if batch is None:
                 if channel.outstanding or channel.interrupted:
@@ -207,7 +208,7 @@ class SubscriptionDriver:
     async def _read_failed(self, fault: SourceFault) -> None:
         """Report a fault the source raised from a read, then pause before reading again (a
         seek request or a stop ends the pause early)."""
-        self._read_fault = fault.kind
+        self._read_faults[fault.kind] = None
         if self.host is not None:
             self.host.report_fault(fault.kind, fault.message, error=fault)
         else:
@@ -221,10 +222,11 @@ class SubscriptionDriver:
                 self._read_scope = None
 
     def _read_recovered(self) -> None:
-        kind, self._read_fault = self._read_fault, None
+        kinds, self._read_faults = self._read_faults, {}
         self._fault_pause = _FAULT_PAUSE_FIRST
-        if self.host is not None and kind is not None:
-            self.host.clear_fault(kind)
+        if self.host is not None:
+            for kind in kinds:  # every kind a failing read raised clears with the first good one
+                self.host.clear_fault(kind)
 
     async def _serve_seeks(self) -> bool:
         """Run the seeks queued now to completion. False if the subscription must end.

@@ -11,6 +11,11 @@ from __future__ import annotations
 class TrioStreamsError(Exception):
     """Base class of every error trio-streams raises on purpose."""
 
+    def hint(self) -> str | None:
+        """What to do about it, where something general can be said: the one-line report of a
+        failure that stops an app or a command shows it after the message."""
+        return None
+
 
 class ConfigurationError(TrioStreamsError, ValueError):
     """An app, broker or subscription was declared in a way that cannot work."""

@@ -6,6 +6,8 @@
 - A payload that cannot be decoded runs the decode policy: drop it, logged with the reason, or
   dead-letter it when a dead letter is configured. Retrying cannot fix a payload, so it never
   retries.
+- A return value the handler's publishers cannot encode is dead-lettered (or dropped) at once:
+  the handler already ran, and running it again would repeat its effects.
 - ``max_attempts`` counts deliveries including the first, and caps explicit ``retry()`` and
   ``retry_after()`` outcomes the same way.
 
@@ -65,4 +67,9 @@ class FailurePolicy:
 
     def on_undecodable(self) -> Verdict:
         """Decode failures go to the dead letter (when one is set) or are dropped."""
+        return Verdict(drop(), self.dead_letter)
+
+    def on_unencodable(self) -> Verdict:
+        """A handler that ran but returned a value its publishers cannot encode is not run
+        again: dead letter (when one is set) or drop, at once."""
         return Verdict(drop(), self.dead_letter)

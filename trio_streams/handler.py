@@ -8,10 +8,11 @@ parameter is filled by what its annotation or default asks for:
   a missing header fails decoding unless the parameter has a default or is optional;
 - ``Headers`` — all headers as a read-only mapping;
 - ``Position`` — where the message is; ``Seeker`` — the subscription's seek handle;
-- ``Annotated[T, Depends(fn)]`` or ``= Depends(fn)`` — your own extractor, ``fn(ctx)`` or
-  ``fn()``, sync or async.
+- ``Annotated[T, Depends(fn)]`` or ``= Depends(fn)`` — a dependency: ``fn`` sync or async, a
+  function or a generator with cleanup, its own parameters filled the same way (see ``depends``).
 
-A batch handler (``batch=n``) takes ``list[T]`` first and may take ``list[Context]``.
+A batch handler (``batch=n``) takes ``list[T]`` first and may take ``list[Context]`` and
+dependencies (solved once per batch).
 Anything else is refused with a ``ConfigurationError`` naming the parameter, when the handler is
 mounted, not when the first message arrives.
 """
@@ -27,17 +28,20 @@ from typing import Any
 from .codec import DecodeError, Decoder, decoder_for
 from .context import Context
 from .delivery import Delivery
+from .depends import Arguments, DependencyScope, Depends, Planner
 from .driver import Seeker
 from .errors import ConfigurationError
 from .pipeline import Pipeline
 from .positions import Position
 
-__all__ = ["Depends", "Handler", "Header", "Headers", "analyse"]
+__all__ = ["UNDECODED", "Depends", "Handler", "Header", "Headers", "analyse"]
 
 #: Annotate a parameter ``Headers`` to receive every header of the delivery.
 Headers = Mapping[str, str]
 
 _EMPTY = inspect.Parameter.empty
+#: Passed as ``message`` when the payload is still to be decoded.
+UNDECODED: Any = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,14 +54,7 @@ class Header:
     name: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Depends:
-    """Marks a parameter as filled by ``extract(ctx)`` or ``extract()`` (sync or async)."""
-
-    extract: Callable[..., Any]
-
-
-#: Fills one argument: (delivery, context or None) -> value, possibly awaitable.
+#: Fills one argument: (delivery, context or None) -> value.
 _Extractor = Callable[[Delivery, Context | None], Any]
 
 
@@ -75,21 +72,52 @@ class Handler:
     seeks: bool
     #: The handler takes a ``Pipeline`` parameter: its subscription needs a pipeline window.
     pipelines: bool
-    #: Extractors for the parameters after the payload, in order, and which are awaitable.
+    #: Extractors for the parameters after the payload, in order (without dependencies).
     extractors: tuple[_Extractor, ...]
-    awaitable: tuple[bool, ...]
+    #: With at least one ``Depends`` parameter: how to solve every parameter after the payload
+    #: (``extractors`` is then empty); None otherwise, so handlers without pay nothing.
+    dependencies: Arguments | None = None
+    #: Every dependency the handler's trees name (before overrides).
+    depends_on: frozenset[Callable[..., Any]] = frozenset()
 
-    async def arguments(self, delivery: Delivery, context: Context | None) -> list[Any]:
-        """Decode the payload and fill the other parameters. Raises ``DecodeError``."""
-        args = [self.decode(delivery.payload)]
-        for extract, is_async in zip(self.extractors, self.awaitable, strict=True):
-            value = extract(delivery, context)
-            args.append(await value if is_async else value)
+    async def arguments(
+        self,
+        delivery: Delivery,
+        context: Context | None,
+        message: Any = UNDECODED,
+        scope: DependencyScope | None = None,
+    ) -> list[Any]:
+        """Decode the payload (unless given) and fill the other parameters. Raises
+        ``DecodeError``; a dependency's exception propagates. With dependencies, ``scope`` holds
+        their values and cleanups (the caller closes it once the delivery is settled)."""
+        payload = self.decode(delivery.payload) if message is UNDECODED else message
+        dependencies = self.dependencies
+        if dependencies is not None:
+            assert scope is not None, "a handler with dependencies needs a DependencyScope"
+            return [payload, *await dependencies.solve(delivery, context, payload, scope)]
+        args = [payload]
+        for extract in self.extractors:
+            args.append(extract(delivery, context))
         return args
 
+    def overridden(self, overrides: Mapping[Callable[..., Any], Callable[..., Any]]) -> Handler:
+        """This handler planned again with ``overrides`` (dependency -> replacement) in place,
+        checked as at mount; itself when it uses none of them."""
+        if not self.depends_on.intersection(overrides):
+            return self
+        return analyse(self.fn, batch=self.is_batch, overrides=overrides)
 
-def analyse(fn: Callable[..., Awaitable[Any]], *, batch: bool = False) -> Handler:
-    """Inspect ``fn`` and build its ``Handler``; raises ``ConfigurationError`` if it cannot work."""
+
+def analyse(
+    fn: Callable[..., Awaitable[Any]],
+    *,
+    batch: bool = False,
+    overrides: Mapping[Callable[..., Any], Callable[..., Any]] | None = None,
+) -> Handler:
+    """Inspect ``fn`` and build its ``Handler``; raises ``ConfigurationError`` if it cannot work.
+
+    ``overrides`` replaces dependencies (``app.test(dependency_overrides=...)``).
+    """
     target = inspect.unwrap(fn)
     name = getattr(target, "__qualname__", repr(fn))
     if not inspect.iscoroutinefunction(target):
@@ -117,31 +145,41 @@ def analyse(fn: Callable[..., Awaitable[Any]], *, batch: bool = False) -> Handle
     else:
         decode = _checked_decoder(name, payload_type)
 
+    def leaf_for(where: str, param: inspect.Parameter, annotation: Any) -> tuple[_Extractor, bool]:
+        return _leaf_for(where, param, annotation, batch=batch)
+
+    planner = Planner(name, leaf_for, payload_type, overrides)
     extractors: list[_Extractor] = []
-    awaitable: list[bool] = []
+    sources = []
     needs_context = False
-    seeks = False
-    pipelines = False
+    has_dependencies = False
     for param in params[1:]:
         if param.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
             raise ConfigurationError(f"handler {name}: *{param.name} cannot be filled")
-        extract, is_async, wants_context = _extractor_for(name, param, hints, batch=batch)
+        where = f"handler {name}, parameter {param.name!r}"
+        annotation = hints.get(param.name, _EMPTY)
+        marker = _marker(param, annotation)
+        if isinstance(marker, Depends):
+            sources.append(planner.source(marker, where))
+            has_dependencies = True
+            continue
+        extract, wants_context = _leaf_for(where, param, annotation, batch=batch)
         extractors.append(extract)
-        awaitable.append(is_async)
+        sources.append(Planner.leaf(extract))
         needs_context = needs_context or wants_context
-        seeks = seeks or extract is _seeker
-        pipelines = pipelines or extract is _pipeline
+    leaves = [*extractors, *planner.leaves]
     return Handler(
         fn=fn,
         name=name,
         payload_type=payload_type,
         decode=decode,
         is_batch=batch,
-        needs_context=needs_context,
-        seeks=seeks,
-        pipelines=pipelines,
-        extractors=tuple(extractors),
-        awaitable=tuple(awaitable),
+        needs_context=needs_context or planner.needs_context,
+        seeks=_seeker in leaves,
+        pipelines=_pipeline in leaves,
+        extractors=() if has_dependencies else tuple(extractors),
+        dependencies=Arguments(tuple(sources)) if has_dependencies else None,
+        depends_on=frozenset(planner.used),
     )
 
 
@@ -168,39 +206,36 @@ def _marker(param: inspect.Parameter, annotation: Any) -> Header | Depends | Non
     return None
 
 
-def _extractor_for(
-    name: str, param: inspect.Parameter, hints: dict[str, Any], *, batch: bool
-) -> tuple[_Extractor, bool, bool]:
-    """(extractor, is it awaitable, does it need the Context)."""
-    annotation = hints.get(param.name, _EMPTY)
+def _leaf_for(
+    where: str, param: inspect.Parameter, annotation: Any, *, batch: bool
+) -> tuple[_Extractor, bool]:
+    """(extractor, does it need the Context) for a parameter that is not a dependency."""
     marker = _marker(param, annotation)
     bare = _strip_annotated(annotation)
-    where = f"handler {name}, parameter {param.name!r}"
 
     if batch:
         if typing.get_origin(bare) in (list, Sequence) and typing.get_args(bare) == (Context,):
-            return _batch_contexts, False, True
+            return _batch_contexts, True
         raise ConfigurationError(
-            f"{where}: a batch handler takes list[T] and optionally list[Context], nothing else"
+            f"{where}: a batch handler takes list[T], and optionally list[Context] and "
+            "Depends(...), nothing else"
         )
-    if isinstance(marker, Depends):
-        return _depends(marker.extract, where)
     if isinstance(marker, Header):
         default = param.default if not isinstance(param.default, Header) else _EMPTY
-        return _header(marker.name or param.name, bare, default, where), False, False
+        return _header(marker.name or param.name, bare, default, where), False
     if bare is Context:
-        return _context, False, True
+        return _context, True
     if bare is Seeker:
-        return _seeker, False, True
+        return _seeker, True
     if bare is Pipeline:
-        return _pipeline, False, True
+        return _pipeline, True
     if bare is Position or bare == Position | None:
-        return _position, False, False
+        return _position, False
     if bare in (Headers, Mapping, dict[str, str]):
-        return _headers, False, False
+        return _headers, False
     if param.default is not _EMPTY:
         default = param.default
-        return (lambda delivery, context: default), False, False
+        return (lambda delivery, context: default), False
     raise ConfigurationError(
         f"{where}: cannot tell what to pass. Annotate it Context, Headers, Position, Seeker, "
         "Pipeline, Annotated[T, Header(...)] or Annotated[T, Depends(...)], or give it a default"
@@ -211,8 +246,9 @@ def _context(delivery: Delivery, context: Context | None) -> Context | None:
     return context
 
 
-def _batch_contexts(delivery: Delivery, context: Context | None) -> Any:
-    raise AssertionError("batch contexts are filled by the batch dispatcher")
+def _batch_contexts(delivery: Any, contexts: Any) -> Any:
+    """In a batch, leaves get (None, the batch's contexts)."""
+    return contexts
 
 
 def _seeker(delivery: Delivery, context: Context | None) -> Seeker:
@@ -231,17 +267,6 @@ def _position(delivery: Delivery, context: Context | None) -> Position | None:
 
 def _headers(delivery: Delivery, context: Context | None) -> Mapping[str, str]:
     return delivery.headers
-
-
-def _depends(extract: Callable[..., Any], where: str) -> tuple[_Extractor, bool, bool]:
-    try:
-        takes_context = bool(inspect.signature(extract).parameters)
-    except (TypeError, ValueError) as exc:
-        raise ConfigurationError(f"{where}: cannot inspect the extractor {extract!r}") from exc
-    is_async = inspect.iscoroutinefunction(inspect.unwrap(extract))
-    if takes_context:
-        return (lambda delivery, context: extract(context)), is_async, True
-    return (lambda delivery, context: extract()), is_async, False
 
 
 _TRUE = frozenset({"1", "true", "yes", "on"})

@@ -9,6 +9,9 @@ source a :class:`SubscriptionHost` at :meth:`~trio_streams.transport.Subscriptio
 
 - ``host.options`` — the core's options for the subscription (workers, lanes, batch, channel
   capacity, the attempts cap), so the source can size its reads;
+- ``host.retry_target`` — what the subscription's retry copies name as their target
+  (``retry_headers(delivery, host.retry_target)``), so other subscriptions of the same stream
+  pass over them;
 - ``host.start_soon(fn, *args)`` — run a task in the subscription's own nursery. Such tasks are
   cancelled after the dispatcher has drained and before the source is closed; one that raises
   fails the subscription (and so the app), like any task of it;
@@ -18,9 +21,16 @@ source a :class:`SubscriptionHost` at :meth:`~trio_streams.transport.Subscriptio
   counted in the subscription's stats, and delivered to fault observers (the test harness
   records them as ``t.faults``).
 
-A source may also raise :class:`~trio_streams.transport.SourceFault` from ``read``, ``settle``
-or ``aclose``: the core reports it like ``report_fault`` and carries on; the fault clears when
-the same operation next succeeds. Any other exception still fails the app.
+A source may also raise :class:`~trio_streams.transport.SourceFault` from ``read``, ``settle``,
+``dead_letter`` or ``aclose``: the core reports it like ``report_fault`` and carries on; every
+fault a read raised clears when a read next returns, and every fault a settle or dead letter
+raised clears when one next succeeds. Any other exception still fails the app. A source whose
+read blocks (a quiet stream) should call ``host.clear_fault(kind)`` itself once it has its
+connection back: the next read may not return for a long time.
+
+``host.options.channel_capacity`` is the channel's size before the read count is known; the
+channel is made at least one read large (``read_count``, which ``open`` may still set) once
+``open`` has returned.
 """
 
 from __future__ import annotations
@@ -67,8 +77,13 @@ class SubscriptionHost:
         *,
         logger: logging.Logger,
         on_fault: Callable[[Fault], None],
+        retry_target: str | None = None,
     ) -> None:
         self.label = label
+        #: What this subscription's retry copies name as their target
+        #: (``delivery.retry_headers(delivery, host.retry_target)``): ``<app>/<subscription>``.
+        #: Other subscriptions of the stream pass over a copy meant for this one.
+        self.retry_target = retry_target or label
         self.options = options
         self._nursery = nursery
         self._log = logger

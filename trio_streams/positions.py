@@ -128,6 +128,14 @@ class Position:
         return cls(PositionKind.ENTRY, high << 64 | low, stream)
 
     @property
+    def seq(self) -> int:
+        """The sequence number of a sequence position (every delivery from a stream file or an
+        in-process stream has one): ``position.seq - 10`` is typed ``int``."""
+        if self.kind is not PositionKind.SEQUENCE or self.value is None:
+            raise ValueError(f"{self!r} is not a sequence position")
+        return self.value
+
+    @property
     def entry_id(self) -> str:
         """The ``"<ms>-<seq>"`` text of an entry position."""
         if self.kind is not PositionKind.ENTRY or self.value is None:

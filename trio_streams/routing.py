@@ -182,6 +182,8 @@ class Router:
         self.prefix = prefix
         self._defaults = defaults
         self._declared: list[_Declared] = []
+        #: Publishers declared here, checked by the broker when this router is mounted.
+        self._publishers: list[Publisher] = []
         self._routers: list[Router] = []
         self._parent: Router | None = None
 
@@ -247,8 +249,11 @@ class Router:
         self, destination: str | Destination, *, headers: Mapping[str, str] | None = None
     ) -> Publisher:
         """A publisher to ``destination`` (a ``str`` names a stream); decorate a handler to
-        publish its return value."""
-        return Publisher(self, destination, headers=headers)
+        publish its return value. The broker checks the destination here, or when this router
+        is included in one."""
+        publisher = Publisher(self, destination, headers=headers)
+        self._publishers.append(publisher)
+        return publisher
 
     def include_router(self, router: Router) -> None:
         """Mount every subscriber of ``router`` (and of the routers it includes) here."""
@@ -258,6 +263,10 @@ class Router:
         self._routers.append(router)
         for declared in router.all_declared():
             self._on_declared(declared)
+        broker = self.broker_or_none()
+        if broker is not None:
+            for publisher in router.all_publishers():
+                broker.check_destination(publisher.target)
 
     # ---- walking the tree --------------------------------------------------------------------
 
@@ -268,6 +277,13 @@ class Router:
             found.extend(
                 replace(d, source=d.source.with_prefix(self.prefix)) for d in router.all_declared()
             )
+        return found
+
+    def all_publishers(self) -> list[Publisher]:
+        """Every publisher declared here and in included routers."""
+        found = list(self._publishers)
+        for router in self._routers:
+            found.extend(router.all_publishers())
         return found
 
     def full_prefix(self) -> str:

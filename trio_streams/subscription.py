@@ -27,9 +27,10 @@ from .channel import DeliveryChannel
 from .delayed import DelayedRetries
 from .delivery import Delivery
 from .dispatch import Dispatcher, HandledMessage
-from .driver import SubscriptionDriver
+from .driver import Seeker, SubscriptionDriver
 from .host import Fault, SubscriptionHost
 from .outcome import Outcome, drop, retry
+from .pipeline import Pipeline
 from .routing import Subscription
 from .transport import DeadLetter, SourceFault, SubscriptionSource, Transport, Unsettled
 
@@ -88,9 +89,12 @@ class SubscriptionRunner:
         on_change: Callable[[], None] | None = None,
         observers: tuple[Callable[[HandledMessage], None], ...] = (),
         on_fault: Callable[[Fault], None] | None = None,
+        app_name: str = "",
     ) -> None:
         self.subscription = subscription
         self.label = subscription.name
+        #: What this subscription's retry copies name as their target (see RETRY_TARGET_HEADER).
+        self.retry_target = f"{app_name}/{subscription.name}"
         self.transport = transport
         self.app_state = app_state
         self.logger = logger
@@ -107,9 +111,7 @@ class SubscriptionRunner:
             on_change=on_change,
             on_unsettled=self.unsettled,
         )
-        self.driver: SubscriptionDriver | None = SubscriptionDriver(
-            self.source, self.channel, label=self.label, logger=logger
-        )
+        self.driver = SubscriptionDriver(self.source, self.channel, label=self.label, logger=logger)
         self.delayed = DelayedRetries(
             self._fire_delayed,
             capacity=subscription.options.max_delayed,
@@ -124,12 +126,25 @@ class SubscriptionRunner:
         self.finished = trio.Event()
         self._read_scope = trio.CancelScope()
         self._scope = trio.CancelScope()
-        #: The kind of the fault the last settle raised, until a settle succeeds.
-        self._settle_failing: str | None = None
+        #: Set when the subscription stops reading: waits that only order needs end early.
+        self.stopping = trio.Event()
+        #: Deliveries an ordered lane holds while a ``retry_after`` delay passes: id → deadline.
+        self.lane_delays: dict[int, float] = {}
+        #: The kinds of the faults settles (and dead letters) raised, until one succeeds.
+        self._settle_failing: dict[str, None] = {}
 
     @property
     def broker(self) -> Broker:
         return self.subscription.broker
+
+    @property
+    def seeker(self) -> Seeker | None:
+        """The handlers' seek handle (``ctx.seeker``), or None if the source cannot seek."""
+        return self.driver.seeker if self.source.seekable else None
+
+    def pipeline_for(self, delivery: Delivery) -> Pipeline | None:
+        """``delivery``'s pipeline-window segment (``ctx.pipeline``), or None without a window."""
+        return self.source.pipeline(delivery)
 
     def stats(self) -> SubscriptionStats:
         channel = self.channel
@@ -139,8 +154,8 @@ class SubscriptionRunner:
             queued=channel.queued,
             capacity=channel.capacity,
             outstanding=channel.outstanding,
-            held=self.driver.holding if self.driver is not None else 0,
-            delayed=len(self.delayed),
+            held=self.driver.holding,
+            delayed=len(self.delayed) + len(self.lane_delays),
             unread=self.source.unread(),
             stale=channel.stale_count,
             generation=channel.generation,
@@ -152,11 +167,21 @@ class SubscriptionRunner:
         """Nothing to read now, nothing in flight, no retry due: the test harness's idea of done."""
         # Deliveries waiting out a delay count as outstanding until they fire.
         return (
-            self.channel.outstanding == len(self.delayed)
-            and (self.driver is None or self.driver.holding == 0)
+            self.channel.outstanding == len(self.delayed) + len(self.lane_delays)
+            and self.driver.holding == 0
             and (self.finished.is_set() or self.source.unread() == 0)
-            and self.delayed.next_deadline() > trio.current_time()
+            and self.next_deadline() > trio.current_time()
         )
+
+    def changed(self) -> None:
+        """Tell whoever watches (the test harness) that something bearing on "settled" moved."""
+        if self._on_change is not None:
+            self._on_change()
+
+    def next_deadline(self) -> float:
+        """When the next retry waiting out a delay is due (inf if none waits)."""
+        lanes = min(self.lane_delays.values(), default=float("inf"))
+        return min(self.delayed.next_deadline(), lanes)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run until the source ends and everything is settled, or until stopped."""
@@ -171,10 +196,14 @@ class SubscriptionRunner:
                         services,
                         logger=self.logger,
                         on_fault=self._fault_changed,
+                        retry_target=self.retry_target,
                     )
-                    assert self.driver is not None
                     self.driver.host = self.host
                     await self.source.open(self.host)
+                    # ``open`` may have learnt how much one read returns.
+                    self.channel.grow(
+                        self.subscription.options.capacity_for(self.source.read_count)
+                    )
                     async with trio.open_nursery() as nursery:
                         nursery.start_soon(self._drive)
                         nursery.start_soon(self._dispatch)
@@ -241,13 +270,21 @@ class SubscriptionRunner:
         try:
             await self.source.settle(delivery, outcome)
         except SourceFault as fault:
-            self._settle_failing = fault.kind
-            self.report(fault)
+            self._settle_failed(fault)
             return
-        if self._settle_failing is not None:
-            kind, self._settle_failing = self._settle_failing, None
-            assert self.host is not None
-            self.host.clear_fault(kind)
+        self._settle_recovered()
+
+    def _settle_failed(self, fault: SourceFault) -> None:
+        self._settle_failing[fault.kind] = None
+        self.report(fault)
+
+    def _settle_recovered(self) -> None:
+        """A settle (or a dead letter) succeeded: every fault settling raised has cleared."""
+        if self._settle_failing:
+            kinds, self._settle_failing = self._settle_failing, {}
+            if self.host is not None:
+                for kind in kinds:
+                    self.host.clear_fault(kind)
 
     async def dead_letter(self, delivery: Delivery, letter: DeadLetter) -> None:
         """Dead-letter ``delivery``: in one step where the source can, else publish the copy
@@ -256,9 +293,11 @@ class SubscriptionRunner:
         try:
             done = await self.source.dead_letter(delivery, letter)
         except SourceFault as fault:
-            self.report(fault)  # the delivery stays with the transport, to deliver again
+            self._settle_failed(fault)  # the delivery stays with the transport, to deliver again
             return
-        if not done:
+        if done:
+            self._settle_recovered()
+        else:
             delivery.ended = False  # the core does it in two steps: the settle ends it
             await self.transport.publish(
                 letter.destination, delivery.payload, letter.headers_for(delivery)
@@ -277,7 +316,6 @@ class SubscriptionRunner:
             self._on_fault(fault)
 
     async def _drive(self) -> None:
-        assert self.driver is not None
         with self._read_scope:
             await self.driver.run()
         # A cancelled read still closes the channel (driver.run's finally), so the
@@ -297,10 +335,10 @@ class SubscriptionRunner:
 
     def stop_reading(self) -> None:
         """Stop reading; what was read is still handled, then the subscription ends."""
+        self.stopping.set()
         if self.state is SubscriptionState.RUNNING:
             self.state = SubscriptionState.DRAINING
-        if self.driver is not None:
-            self.driver.stop()  # seeks are refused from now on
+        self.driver.stop()  # seeks are refused from now on
         self._read_scope.cancel()
         # Delayed retries fire now, so a handler that overruns the drain cannot hold them
         # back until the timeout cancels them.

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Self, final
 
 import trio
 
-from .delivery import Delivery
+from .delivery import RETRY_COUNT_HEADER, RETRY_TARGET_HEADER, Delivery
 from .destinations import Destination
 from .errors import ConfigurationError, TrioStreamsError, UnsupportedError
 from .host import SubscriptionHost
@@ -73,8 +73,9 @@ class DeadLetter:
     ``x-dead-letter-*`` headers saying why (see :meth:`headers_for`)."""
 
     destination: str
-    #: ``max-attempts`` (tried as often as allowed) or ``undecodable`` (the payload cannot be
-    #: decoded, which no retry fixes).
+    #: ``max-attempts`` (tried as often as allowed), ``undecodable`` (the payload cannot be
+    #: decoded, which no retry fixes) or ``unencodable`` (the handler ran, but the value it
+    #: returned cannot be encoded for its publishers; it is not run again).
     reason: str
     #: The exception type and message of the last failure ("" when an outcome asked for it).
     error: str
@@ -86,6 +87,11 @@ class DeadLetter:
     def headers_for(self, delivery: Delivery) -> dict[str, str]:
         """The dead letter's headers: the delivery's own, then why."""
         headers = dict(delivery.headers)
+        # A dead letter starts afresh on its own stream: every reader there sees it (no retry
+        # target) and handles it (its attempts are in x-dead-letter-attempts, not a retry
+        # count that the reader's attempts cap would count as already spent).
+        headers.pop(RETRY_TARGET_HEADER, None)
+        headers.pop(RETRY_COUNT_HEADER, None)
         position = delivery.position
         where = "" if position is None else position.describe()
         values = (
@@ -202,8 +208,8 @@ class SubscriptionSource(ABC):
     have given the source more to read); it returns None again if not.
 
     Who calls what: one task, the subscription's driver, calls ``open`` (first), ``poll``,
-    ``read`` and ``seek``; the dispatcher's workers call ``settle``, ``dead_letter`` and
-    ``unsettled``; the runner calls ``aclose`` last, whatever happened before.
+    ``read`` and ``seek``; the dispatcher's workers call ``settle``, ``dead_letter``,
+    ``deferred`` and ``unsettled``; the runner calls ``aclose`` last, whatever happened before.
 
     What cancellation means, per method (the way Trio's own ABCs say it):
 
@@ -234,7 +240,8 @@ class SubscriptionSource(ABC):
     #: True for a live (tail-following) subscription: a refused seek ends it.
     live: bool = True
     #: The most deliveries one ``read`` returns (0: no fixed bound). Unless the subscription
-    #: sets ``buffer``, its delivery channel is made at least this large, so a read fits in it.
+    #: sets ``buffer``, its delivery channel is made at least this large, so a read fits in it;
+    #: it is read once ``open`` has returned, so ``open`` may still set it.
     read_count: int = 0
 
     async def open(self, host: SubscriptionHost) -> None:
@@ -289,6 +296,20 @@ class SubscriptionSource(ABC):
         call; None where the subscription has no window (the default)."""
         del delivery
         return None
+
+    def deferred(self, delivery: Delivery, outcome: Outcome) -> None:
+        """The core holds ``delivery`` for ``outcome`` instead of settling it now: a
+        ``retry_after`` this source does not keep itself (``durable_delay`` False), settled with
+        ``retry()`` once the delay has passed (at once at shutdown); or a retry in an ordered
+        lane (``by_key``), which handles the same delivery again in place to keep the key's
+        order, and settles it with the outcome of a later attempt.
+
+        Called synchronously when the delay is scheduled, so a source decides what depends on the
+        outcome itself (a pipeline window discards the delivery's segment) when the handler
+        decided it, not when the delay ends. Must not block or raise. The later ``settle`` (or,
+        if the subscription is abandoned first, ``unsettled``) still follows.
+        """
+        del delivery, outcome  # nothing to do for a source without per-delivery state
 
     def unsettled(self, delivery: Delivery, why: Unsettled) -> None:
         """``delivery`` ended without a settle, and never will be settled (see :class:`Unsettled`).

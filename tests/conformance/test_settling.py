@@ -82,12 +82,6 @@ async def test_retry_delivers_a_copy_with_attempt_2_to_that_subscription(
     assert seen == [(1, 1), (2, 1), (1, 2)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a retry copy is appended to the stream without naming its target, so every "
-    "subscription of the stream receives it (memory: MemorySubscription.settle; file: "
-    "FileSubscription.settle)",
-)
 async def test_a_retry_copy_reaches_only_the_subscription_that_asked_for_it(
     transport: Transport,
 ) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import enum
 import itertools
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -26,6 +27,9 @@ import pytest
 from tests.file.apps import write_at_instants, write_numbers
 from trio_streams import App, Broker, MemoryBroker, MemoryStream, Position
 from trio_streams.file import FileBroker, FileStream
+from trio_streams.file.envelope import open_envelope
+from trio_streams.file.reader import FileReader
+from trio_streams.file.writer import StreamWriter
 from trio_streams.memory.log import MemoryHub
 from trio_streams.transport import Source
 
@@ -86,6 +90,10 @@ class Transport(ABC):
     def broker(self) -> Broker:
         """A fresh broker of this transport (nothing shared with earlier ones)."""
 
+    @abstractmethod
+    def broker_like(self, broker: Broker) -> Broker:
+        """A new broker over the same streams as ``broker`` (as another service would open)."""
+
     def app(self, name: str = "conformance", **options: Any) -> tuple[App, Broker]:
         """An app (``options`` are ``App``'s) with one fresh broker of this transport."""
         app = App(name, **options)
@@ -96,6 +104,18 @@ class Transport(ABC):
     @abstractmethod
     def preload(self, broker: Broker, count: int, *, stream: str = "s") -> None:
         """Write ``count`` messages to ``stream``, payloads 1..count: each its sequence number."""
+
+    def preload_json(self, broker: Broker, values: Sequence[Any], *, stream: str = "s") -> None:
+        """Write each of ``values`` to ``stream``, JSON-encoded."""
+        for value in values:
+            self._append(broker, stream, json.dumps(value).encode())
+
+    @abstractmethod
+    def _append(self, broker: Broker, stream: str, payload: bytes) -> None: ...
+
+    @abstractmethod
+    def messages(self, broker: Broker, stream: str) -> list[tuple[bytes, dict[str, str]]]:
+        """Every message in ``stream`` now, as (payload, headers), in order."""
 
     def preload_at(self, broker: Broker, instants: Sequence[int], *, stream: str = "s") -> None:
         """As ``preload``, the n-th message written at ``instants[n - 1]`` (epoch ms)."""
@@ -136,6 +156,18 @@ class MemoryTransport(Transport):
     def broker(self) -> Broker:
         return MemoryBroker()
 
+    def broker_like(self, broker: Broker) -> Broker:
+        twin = MemoryBroker()
+        twin.hub = self._hub(broker)
+        return twin
+
+    def _append(self, broker: Broker, stream: str, payload: bytes) -> None:
+        self._hub(broker).append(stream, payload, {})
+
+    def messages(self, broker: Broker, stream: str) -> list[tuple[bytes, dict[str, str]]]:
+        log = self._hub(broker).log(stream)
+        return [(e.payload, dict(e.headers)) for e in log.slice(log.first_seq, log.next_seq)]
+
     @staticmethod
     def _hub(broker: Broker) -> MemoryHub:
         assert isinstance(broker, MemoryBroker)
@@ -172,6 +204,28 @@ class FileTransport(Transport):
 
     def broker(self) -> Broker:
         return FileBroker(self.tmp_path / f"conformance-{next(self._numbers)}.ss")
+
+    def broker_like(self, broker: Broker) -> Broker:
+        return FileBroker(self._path(broker))
+
+    def _append(self, broker: Broker, stream: str, payload: bytes) -> None:
+        with StreamWriter(self._path(broker), beacon_interval=1024) as writer:
+            writer.append(stream, payload)
+
+    def messages(self, broker: Broker, stream: str) -> list[tuple[bytes, dict[str, str]]]:
+        path = self._path(broker)
+        if not path.exists():
+            return []
+        reader = FileReader(path, keys=[stream])
+        try:
+            found = []
+            while batch := reader.read_messages(1024):
+                for message in batch:
+                    payload, headers = open_envelope(message.payload)
+                    found.append((payload, dict(headers)))
+            return found
+        finally:
+            reader.close()
 
     @staticmethod
     def _path(broker: Broker) -> Path:

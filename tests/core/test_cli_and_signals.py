@@ -4,11 +4,10 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import trio
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.cli.support import ROOT, cli
 
 
 async def run_app(*args: str, mood: str = "finishes") -> trio.Process:
@@ -90,14 +89,7 @@ async def test_shutdown_timeout_from_the_command_line_bounds_the_drain() -> None
 
 
 def test_a_failing_app_exits_1_and_says_why() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "trio_streams.cli", "run", "tests.apps.failing_app:app"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    result = cli("run", "tests.apps.failing_app:app")
     assert result.returncode == 1
     assert (
         "trio-streams run: app 'doomed' stopped: subscription 'work' failed: "

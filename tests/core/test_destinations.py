@@ -19,6 +19,7 @@ from trio_streams import (
     ConfigurationError,
     Destination,
     MemoryBroker,
+    MemoryStream,
     Router,
     UnsupportedError,
 )
@@ -61,15 +62,13 @@ def test_a_publisher_to_a_kind_the_broker_lacks_is_refused_at_declaration() -> N
         broker.publisher(Destination.list("jobs"))
 
 
-async def test_a_router_publisher_is_checked_when_it_publishes() -> None:
+def test_a_router_publisher_is_checked_with_its_prefix_when_the_router_is_included() -> None:
     app = App("svc")
     broker = app.broker(MemoryBroker())
     router = Router(prefix="app.")
-    out = router.publisher(Destination.channel("news"))
-    broker.include_router(router)
-    async with serving(app):
-        with pytest.raises(UnsupportedError, match=r"channel 'app\.news'"):
-            await out.publish({"n": 1})
+    router.publisher(Destination.channel("news"))
+    with pytest.raises(UnsupportedError, match=r"channel 'app\.news'"):
+        broker.include_router(router)
 
 
 async def test_a_transport_with_lists_and_channels_gets_them_through_publish_to() -> None:
@@ -98,3 +97,36 @@ async def test_a_transport_with_lists_and_channels_gets_them_through_publish_to(
         await broker.publish("orders", 1)  # a stream: the transport's publish, as before
     assert published == [(Destination.list("jobs"), b"7"), (Destination.channel("news"), b"hi")]
     assert broker.hub.log("orders").next_seq == 2
+
+
+def test_a_routers_publisher_is_refused_when_mounted_on_a_broker_without_its_kind() -> None:
+    router = Router()
+    router.publisher(Destination.list("jobs"))
+    inner = Router()
+    inner.publisher(Destination.channel("news"))
+    outer = Router()
+    outer.include_router(inner)
+    with pytest.raises(UnsupportedError, match="cannot publish to list 'jobs'"):
+        MemoryBroker().include_router(router)
+    with pytest.raises(UnsupportedError, match="cannot publish to channel 'news'"):
+        MemoryBroker().include_router(outer)
+
+
+async def test_under_app_test_a_list_or_channel_destination_is_an_in_process_stream() -> None:
+    class QueueBroker(MemoryBroker):
+        destination_kinds: ClassVar[frozenset[DestinationKind]] = frozenset(DestinationKind)
+
+    app = App("svc")
+    broker = app.broker(QueueBroker())
+    jobs = broker.publisher(Destination.list("jobs"))
+
+    @jobs
+    @broker.subscriber(MemoryStream("orders"))
+    async def plan(n: int) -> int:
+        return n * 10
+
+    async with app.test() as t:
+        await t.publish("orders", 4)
+        await broker.publish(Destination.channel("news"), "hi")
+        assert [m.json() for m in t.published("jobs")] == [40]
+        assert [m.decode(str) for m in t.published("news")] == ["hi"]

@@ -13,6 +13,7 @@ from trio_streams import (
     Position,
 )
 from trio_streams.delivery import Delivery
+from trio_streams.depends import DependencyScope
 from trio_streams.driver import Seeker
 from trio_streams.handler import analyse
 
@@ -94,7 +95,7 @@ async def test_all_headers_position_and_user_extractors() -> None:
     class FakeContext:
         headers = d.headers
 
-    args = await handler.arguments(d, FakeContext())  # type: ignore[arg-type]
+    args = await handler.arguments(d, FakeContext(), scope=DependencyScope())  # type: ignore[arg-type]
     assert args == [Order(1), {"tenant": "acme"}, Position.sequence(4, stream="orders"), "acme", 42]
 
 

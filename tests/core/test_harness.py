@@ -3,7 +3,16 @@
 import pytest
 import trio
 
-from trio_streams import App, ConfigurationError, Context, MemoryBroker, MemoryStream, ack
+from trio_streams import (
+    RETRY_COUNT_HEADER,
+    App,
+    ConfigurationError,
+    Context,
+    MemoryBroker,
+    MemoryStream,
+    ack,
+    drop,
+)
 from trio_streams.testing import NotSettled
 
 pytest_plugins = ["pytester"]
@@ -78,7 +87,7 @@ async def test_a_stuck_handler_is_reported_not_waited_on_forever(
     async def handle(n: int) -> None:
         await trio.sleep_forever()
 
-    with pytest.RaisesGroup(pytest.RaisesExc(NotSettled, match=r"stuck \(in flight 1")):
+    with pytest.raises(NotSettled, match=r"stuck \(in flight 1"):
         async with app.test(settle_timeout=3) as t:
             await t.publish("s", 1)
 
@@ -178,3 +187,23 @@ def test_the_plugin_explains_a_missing_app_fixture(pytester: pytest.Pytester) ->
     )
     result = pytester.runpytest_subprocess()
     result.stdout.fnmatch_lines(["*app_client needs an `app` fixture*"])
+
+
+async def test_a_spent_delivery_is_recorded_as_skipped_not_as_a_call() -> None:
+    app = App("svc")
+    broker = app.broker(MemoryBroker())
+
+    @broker.subscriber(MemoryStream("s"), max_attempts=2, dead_letter="dlq")
+    async def handle(n: int) -> None: ...
+
+    async with app.test() as t:
+        await t.publish("s", 1, headers={RETRY_COUNT_HEADER: "2"})  # tried twice already
+        await t.publish("s", 2)
+        record = t.handler(handle)
+        assert record.messages == [2]
+        assert record.call_count == 1
+        [skipped] = record.skipped
+        assert not skipped.called and skipped.message is None
+        assert skipped.delivery.payload == b"1"
+        assert record.settled == [drop(), ack()]
+        assert record.dead_lettered == [skipped]

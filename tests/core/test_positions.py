@@ -85,3 +85,10 @@ def test_describe_names_every_kind() -> None:
     assert Position.end().describe() == "end"
     with pytest.raises(ValueError, match="not a Redis stream entry"):
         _ = Position.sequence(1).entry_id
+
+
+def test_seq_is_the_number_of_a_sequence_position_and_refused_for_others() -> None:
+    assert Position.sequence(57, stream="s").seq == 57
+    for other in (Position.beginning(), Position.end(), Position.timestamp(5)):
+        with pytest.raises(ValueError, match="not a sequence position"):
+            _ = other.seq

@@ -22,6 +22,7 @@ from trio_streams.delivery import RETRY_COUNT_HEADER, Delivery
 from trio_streams.host import Fault, SubscriptionHost
 from trio_streams.memory.broker import MemorySubscription, MemoryTransport
 from trio_streams.outcome import Outcome, retry_after
+from trio_streams.subscription import SubscriptionStats
 from trio_streams.transport import DEAD_LETTER_HEADERS, DeadLetter, Source, SourceFault, Unsettled
 
 Behaviour = Callable[["Scripted"], None]
@@ -42,13 +43,15 @@ class Scripted(MemorySubscription):
 
     async def read(self) -> Sequence[Delivery] | None:
         self.script.reads += 1
+        if self.script.read_fault_kinds:
+            raise SourceFault(self.script.read_fault_kinds.pop(0), "the server went away")
         if self.script.read_faults:
             self.script.read_faults -= 1
             raise SourceFault("connection", "the server went away")
         return self.script.handed_out(await super().read())
 
     def poll(self) -> Sequence[Delivery]:
-        if self.script.read_faults:
+        if self.script.read_faults or self.script.read_fault_kinds:
             return ()
         batch = super().poll()
         self.script.handed_out(batch)
@@ -56,6 +59,8 @@ class Scripted(MemorySubscription):
 
     async def settle(self, delivery: Delivery, outcome: Outcome) -> None:
         self.script.ends.append((id(delivery), outcome.kind.value))
+        if self.script.settle_fault_kinds:
+            raise SourceFault(self.script.settle_fault_kinds.pop(0), "not sent")
         if self.script.settle_faults:
             self.script.settle_faults -= 1
             raise SourceFault("settle", "the acknowledgement was not sent")
@@ -78,6 +83,9 @@ class Script:
         self.reads = 0
         self.read_faults = 0
         self.settle_faults = 0
+        #: Kinds of the faults the next reads / settles raise, one each, in order.
+        self.read_fault_kinds: list[str] = []
+        self.settle_fault_kinds: list[str] = []
         self.close_fault = False
         self.settled: list[bytes] = []
         self.hosts: list[SubscriptionHost] = []
@@ -182,11 +190,11 @@ async def test_faults_reach_fault_observers_in_order() -> None:
     app, broker = scripted_app(script)
     broker.subscriber(MemoryStream("s"), name="sub")(_noop)
     seen: list[Fault] = []
-    from trio_streams.app import _connect, _RunOptions
+    from trio_streams.app import RunOptions, connect_broker
 
-    options = _RunOptions(connect=_connect, shutdown_timeout=5, fault_observers=(seen.append,))
+    options = RunOptions(connect=connect_broker, shutdown_timeout=5, fault_observers=(seen.append,))
     async with trio.open_nursery() as nursery:
-        running = await nursery.start(app._serve, options)
+        running = await nursery.start(app.serve_with, options)
         script.hosts[0].report_fault("gap", "3 messages missed")
         script.hosts[0].clear_fault("gap")
         await running.aclose()
@@ -420,6 +428,22 @@ async def serve_until_it_fails(app: App, match: str) -> None:
         async with trio.open_nursery() as nursery:
             running = await nursery.start(app.serve)
             await running.wait_stopped()
+
+
+async def publish_one_and_stop(
+    app: App, broker: MemoryBroker, handled: trio.Event
+) -> tuple[SubscriptionStats, HealthState]:
+    """Serve ``app``, publish 1 to stream ``s``, wait for ``handled``, then stop: the stats of
+    subscription ``sub`` and the app's health just before the stop."""
+    async with trio.open_nursery() as nursery:
+        running = await nursery.start(app.serve)
+        await broker.publish("s", 1)
+        with trio.fail_after(10):
+            await handled.wait()
+        stats = running.stats()["sub"]
+        health = health_of(app)
+        await running.aclose()
+    return stats, health
 
 
 def health_of(app: App) -> HealthState:
@@ -665,10 +689,188 @@ async def test_a_settle_cut_short_by_shutdown_still_ends_the_delivery_once(
     async def handle(n: int) -> None:
         handled.set()
 
+    await publish_one_and_stop(app, broker, handled)
+    assert script.endings() == {"ack": 1}  # settled (cut short), never also "abandoned"
+
+
+# ---- "A retry_after whose delay the core holds": the source hears the real outcome when the
+# delay is scheduled, then settles with retry() once it has passed.
+
+
+async def test_a_source_hears_a_retry_after_the_core_holds_when_the_delay_is_scheduled(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    script = Script()
+    heard: list[tuple[str, float, float]] = []
+
+    class Deferring(Scripted):
+        def deferred(self, delivery: Delivery, outcome: Outcome) -> None:
+            heard.append((outcome.kind.value, outcome.delay, trio.current_time()))
+
+    class DeferringBroker(ScriptedBroker):
+        @asynccontextmanager
+        async def connect(self) -> AsyncIterator[MemoryTransport]:
+            class Transport(MemoryTransport):
+                def open_subscription(
+                    self, source: Source, options: Mapping[str, Any], *, label: str
+                ) -> Scripted:
+                    stream = source.in_process()
+                    return Deferring(self.hub, stream, label=label, count=4, script=script)
+
+            yield Transport(self.hub)
+
+    app = App("svc")
+    broker = app.broker(DeferringBroker(script))
+    attempts: list[int] = []
+    second = trio.Event()
+
+    @broker.subscriber(MemoryStream("s"), name="sub")
+    async def handle(n: int, ctx: Context) -> Outcome | None:
+        attempts.append(ctx.attempt)
+        if len(attempts) == 1:
+            return retry_after(30)
+        second.set()
+        return None
+
     async with trio.open_nursery() as nursery:
         running = await nursery.start(app.serve)
+        start = trio.current_time()
         await broker.publish("s", 1)
-        with trio.fail_after(10):
-            await handled.wait()
+        with trio.fail_after(120):
+            await second.wait()
         await running.aclose()
-    assert script.endings() == {"ack": 1}  # settled (cut short), never also "abandoned"
+    [(kind, delay, when)] = heard
+    assert (kind, delay) == ("retry_after", 30)
+    assert when - start < 30  # told when scheduled, not when the delay ended
+    # Then the delay passed and the copy was settled with retry(), as before.
+    assert [how for _, how in script.ends][:1] == ["retry"]
+    assert attempts == [1, 2]
+
+
+async def test_a_retry_after_decides_its_window_segment_as_retry_after_when_the_handler_returns(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    app = App("svc")
+    broker = app.broker(MemoryBroker())
+
+    @broker.subscriber(MemoryStream("s"), pipeline=True, name="sub")
+    async def handle(n: int, ctx: Context) -> Outcome | None:
+        ctx.pipeline.command("INCR", f"n:{ctx.attempt}")
+        return retry_after(60) if ctx.attempt == 1 else None
+
+    async with app.test() as t:
+        await broker.publish("s", 1)
+        await trio.sleep(1)  # the handler has returned; the delay is far from over
+        assert [(s.commands, s.kept, s.decided_by) for s in t.segments(handle)] == [
+            ((("INCR", "n:1"),), False, "retry_after")
+        ]
+        await t.wait(60)
+        assert [(s.commands, s.kept, s.decided_by) for s in t.segments(handle)] == [
+            ((("INCR", "n:1"),), False, "retry_after"),
+            ((("INCR", "n:2"),), True, "ack"),
+        ]
+
+
+# ---- "Size the channel sensibly against the transport's read count": a read count the source
+# learns only in open() still sizes the channel.
+
+
+async def test_a_read_count_a_source_sets_in_open_sizes_the_delivery_channel() -> None:
+    script = Script()
+
+    async def learn_count(source: Scripted, host: SubscriptionHost) -> None:
+        source.read_count = 100  # e.g. asked of the server at open
+        await trio.lowlevel.checkpoint()
+
+    script.on_open = learn_count  # type: ignore[method-assign]
+    app, broker = scripted_app(script)
+    broker.subscriber(MemoryStream("s"), name="sub")(_noop)
+    async with trio.open_nursery() as nursery:
+        running = await nursery.start(app.serve)
+        [stats] = running.stats().values()
+        await running.aclose()
+    assert stats.capacity == 100
+
+
+async def test_a_buffer_the_user_set_is_kept_whatever_read_count_open_sets() -> None:
+    script = Script()
+
+    async def learn_count(source: Scripted, host: SubscriptionHost) -> None:
+        source.read_count = 100
+        await trio.lowlevel.checkpoint()
+
+    script.on_open = learn_count  # type: ignore[method-assign]
+    app, broker = scripted_app(script)
+    broker.subscriber(MemoryStream("s"), name="sub", buffer=8)(_noop)
+    async with trio.open_nursery() as nursery:
+        running = await nursery.start(app.serve)
+        [stats] = running.stats().values()
+        await running.aclose()
+    assert stats.capacity == 8
+
+
+# ---- faults of several kinds: "a read that raised clears at the next successful read; a settle
+# that raised clears at the next successful settle" — whatever kinds the failures had.
+
+
+async def test_read_faults_of_several_kinds_all_clear_at_the_next_good_read(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    script = Script()
+    script.read_fault_kinds = ["connection", "auth"]
+    app, broker = scripted_app(script)
+    handled = trio.Event()
+
+    @broker.subscriber(MemoryStream("s"), name="sub")
+    async def handle(n: int) -> None:
+        handled.set()
+
+    stats, health = await publish_one_and_stop(app, broker, handled)
+    assert (stats.faults, stats.degraded) == (2, ())
+    assert health is HealthState.RUNNING
+
+
+@pytest.mark.parametrize("where", ["settle", "dead_letter"])
+async def test_settle_and_dead_letter_faults_of_several_kinds_all_clear_at_the_next_success(
+    where: str,
+) -> None:
+    script = Script()
+    app, broker = scripted_app(script)
+    failing = ["ack", "connection"]
+    done = trio.Event()
+
+    if where == "settle":
+        script.settle_fault_kinds = list(failing)
+
+    @broker.subscriber(MemoryStream("s"), name="sub", workers=2, max_attempts=1, dead_letter="dl")
+    async def handle(n: int) -> None:
+        if n == 3:
+            done.set()
+        if where == "dead_letter" and n < 3:
+            raise ValueError("to the dead letter")
+
+    original = Scripted.dead_letter
+
+    async def dead_letter(self: Scripted, delivery: Delivery, letter: DeadLetter) -> bool:
+        if where == "dead_letter" and failing:
+            raise SourceFault(failing.pop(0), "not written")
+        return await original(self, delivery, letter)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Scripted, "dead_letter", dead_letter)
+        async with trio.open_nursery() as nursery:
+            running = await nursery.start(app.serve)
+            await broker.publish("s", 1)
+            await broker.publish("s", 2)
+            await trio.testing.wait_all_tasks_blocked()
+            degraded = running.stats()["sub"].degraded
+            await broker.publish("s", 3)
+            with trio.fail_after(10):
+                await done.wait()
+            await trio.testing.wait_all_tasks_blocked()
+            stats = running.stats()["sub"]
+            health = app.health.value.state
+            await running.aclose()
+    assert sorted(degraded) == ["ack", "connection"]
+    assert (stats.faults, stats.degraded) == (2, ())
+    assert health is HealthState.RUNNING

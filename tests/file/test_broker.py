@@ -12,6 +12,7 @@ import trio
 from tests.support import serving
 from trio_streams import (
     RETRY_COUNT_HEADER,
+    RETRY_TARGET_HEADER,
     App,
     ConfigurationError,
     Context,
@@ -334,7 +335,11 @@ async def test_retry_appends_a_copy_with_the_retry_count_header(tmp_path: Path) 
     await run_to_end(replay_app(path, handle)[0])
     assert attempts == [(k, FilePosition.sequence(k, stream="s")) for k in (1, 2, 3)]
     copies = [open_envelope(m.payload) for m in messages_in(path)[1:]]
-    assert copies == [(b"1", {RETRY_COUNT_HEADER: "1"}), (b"1", {RETRY_COUNT_HEADER: "2"})]
+    target = {RETRY_TARGET_HEADER: "file/sub"}  # <app>/<subscription>
+    assert copies == [
+        (b"1", {RETRY_COUNT_HEADER: "1", **target}),
+        (b"1", {RETRY_COUNT_HEADER: "2", **target}),
+    ]
 
 
 async def test_spent_retries_are_dead_lettered_to_their_key_as_they_arrived(
@@ -357,11 +362,10 @@ async def test_spent_retries_are_dead_lettered_to_their_key_as_they_arrived(
     [dead] = messages_in(path, "orders.dead")
     payload, headers = open_envelope(dead.payload)
     assert payload == b'{"id":7,"amount":1.0}'
-    # As it arrived, plus why.
-    assert {k: headers[k] for k in ("trace-id", RETRY_COUNT_HEADER)} == {
-        "trace-id": "t7",
-        RETRY_COUNT_HEADER: "1",
-    }
+    # As it arrived, less the retry count and target (the attempts are said apart), plus why.
+    assert headers["trace-id"] == "t7"
+    assert RETRY_COUNT_HEADER not in headers and RETRY_TARGET_HEADER not in headers
+    assert headers["x-dead-letter-attempts"] == "2"
     assert headers["x-dead-letter-reason"] == "max-attempts"
     assert headers["x-dead-letter-error"] == "ValueError: cannot handle"
 

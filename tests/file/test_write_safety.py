@@ -33,6 +33,7 @@ from trio_streams.file.errors import (
 )
 from trio_streams.file.format import (
     DEFAULT_BEACON_INTERVAL,
+    MAX_U64,
     decode_beacon,
     encode_frame,
     encode_key,
@@ -176,7 +177,9 @@ def via_writers_acquire(path: Path) -> None:
 
 def via_cli_in_process(path: Path) -> None:
     """``trio-streams file write`` (its ``main``, in this process); errors become exceptions."""
-    row = {"stream_key": "orders", "shard": 0, "seq": 9999, "timestamp_ms": CREATED_AT_MS + 5000}
+    # `file write` refuses a seq that does not follow the file's last of the stream: the
+    # highest there is follows any seq a damaged field can show.
+    row = {"stream_key": "orders", "shard": 0, "seq": MAX_U64, "timestamp_ms": CREATED_AT_MS + 5000}
     row |= {"payload": "appended", "encoding": "utf8"}
     stdin, stderr = sys.stdin, sys.stderr
     sys.stdin, sys.stderr = io.StringIO(json.dumps(row) + "\n"), io.StringIO()

@@ -28,7 +28,9 @@ import trio
 from .._schedule import FairShare
 from ..broker import Broker
 from ..delivery import Delivery, attempt_from_headers, retry_headers
+from ..destinations import Destination
 from ..errors import ConfigurationError
+from ..host import SubscriptionHost
 from ..outcome import Outcome, OutcomeKind
 from ..positions import Position, PositionKind, delivered_position
 from ..transport import SeekRefused, Source, SubscriptionSource, Transport, read_count_option
@@ -102,6 +104,13 @@ class FileBroker(Broker):
         super().check_subscription(source, options)
         _check_count(options)
 
+    def check_name(self, destination: Destination) -> None:
+        super().check_name(destination)
+        try:
+            check_stream_key(destination.name)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"{self.name}: {exc}") from None
+
     @asynccontextmanager
     async def connect(self) -> AsyncIterator[Transport]:
         await trio.lowlevel.checkpoint()
@@ -126,7 +135,9 @@ def _prepare(path: str, *, existing_only: bool, beacon_interval: int) -> None:
         return
     if existing_only:
         raise StreamFileNotFoundError(
-            "no such stream file (the broker was told not to create it)", path=path
+            "no such stream file, and the broker has existing_only=True: check the path, or "
+            "leave existing_only out so the broker creates the file",
+            path=path,
         )
     try:
         writers.acquire(path, beacon_interval=beacon_interval).close()
@@ -164,9 +175,12 @@ class FileTransport(Transport):
     async def publish(
         self, destination: str, payload: bytes, headers: Mapping[str, str]
     ) -> Position:
-        """Append and flush one message; returns its position (``sequence(seq, stream=key)``)."""
+        """Append and flush one message; returns its position (``sequence(seq, stream=key)``).
+
+        A cancel point before the append, so a cancelled publish appended nothing."""
+        await trio.lowlevel.checkpoint_if_cancelled()
         seq, _ = self.append(destination, payload, headers)
-        await self._share.checkpoint()
+        await self._share.after_progress()
         return Position(_SEQUENCE, seq, destination)
 
     def append(self, key: str, payload: bytes, headers: Mapping[str, str]) -> tuple[int, int]:
@@ -224,6 +238,8 @@ class FileSubscription(SubscriptionSource):
     ) -> None:
         self._transport = transport
         self._label = label
+        #: What retry copies name as their target; known at open (None: no target).
+        self._retry_target: str | None = None
         self._count = count
         self.read_count = count
         self._keys = stream.keys
@@ -313,6 +329,10 @@ class FileSubscription(SubscriptionSource):
             ) from exc
 
     # ---- reading -----------------------------------------------------------------------------
+
+    async def open(self, host: SubscriptionHost) -> None:
+        self._retry_target = host.retry_target
+        await trio.lowlevel.checkpoint()
 
     def poll(self) -> Sequence[Delivery]:
         source = self._source
@@ -430,7 +450,7 @@ class FileSubscription(SubscriptionSource):
     async def settle(self, delivery: Delivery, outcome: Outcome) -> None:
         if outcome.kind in _RETRIES:
             _, offset = self._transport.append(
-                delivery.stream, delivery.payload, retry_headers(delivery)
+                delivery.stream, delivery.payload, retry_headers(delivery, self._retry_target)
             )
             if not self.live and (self._appended_from is None or offset < self._appended_from):
                 self._appended_from = offset

@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import argparse
 import base64
-import binascii
-import itertools
 import json
 import os
 import sys
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TextIO
@@ -26,9 +23,18 @@ import trio
 from ..errors import TrioStreamsError
 from ..positions import Position, PositionKind
 from .envelope import open_envelope
-from .errors import StreamFileNotFoundError
+from .errors import StreamFileError, StreamFileNotFoundError
 from .follower import FileSource
-from .format import DEFAULT_BEACON_INTERVAL, HEADER_SIZE, INTERNAL_KEY, Header, Message
+from .format import (
+    DEFAULT_BEACON_INTERVAL,
+    HEADER_SIZE,
+    INTERNAL_KEY,
+    MIN_BEACON_INTERVAL,
+    Header,
+    Message,
+    encode_header,
+)
+from .ndjson_input import InputError, check_against, read_input
 from .positions import format_position, parse_position
 from .reader import FileReader
 from .repair import RepairPlan, apply_repair, plan_repair
@@ -63,27 +69,6 @@ def header_to_json(header: Header) -> dict[str, Any]:
             "beacon_interval": header.beacon_interval,
         }
     }
-
-
-def header_from_json(row: dict[str, Any]) -> Header:
-    """The header described by a ``{"file_header": ...}`` line."""
-    fields = row["file_header"]
-    if not isinstance(fields, dict):
-        raise TypeError("file_header must be an object")
-    return Header(
-        str(fields["file_name"]), int(fields["created_at_ms"]), int(fields["beacon_interval"])
-    )
-
-
-def payload_from_json(row: dict[str, Any]) -> bytes:
-    """The payload bytes of an ndjson object."""
-    encoding = row.get("encoding", "utf8")
-    text = row["payload"]
-    if encoding == "utf8":
-        return str(text).encode("utf-8")
-    if encoding == "base64":
-        return base64.b64decode(text, validate=True)
-    raise ValueError(f"encoding must be utf8 or base64, not {encoding!r}")
 
 
 def format_log(message: Message) -> str:
@@ -233,28 +218,13 @@ def _stat(args: argparse.Namespace) -> int:
     return 0
 
 
-def _rows(lines: Iterable[str]) -> Iterable[tuple[int, dict[str, Any]]]:
-    for number, line in enumerate(lines, 1):
-        if line.strip():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise SystemExit(f"error: line {number}: not JSON ({exc})") from None
-            if not isinstance(row, dict):
-                raise SystemExit(f"error: line {number}: not a JSON object")
-            yield number, row
-
-
 def _write(args: argparse.Namespace) -> int:
-    rows = iter(_rows(sys.stdin))
-    first = next(rows, None)
-    header: Header | None = None
-    if first is not None and "file_header" in first[1]:
-        try:
-            header = header_from_json(first[1])
-        except (KeyError, ValueError, TypeError) as exc:
-            raise SystemExit(f"error: line {first[0]}: bad file_header ({exc!r})") from None
-        first = None
+    # The whole input is read and checked before the file is touched: all or nothing.
+    try:
+        given = read_input(sys.stdin, beacon_interval=args.beacon_interval)
+    except InputError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    header = given.header
     # Options win over the header line, which wins over the defaults; all only matter when the
     # file is created (an existing file keeps its header).
     interval: int | None = args.beacon_interval
@@ -264,32 +234,39 @@ def _write(args: argparse.Namespace) -> int:
         interval = header.beacon_interval if interval is None else interval
         created_at_ms = header.created_at_ms if created_at_ms is None else created_at_ms
         file_name = header.file_name if file_name is None else file_name
+    interval = DEFAULT_BEACON_INTERVAL if interval is None else interval
+    try:  # what the options give the header of a new file
+        encode_header(
+            Header(file_name or os.path.basename(args.file), created_at_ms or 0, interval)
+        )
+    except StreamFileError as exc:
+        raise SystemExit(f"error: {exc.reason}") from None
     writer = StreamWriter(
-        args.file,
-        beacon_interval=DEFAULT_BEACON_INTERVAL if interval is None else interval,
-        created_at_ms=created_at_ms,
-        file_name=file_name,
+        args.file, beacon_interval=interval, created_at_ms=created_at_ms, file_name=file_name
     )
     try:
-        for number, row in itertools.chain([first] if first else [], rows):
-            if "file_header" in row:
-                raise SystemExit(f"error: line {number}: a file_header line must come first")
-            try:
-                payload = payload_from_json(row)
-                writer.write_message(
-                    row["stream_key"],
-                    int(row.get("shard", 0)),
-                    int(row["seq"]),
-                    int(row["timestamp_ms"]),
-                    payload,
-                )
-            except (KeyError, ValueError, TypeError, binascii.Error) as exc:
-                if isinstance(exc, TrioStreamsError):
-                    raise
-                raise SystemExit(f"error: line {number}: bad message ({exc!r})") from None
+        check_against(given.rows, writer.last_sequences(), writer.path)
+    except InputError as exc:
+        writer.close()
+        raise SystemExit(f"error: {exc}; nothing was written") from None
+    try:
+        for row in given.rows:
+            writer.write_message(row.stream_key, row.shard, row.seq, row.timestamp_ms, row.payload)
     finally:
         writer.close(eos=args.eos, eos_timestamp_ms=args.eos_timestamp_ms)
     return 0
+
+
+def _beacon_interval(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of bytes: {text!r}") from None
+    if not MIN_BEACON_INTERVAL <= value < 1 << 32:
+        raise argparse.ArgumentTypeError(
+            f"must be {MIN_BEACON_INTERVAL}..2**32-1 bytes, not {value}"
+        )
+    return value
 
 
 def _describe(plan: RepairPlan, out: TextIO) -> None:
@@ -355,7 +332,11 @@ def _guarded(handler: Any) -> Any:
         except TrioStreamsError as exc:
             sys.stdout.flush()
             sys.stderr.write(f"error: {exc}\n")
-            for note in getattr(exc, "__notes__", ()):
+            notes = [str(note) for note in getattr(exc, "__notes__", ())]
+            hint = exc.hint()
+            if hint is not None and not any(hint in note for note in notes):
+                notes.append(hint)
+            for note in notes:
                 sys.stderr.write(f"  {note}\n")
             return 1
         except ValueError as exc:
@@ -407,11 +388,19 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     stat.add_argument("file", help="the stream file (.ss)")
     stat.add_argument("--progress", action="store_true", help="always show the progress bar")
     stat.set_defaults(handler=_guarded(_stat))
-    write = sub.add_parser("write", help="write ndjson messages from stdin into a file")
+    write = sub.add_parser(
+        "write",
+        help="write ndjson messages from stdin into a file",
+        description="Write the messages of an ndjson input (the output of `decode --format "
+        "ndjson`) into FILE, created if missing. The whole input is read into memory and "
+        "checked first (every line, and that each stream's sequence numbers increase, also "
+        "after the file's own), so a bad line leaves the file as it was: all or nothing. A huge "
+        "input needs as much memory as its payloads take.",
+    )
     write.add_argument("file", help="the stream file to create or append to")
     write.add_argument(
         "--beacon-interval",
-        type=int,
+        type=_beacon_interval,
         default=None,
         help="bytes between beacons for a new file (default: the file_header line's, else "
         f"{DEFAULT_BEACON_INTERVAL})",
@@ -428,7 +417,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="the header's file name (default: the file_header line's, else the file's name)",
     )
     write.add_argument("--eos", action="store_true", help="end with an end-of-stream message")
-    write.add_argument("--eos-timestamp-ms", type=int, default=None)
+    write.add_argument(
+        "--eos-timestamp-ms",
+        type=int,
+        default=None,
+        help="the end-of-stream message's timestamp (default: now)",
+    )
     write.set_defaults(handler=_guarded(_write))
     repair = sub.add_parser(
         "repair",

@@ -75,6 +75,11 @@ class DurableStateError(StreamFileError):
 class DurableLockedError(StreamFileError):
     """Another consumer with the same name (in this process or another) is running."""
 
+    advice = (
+        "is another instance of this app running? A durable consumer runs once at a time: stop "
+        "the other one, or give this one another durable= name"
+    )
+
 
 def check_consumer_name(name: object) -> str:
     """A durable consumer name becomes a file name: letters, digits, ``.``, ``_``, ``-``."""

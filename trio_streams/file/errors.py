@@ -6,11 +6,17 @@ file cut short; all of them derive from :class:`StreamFormatError`.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ..errors import TrioStreamsError
 
 
 class StreamFileError(TrioStreamsError):
     """Base of every stream-file error; carries the file and the byte offset it concerns."""
+
+    #: What to do, shown after the message when the error stops an app or a command
+    #: (``{path}`` is the file); None when there is nothing general to say.
+    advice: ClassVar[str | None] = None
 
     def __init__(self, message: str, *, path: str | None = None, offset: int | None = None):
         self.path = path
@@ -20,6 +26,11 @@ class StreamFileError(TrioStreamsError):
         if offset is not None:
             where = f"{where} at byte {offset}"
         super().__init__(f"{where}: {message}")
+
+    def hint(self) -> str | None:
+        if self.advice is None:
+            return None
+        return self.advice.format(path=self.path if self.path is not None else "FILE")
 
 
 class StreamFormatError(StreamFileError, ValueError):
@@ -53,6 +64,8 @@ class TimestampRangeError(StreamFormatError):
 class ChecksumError(StreamFormatError):
     """A frame's payload does not match its CRC16/CDMA2000 checksum."""
 
+    advice = "`trio-streams file repair {path}` moves the unreadable part aside"
+
     def __init__(
         self, *, received: int, computed: int, path: str | None = None, offset: int | None = None
     ):
@@ -68,6 +81,8 @@ class ChecksumError(StreamFormatError):
 class TruncatedError(StreamFormatError):
     """A finished file ends in the middle of a header, frame or beacon."""
 
+    advice = "`trio-streams file repair {path}` moves the unreadable part aside"
+
 
 class UnprovenTailError(StreamFormatError):
     """The end of a file does not decode, and is not provably a write cut short by a crash.
@@ -77,6 +92,8 @@ class UnprovenTailError(StreamFormatError):
     bytes start and :attr:`why` says what keeps them from being a cut. ``trio-streams file
     repair`` moves them to a side file.
     """
+
+    advice = "`trio-streams file repair {path}` moves the unreadable part aside"
 
     def __init__(
         self, message: str, *, why: str = "", path: str | None = None, offset: int | None = None
@@ -91,6 +108,11 @@ class FileRemovedError(StreamFileError):
 
 class WriterLockedError(StreamFileError):
     """Another process (or another open file description) already writes this file."""
+
+    advice = (
+        "is another instance of this app (or a `trio-streams file write` or `repair`) running? "
+        "Stop it, or have this one write another file"
+    )
 
 
 class WriterClosedError(StreamFileError):

@@ -155,6 +155,8 @@ def decode_header(data: bytes, path: str | None = None) -> Header:
 
 
 def _check_timestamp(value: int, path: str | None, offset: int | None) -> None:
+    if value < 0:
+        raise TimestampRangeError(f"timestamp {value} ms is before 1970", path=path, offset=offset)
     if value > MAX_TIMESTAMP_MS:
         raise TimestampRangeError(
             f"timestamp {value} ms lies after the year 9999 (max {MAX_TIMESTAMP_MS})",

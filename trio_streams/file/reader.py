@@ -17,6 +17,7 @@ the file is finished.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Collection, Generator, Iterator
 from typing import NoReturn
 
@@ -92,6 +93,9 @@ class FileReader:
             raise StreamFileNotFoundError("no such stream file", path=self.path) from None
         except OSError as exc:
             raise StreamFileNotFoundError(f"cannot open: {exc.strerror}", path=self.path) from exc
+        if stat.S_ISDIR(os.fstat(self._fd).st_mode):
+            os.close(self._fd)
+            raise StreamFileNotFoundError("is a directory, not a stream file", path=self.path)
         try:
             self.header: Header = decode_header(os.pread(self._fd, HEADER_SIZE, 0), self.path)
         except BaseException:

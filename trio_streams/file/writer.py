@@ -200,6 +200,10 @@ class StreamWriter:
     def beacon_interval(self) -> int:
         return self.header.beacon_interval
 
+    def last_sequences(self) -> dict[tuple[str, int], int]:
+        """The highest sequence number of every (key, shard) the file holds, or was written."""
+        return {(state.key, state.shard): state.seq for state in self._encoder.streams()}
+
     def last_seq(self, key: str, shard: int = 0) -> int:
         """The highest sequence number written to (key, shard); 0 if none."""
         return self._encoder.stream(key, shard).seq

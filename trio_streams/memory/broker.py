@@ -11,7 +11,9 @@ from trio.lowlevel import cancel_shielded_checkpoint, checkpoint, checkpoint_if_
 from .._schedule import FairShare
 from ..broker import Broker
 from ..delivery import RETRY_COUNT_HEADER, Delivery, attempt_from_headers, retry_headers
+from ..destinations import Destination
 from ..errors import ConfigurationError, UnsupportedError
+from ..host import SubscriptionHost
 from ..outcome import Outcome, OutcomeKind
 from ..pipeline import Pipeline, Segment
 from ..positions import Position, delivered_position
@@ -63,6 +65,13 @@ def _check_count(options: Mapping[str, Any]) -> int:
     return read_count_option(options, DEFAULT_COUNT)
 
 
+def _count_or_default(options: Mapping[str, Any]) -> int:
+    count = options.get("count")
+    if isinstance(count, int) and not isinstance(count, bool) and count >= 1:
+        return count
+    return DEFAULT_COUNT
+
+
 def _check_window(options: Mapping[str, Any]) -> bool:
     for name in ("pipeline", "atomic"):
         if not isinstance(options.get(name, False), bool):
@@ -93,11 +102,21 @@ class MemoryTransport(Transport):
         await self._share.after_progress()
         return delivered_position(entry.seq, destination)
 
+    async def publish_to(
+        self, destination: Destination, payload: bytes, headers: Mapping[str, str]
+    ) -> Position:
+        """A list or a channel, under ``app.test()`` for a broker that has them: an in-process
+        stream of the same name, which the in-process form of that broker's list and channel
+        sources reads. (A ``MemoryBroker`` of its own has streams only and refuses them.)"""
+        return await self.publish(destination.name, payload, headers)
+
     def open_subscription(
         self, source: Source, options: Mapping[str, Any], *, label: str
     ) -> SubscriptionSource:
         stream = source if isinstance(source, MemoryStream) else source.in_process()
-        count = _check_count(options) if self._strict else DEFAULT_COUNT
+        # Under app.test() the real broker checked its options at mount; its read size (count=,
+        # where it has one) sizes the in-process read and channel as it would in production.
+        count = _check_count(options) if self._strict else _count_or_default(options)
         # Whatever the real transport, a window asked for is emulated (app.test()).
         window = _check_window(options) if self._strict else bool(options.get("pipeline"))
         return MemorySubscription(
@@ -129,6 +148,8 @@ class MemorySubscription(SubscriptionSource):
         #: The segment of each delivery whose handler queued a command (pipeline=True only).
         self._window: dict[int, Pipeline] | None = {} if window else None
         self._label = label
+        #: What retry copies name as their target; known at open (None: no target).
+        self._retry_target: str | None = None
         self._count = count
         self.read_count = count
         start = stream.start_at
@@ -145,6 +166,10 @@ class MemorySubscription(SubscriptionSource):
         else:
             self._cursor = Cursor(hub, stream.keys, start)
             self.seekable = True
+
+    async def open(self, host: SubscriptionHost) -> None:
+        self._retry_target = host.retry_target
+        await checkpoint()
 
     def poll(self) -> Sequence[Delivery]:
         return self._take()
@@ -188,6 +213,11 @@ class MemorySubscription(SubscriptionSource):
             segment = window[id(delivery)] = Pipeline()
         return segment
 
+    def deferred(self, delivery: Delivery, outcome: Outcome) -> None:
+        # The window's verdict is the handler's outcome, not the retry() that ends the delay.
+        if self._window is not None:
+            self._decide(delivery, kept=False, decided_by=outcome.kind.value)
+
     def unsettled(self, delivery: Delivery, why: Unsettled) -> None:
         if self._window is not None:
             self._decide(delivery, kept=False, decided_by=why.value)
@@ -207,7 +237,9 @@ class MemorySubscription(SubscriptionSource):
         if not outcome.consumes:
             # As on a stream file: a retry is a copy at the end of the stream, carrying the
             # retry count, so it survives seeks and every reader of the stream sees it.
-            self._hub.append(delivery.stream, delivery.payload, retry_headers(delivery))
+            self._hub.append(
+                delivery.stream, delivery.payload, retry_headers(delivery, self._retry_target)
+            )
 
 
 def _deliver(entry: Entry) -> Delivery:

@@ -23,8 +23,10 @@ from trio.lowlevel import ParkingLot
 
 from ..broker import Broker
 from ..codec import decoder_for
+from ..depends import check_overrides
 from ..dispatch import HandledMessage
 from ..errors import ConfigurationError, TrioStreamsError
+from ..groups import open_nursery
 from ..host import Fault, SubscriptionHost
 from ..memory.broker import MemoryBroker, MemoryTransport
 from ..memory.log import MemoryHub
@@ -63,15 +65,30 @@ class PublishedMessage:
 
 
 class HandlerRecord:
-    """What one handler was called with and what came of it, in order."""
+    """What became of each delivery of one handler's subscription, in order.
 
-    def __init__(self, name: str, calls: list[HandledMessage]) -> None:
+    ``records`` holds every delivery the subscription handled; ``calls`` those the handler was
+    called with; ``skipped`` those it was not: a payload that could not be decoded, or a
+    delivery already tried ``max_attempts`` times (its ``verdict`` says what became of it).
+    """
+
+    def __init__(self, name: str, records: list[HandledMessage]) -> None:
         self.name = name
-        self.calls = calls
+        self.records = records
+
+    @property
+    def calls(self) -> list[HandledMessage]:
+        """The deliveries the handler was called with."""
+        return [record for record in self.records if record.called]
+
+    @property
+    def skipped(self) -> list[HandledMessage]:
+        """The deliveries settled without calling the handler (undecodable, or spent)."""
+        return [record for record in self.records if not record.called]
 
     @property
     def messages(self) -> list[Any]:
-        """The decoded payloads (None for those that could not be decoded)."""
+        """The decoded payloads the handler was called with."""
         return [call.message for call in self.calls]
 
     @property
@@ -81,19 +98,23 @@ class HandlerRecord:
 
     @property
     def settled(self) -> list[Outcome]:
-        """What was settled after the attempts cap (a spent retry settles as ``drop()``)."""
-        return [call.verdict.outcome for call in self.calls]
+        """What was settled for every delivery, after the attempts cap (a spent retry settles as
+        ``drop()``), skipped ones included."""
+        return [record.verdict.outcome for record in self.records]
 
     @property
     def dead_lettered(self) -> list[HandledMessage]:
-        return [call for call in self.calls if call.verdict.dead_letter is not None]
+        """Every delivery sent to the dead letter, skipped ones included."""
+        return [record for record in self.records if record.verdict.dead_letter is not None]
 
     @property
     def errors(self) -> list[BaseException]:
-        return [call.error for call in self.calls if call.error is not None]
+        """Every error: the handler's, an extractor's, or why a payload could not be decoded."""
+        return [record.error for record in self.records if record.error is not None]
 
     @property
     def call_count(self) -> int:
+        """How many times the handler was called."""
         return len(self.calls)
 
     def assert_called_once_with(self, message: Any) -> None:
@@ -105,7 +126,9 @@ class HandlerRecord:
         assert not self.calls, f"{self.name} was called {len(self.calls)} times: {self.messages!r}"
 
     def __repr__(self) -> str:
-        return f"<HandlerRecord {self.name} {len(self.calls)} call(s)>"
+        return (
+            f"<HandlerRecord {self.name} {self.call_count} call(s), {len(self.records)} record(s)>"
+        )
 
 
 class _Changes:
@@ -274,12 +297,12 @@ class TestClient:
         return all(runner.quiescent() for runner in self._runners)
 
     def _next_deadline(self) -> float:
-        return min((r.delayed.next_deadline() for r in self._runners), default=float("inf"))
+        return min((r.next_deadline() for r in self._runners), default=float("inf"))
 
     def _busy(self) -> str:
         busy = [
             f"{r.label} (in flight {r.channel.outstanding}, unread {r.source.unread()}, "
-            f"delayed {len(r.delayed)})"
+            f"delayed {len(r.delayed) + len(r.lane_delays)})"
             for r in self._runners
             if not r.quiescent()
         ]
@@ -288,9 +311,16 @@ class TestClient:
 
 @asynccontextmanager
 async def run_test_client(
-    app: App, *, settle_timeout: float = DEFAULT_SETTLE_TIMEOUT, raise_errors: bool = False
+    app: App,
+    *,
+    settle_timeout: float = DEFAULT_SETTLE_TIMEOUT,
+    raise_errors: bool = False,
+    dependency_overrides: Mapping[Callable[..., Any], Callable[..., Any]] | None = None,
 ) -> AsyncIterator[TestClient]:
-    from ..app import _RunOptions
+    from ..app import RunOptions
+
+    overrides = dict(dependency_overrides or {})
+    check_overrides([s.handler for b in app.brokers for s in b.subscriptions], overrides)
 
     hubs = {broker: MemoryHub() for broker in app.brokers}
     changes = _Changes()
@@ -307,16 +337,18 @@ async def run_test_client(
 
     for hub in hubs.values():
         hub.add_listener(changes.notify)
-    options = _RunOptions(
+    options = RunOptions(
         connect=connect,
         shutdown_timeout=app.shutdown_timeout,
         stop_when_finished=False,
         observers=(record,),
         fault_observers=(faults.append,),
         on_change=changes.notify,
+        dependency_overrides=overrides,
     )
-    async with trio.open_nursery() as nursery:
-        running: RunningApp = await nursery.start(app._serve, options)
+    # A lone error (a failed assert of the test, a failure of the app) leaves as itself.
+    async with open_nursery() as nursery:
+        running: RunningApp = await nursery.start(app.serve_with, options)
         client = TestClient(
             app,
             running,

@@ -7,7 +7,7 @@ import ssl
 import pytest
 
 from trio_streams.errors import ConfigurationError
-from trio_streams.redis.client import parse_url
+from trio_streams.redis.client import ClientConfig, ConnectionOptions, parse_url
 
 
 def test_standalone_url_with_user_db_and_options() -> None:
@@ -73,3 +73,58 @@ def test_overrides_win_over_the_url() -> None:
 def test_bad_urls_say_what_is_wrong(url: str, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         parse_url(url)
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("redis://h#frag", "contains '#'"),
+        ("redis://h:6379/0#frag", "contains '#'"),
+        ("redis://h:99999", "bad port '99999'.*between 1 and 65535"),
+        ("redis://h:-1", "bad port '-1'"),
+        ("redis://h:0", "bad port '0'"),
+        ("redis+cluster://a:7000,b:70000", "bad port '70000'"),
+        ("redis://[::1]x", "bad host"),
+        ("redis://h?connect_timeout=nan", "connect_timeout must be a finite number"),
+        ("redis://h?connect_timeout=-1", "connect_timeout must be a finite number"),
+        ("redis://h?connect_timeout=inf", "connect_timeout must be a finite number"),
+        ("redis://h?pool_timeout=0", "pool_timeout must be a finite number"),
+        ("redis://h?command_timeout=nan", "command_timeout must be a finite number"),
+        ("redis://h?command_timeout=soon", "command_timeout='soon'"),
+        ("redis://h?backoff_initial=1&backoff_cap=0.5", "backoff_cap .* must not be below"),
+        ("redis://h/0/extra", "unexpected path 'extra'"),
+        ("redis://h/1/2/3", "unexpected path '2/3'"),
+        ("redis+sentinel://s:26379/svc/1/extra", "unexpected path 'extra'"),
+        ("redis://h/-1", "database '-1'"),
+        ("redis+cluster://h:7000/2", "a cluster has only database 0"),
+    ],
+)
+def test_loose_urls_are_refused_with_a_clear_error(url: str, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        parse_url(url)
+
+
+def test_command_timeout_is_an_option_and_off_by_default() -> None:
+    assert parse_url("redis://h").connection.command_timeout is None
+    assert parse_url("redis://h?command_timeout=2.5").connection.command_timeout == 2.5
+    assert parse_url("redis://h?command_timeout=none").connection.command_timeout is None
+    assert parse_url("redis://h", command_timeout=1).connection.command_timeout == 1
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: ConnectionOptions(connect_timeout=float("nan")), "connect_timeout"),
+        (lambda: ConnectionOptions(connect_timeout=-1), "connect_timeout"),
+        (lambda: ConnectionOptions(command_timeout=0), "command_timeout"),
+        (lambda: ConnectionOptions(db=-1), "db must be"),
+        (lambda: ConnectionOptions(db=True), "db must be"),
+        (lambda: ClientConfig(addresses=(("h", 99999),)), "between 1 and 65535"),
+        (lambda: ClientConfig(addresses=(("h", -1),)), "between 1 and 65535"),
+        (lambda: ClientConfig(addresses=(("", 6379),)), "non-empty"),
+        (lambda: ClientConfig(backoff_initial=float("nan")), "backoff_initial"),
+    ],
+)
+def test_options_built_directly_are_checked_too(build: object, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        build()  # type: ignore[operator]

@@ -126,7 +126,7 @@ async def test_database_and_client_name(redis_server: RedisServer) -> None:
         assert await client.execute("CLIENT", "GETNAME") == b"orders-worker"
     async with connect(redis_server.url) as client:
         assert await client.execute("EXISTS", "in-two") == 0
-        await client.execute("SELECT", 2)  # on a pooled connection, for the check only
+    async with connect(redis_server.url, db=2) as client:
         assert await client.execute("EXISTS", "in-two") == 1
 
 

@@ -285,7 +285,7 @@ def test_malformed_bytes_raise_a_protocol_error() -> None:
 
 
 def test_unsendable_argument_is_refused_before_anything_is_sent() -> None:
-    with pytest.raises(CommandEncodingError, match="type dict in command SET k"):
+    with pytest.raises(CommandEncodingError, match=r"argument 2 \(a dict\) of command SET k"):
         pack_command(("SET", "k", {"a": 1}))  # type: ignore[arg-type]
 
 

@@ -282,5 +282,7 @@ def test_health_check_options_come_from_the_url_and_are_checked() -> None:
         parse_url("redis://h", health_check_interval=-1)
     with pytest.raises(ConfigurationError, match="health_check_timeout must be"):
         parse_url("redis://h?health_check_timeout=inf")
-    with pytest.raises(ConfigurationError, match="above 0 when checks are on"):
+    with pytest.raises(ConfigurationError, match="health_check_timeout must be"):
         parse_url("redis://h", health_check_timeout=0)
+    with pytest.raises(ConfigurationError, match="health_check_interval must be"):
+        parse_url("redis://h", health_check_interval=True)

@@ -7,6 +7,8 @@ single server or a sentinel-monitored primary, :class:`~.cluster.RedisCluster` f
 Failure semantics, the same everywhere: a command whose connection fails raises
 :class:`~.errors.RedisConnectionError` and is never re-sent by the client (a re-sent XADD is a
 duplicate); the next command opens a new connection, paced by a capped, jittered backoff.
+Every way of connecting shares that pacing per server: the pool, dedicated connections and
+subscriptions, so a loop that reconnects again and again waits between attempts.
 A cancelled command closes its connection, which is then dropped from the pool.
 """
 
@@ -21,7 +23,13 @@ from typing import Any, Self
 from .backoff import Backoff
 from .config import ClientConfig, ConnectionOptions
 from .connection import Connection, open_connection
-from .errors import Address, ReadOnlyError, RedisConnectionError, format_address
+from .errors import (
+    Address,
+    ReadOnlyError,
+    RedisConnectionError,
+    RedisTimeoutError,
+    format_address,
+)
 from .negotiation import ProtocolWatch
 from .pipeline import Item, Pipeline, Transaction, fold_replies, wire_commands
 from .pool import ConnectionPool
@@ -73,7 +81,9 @@ class RedisClient(abc.ABC):
     def connection(self, key: Arg | None = None) -> AbstractAsyncContextManager[Connection]:
         """Lease a pooled connection (to ``key``'s node in a cluster) for several commands.
 
-        Use it for WATCH/MULTI sequences; it goes back to the pool on exit unless it broke.
+        Use it for WATCH/MULTI sequences; it goes back to the pool on exit, reset first if a
+        MULTI is open or keys are watched. A lease that ends by an exception or a cancellation
+        closes its connection instead.
         """
 
     @abc.abstractmethod
@@ -81,7 +91,11 @@ class RedisClient(abc.ABC):
         self, key: Arg | None = None
     ) -> AbstractAsyncContextManager[Connection]:
         """A new connection outside the pool, closed on exit: for blocking reads
-        (``XREADGROUP BLOCK``, ``BLMOVE``) that must not hold a pooled slot."""
+        (``XREADGROUP BLOCK``, ``BLMOVE``) that must not hold a pooled slot.
+
+        Opening it is paced like the pool's connects (the same backoff state for the server),
+        so a retry loop around it does not spin while the server is down.
+        """
 
     @abc.abstractmethod
     async def _run_pipeline(self, items: Sequence[Item]) -> Replies: ...
@@ -120,6 +134,7 @@ class Redis(RedisClient):
                     password=config.sentinel_password,
                     ssl_context=config.connection.ssl_context,
                     connect_timeout=config.connection.connect_timeout,
+                    command_timeout=config.connection.command_timeout,
                 ),
             )
             label = f"primary of {config.service_name!r}"
@@ -174,6 +189,8 @@ class Redis(RedisClient):
         connection = await pool.acquire()
         try:
             return await connection.execute_command(args)
+        except RedisTimeoutError:
+            raise  # a slow reply (command_timeout): only this connection is dropped
         except (RedisConnectionError, ReadOnlyError):
             self._node_failed()
             raise
@@ -187,6 +204,8 @@ class Redis(RedisClient):
         connection = await pool.acquire()
         try:
             replies = await connection.execute_many(wire_commands(items))
+        except RedisTimeoutError:
+            raise  # a slow reply (command_timeout): only this connection is dropped
         except RedisConnectionError:
             self._node_failed()
             raise
@@ -204,7 +223,7 @@ class Redis(RedisClient):
         shard_channels: Iterable[str | bytes] = (),
     ) -> Subscription:
         return Subscription(
-            self._open_node,
+            self._pool.open_unpooled,
             channels=channels,
             patterns=patterns,
             shard_channels=shard_channels,
@@ -219,15 +238,19 @@ class Redis(RedisClient):
         async with self._pool.connection() as connection:
             try:
                 yield connection
+            except RedisTimeoutError:
+                raise  # a slow reply (command_timeout): only this connection is dropped
             except (RedisConnectionError, ReadOnlyError):
                 self._node_failed()
                 raise
 
     @asynccontextmanager
     async def dedicated_connection(self, key: Arg | None = None) -> AsyncIterator[Connection]:
-        connection = await self._open_node()
+        connection = await self._pool.open_unpooled()
         try:
             yield connection
+        except RedisTimeoutError:
+            raise  # a slow reply (command_timeout): only this connection is dropped
         except (RedisConnectionError, ReadOnlyError):
             self._node_failed()
             raise

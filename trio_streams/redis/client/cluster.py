@@ -24,6 +24,7 @@ import trio
 from ...errors import ConfigurationError
 from .backoff import Backoff
 from .client import RedisClient
+from .commands import check_command
 from .config import ClientConfig
 from .connection import Connection, open_connection
 from .errors import (
@@ -31,6 +32,7 @@ from .errors import (
     AskError,
     ClusterError,
     ClusterRedirect,
+    ConnectionSetupError,
     CrossSlotError,
     ExecAbortError,
     MovedError,
@@ -138,6 +140,8 @@ class RedisCluster(RedisClient):
             for address in candidates:
                 try:
                     await self._load_map(address)
+                except ConnectionSetupError:
+                    raise  # the configuration is wrong (credentials...): the same on every node
                 except (RedisConnectionError, ReplyError, ClusterError) as exc:
                     failures.append(f"{format_address(address)}: {exc}")
                     continue
@@ -251,6 +255,7 @@ class RedisCluster(RedisClient):
     # -- commands ---------------------------------------------------------------------------
 
     async def execute(self, *args: Any) -> Any:
+        check_command(args)
         slot = await self.slot_of(args)
         address = self._node(slot)
         asking = False
@@ -401,9 +406,7 @@ class RedisCluster(RedisClient):
     async def dedicated_connection(self, key: Arg | None = None) -> AsyncIterator[Connection]:
         address = await self._address_for_key(key)
         try:
-            connection = self._protocols.seen(
-                await open_connection(address, self.config.connection)
-            )
+            connection = await self._pool(address).open_unpooled()
         except RedisConnectionError:
             self._node_lost(address)
             raise
@@ -438,7 +441,7 @@ class RedisCluster(RedisClient):
                     f"shard channels {shard!r} live on different nodes "
                     f"{sorted(format_address(n) for n in nodes)}: use one subscription per node"
                 )
-            return self._protocols.seen(await open_connection(nodes.pop(), self.config.connection))
+            return await self._pool(nodes.pop()).open_unpooled()
 
         def lost() -> None:
             self._stale = True

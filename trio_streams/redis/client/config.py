@@ -11,14 +11,21 @@ One URL says everything a deployment needs, so a service reads it from its envir
 The options accepted in the query string are the fields of :class:`ConnectionOptions` (and
 :class:`ClientConfig`), plus ``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile`` and
 ``ssl_check_hostname`` which build the TLS context.
+
+Every value is checked when the configuration is built (ports, timeouts, the URL's shape), so a
+mistake is a :class:`~trio_streams.errors.ConfigurationError` at ``connect`` rather than a
+surprise at the first command. Credentials never appear in a message or a repr: URLs are shown
+with the password replaced by ``***``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 import ssl
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from ...errors import ConfigurationError
@@ -36,7 +43,59 @@ _SCHEMES: dict[str, tuple[Topology, bool]] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+def redact_url(url: str) -> str:
+    """``url`` with its password (and any ``...password=`` query value) replaced by ``***``.
+
+    Everything up to the last ``@`` is the user information, whatever it contains, so even a
+    password with unencoded ``/``, ``?`` or ``#`` is hidden.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return "***" if "@" in url else url
+    userinfo, at, after = rest.rpartition("@")
+    if at:
+        user, colon, _ = userinfo.partition(":")
+        rest = f"{user}:***@{after}" if colon else f"***@{after}"
+    rest = _SECRET_QUERY.sub(r"\1***", rest)
+    return f"{scheme}{sep}{rest}"
+
+
+_SECRET_QUERY = re.compile(r"(?i)([?&][^=&#]*pass[^=&#]*=)[^&#]*")
+
+
+def _masked_repr(obj: Any, secrets: frozenset[str]) -> str:
+    parts = []
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        shown = "'***'" if f.name in secrets and value is not None else repr(value)
+        parts.append(f"{f.name}={shown}")
+    return f"{type(obj).__name__}({', '.join(parts)})"
+
+
+def _seconds(name: str, value: object, *, optional: bool = False) -> None:
+    """Check a duration option: a finite number of seconds above zero (or None if optional)."""
+    if value is None and optional:
+        return
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        allowed = " (or None for no timeout)" if optional else ""
+        raise ConfigurationError(
+            f"{name} must be a finite number of seconds above zero{allowed}, not {value!r}"
+        )
+
+
+def _whole(name: str, value: object, *, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigurationError(
+            f"{name} must be a whole number of at least {minimum}, not {value!r}"
+        )
+
+
+@dataclass(frozen=True, slots=True, repr=False)
 class ConnectionOptions:
     """How to open and set up one connection (the same for every node of a deployment)."""
 
@@ -53,9 +112,24 @@ class ConnectionOptions:
     ssl_server_hostname: str | None = None
     #: Seconds allowed for TCP connect, TLS handshake and the HELLO/AUTH/SELECT exchange.
     connect_timeout: float = 5.0
+    #: Seconds a command may wait for its reply before :class:`~.errors.RedisTimeoutError`
+    #: (the connection is then closed). None (the default) leaves timeouts to the caller's
+    #: Trio cancel scopes. A blocking command's own timeout is added to it, and a blocking
+    #: command that may wait forever (``BLOCK 0``, a timeout of 0) is not bounded by it.
+    command_timeout: float | None = None
+
+    def __post_init__(self) -> None:
+        _whole("db", self.db, minimum=0)
+        if self.protocol not in (2, 3) or isinstance(self.protocol, bool):
+            raise ConfigurationError(f"protocol must be 2 or 3, not {self.protocol!r}")
+        _seconds("connect_timeout", self.connect_timeout)
+        _seconds("command_timeout", self.command_timeout, optional=True)
+
+    def __repr__(self) -> str:
+        return _masked_repr(self, frozenset({"password"}))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class ClientConfig:
     """Everything a client needs: the topology, its addresses, connection and pool options."""
 
@@ -84,21 +158,60 @@ class ClientConfig:
     def __post_init__(self) -> None:
         if not self.addresses:
             raise ConfigurationError("a Redis client needs at least one address")
+        for address in self.addresses:
+            _check_address(address)
         if self.topology == "sentinel" and not self.service_name:
             raise ConfigurationError("a sentinel client needs the service name of its primary")
+        if self.topology == "cluster" and self.connection.db:
+            raise ConfigurationError(
+                f"a cluster has only database 0, not {self.connection.db} (drop the URL path)"
+            )
+        if isinstance(self.pool_size, bool) or not isinstance(self.pool_size, int):
+            raise ConfigurationError(f"pool_size must be a whole number, not {self.pool_size!r}")
         if self.pool_size < 1:
             raise ConfigurationError(f"pool_size must be at least 1, not {self.pool_size}")
-        for name in ("health_check_interval", "health_check_timeout"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and 0 <= value < float("inf")):
-                raise ConfigurationError(f"{name} must be a number of seconds >= 0, not {value!r}")
-        if self.health_check_interval and not self.health_check_timeout:
-            raise ConfigurationError("health_check_timeout must be above 0 when checks are on")
+        _seconds("pool_timeout", self.pool_timeout)
+        _seconds("backoff_initial", self.backoff_initial)
+        _seconds("backoff_cap", self.backoff_cap)
+        if self.backoff_cap < self.backoff_initial:
+            raise ConfigurationError(
+                f"backoff_cap ({self.backoff_cap}) must not be below "
+                f"backoff_initial ({self.backoff_initial})"
+            )
+        _seconds("health_check_timeout", self.health_check_timeout)
+        if isinstance(self.health_check_interval, bool) or not (
+            isinstance(self.health_check_interval, (int, float))
+            and 0 <= self.health_check_interval < math.inf
+        ):
+            raise ConfigurationError(
+                "health_check_interval must be a finite number of seconds >= 0 (0: no check), "
+                f"not {self.health_check_interval!r}"
+            )
+
+    def __repr__(self) -> str:
+        return _masked_repr(self, frozenset({"sentinel_password"}))
+
+
+def _check_address(address: object) -> None:
+    if not (isinstance(address, tuple) and len(address) == 2):
+        raise ConfigurationError(f"an address is a (host, port) pair, not {address!r}")
+    host, port = address
+    if not isinstance(host, str) or not host:
+        raise ConfigurationError(f"the host of address {address!r} must be a non-empty str")
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise ConfigurationError(f"port {port!r} of host {host!r} is not between 1 and 65535")
 
 
 _INT_OPTIONS = {"db", "pool_size", "protocol"}
-_FLOAT_OPTIONS = {"connect_timeout", "pool_timeout", "backoff_initial", "backoff_cap"}
-_FLOAT_OPTIONS |= {"health_check_interval", "health_check_timeout"}
+_FLOAT_OPTIONS = {
+    "connect_timeout",
+    "command_timeout",
+    "pool_timeout",
+    "backoff_initial",
+    "backoff_cap",
+    "health_check_interval",
+    "health_check_timeout",
+}
 _STR_OPTIONS = {"client_name", "sentinel_username", "sentinel_password", "ssl_server_hostname"}
 _TLS_OPTIONS = {"ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname"}
 
@@ -129,12 +242,16 @@ def _parse_hosts(netloc: str, url: str) -> tuple[Address, ...]:
             host, _, rest = part[1:].partition("]")
             if rest.startswith(":"):
                 port = rest[1:]
+            elif rest:
+                raise ConfigurationError(f"bad host {part!r} in Redis URL {redact_url(url)!r}")
         elif part.count(":") == 1:
             host, port = part.split(":")
-        try:
-            addresses.append((host or "127.0.0.1", int(port)))
-        except ValueError:
-            raise ConfigurationError(f"bad port {port!r} in Redis URL {url!r}") from None
+        if not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65535:
+            raise ConfigurationError(
+                f"bad port {port!r} in Redis URL {redact_url(url)!r}: "
+                "a port is a number between 1 and 65535"
+            )
+        addresses.append((host or "127.0.0.1", int(port)))
     return tuple(addresses) or (("127.0.0.1", 6379),)
 
 
@@ -144,18 +261,28 @@ def _flag(value: str, name: str, url: str) -> bool:
         return True
     if lowered in {"0", "false", "no", "off"}:
         return False
-    raise ConfigurationError(f"option {name}={value!r} in Redis URL {url!r} is not a boolean")
+    raise ConfigurationError(
+        f"option {name}={value!r} in Redis URL {redact_url(url)!r} is not a boolean"
+    )
 
 
 def parse_url(url: str, **overrides: object) -> ClientConfig:
     """A :class:`ClientConfig` from a URL; keyword ``overrides`` win over the URL's values.
 
-    The overrides take the same names as the query options, plus ``ssl_context``.
+    The overrides take the same names as the query options, plus ``ssl_context``. Every
+    mistake raises :class:`~trio_streams.errors.ConfigurationError` naming the option and the
+    URL, with the password shown as ``***``.
     """
+    shown = redact_url(url)
     scheme, sep, rest = url.partition("://")
     if not sep or scheme.lower() not in _SCHEMES:
         known = ", ".join(f"{s}://" for s in _SCHEMES)
-        raise ConfigurationError(f"Redis URL {url!r} must start with one of {known}")
+        raise ConfigurationError(f"Redis URL {shown!r} must start with one of {known}")
+    if "#" in url:
+        raise ConfigurationError(
+            f"Redis URL {shown!r} contains '#': a URL fragment means nothing to Redis "
+            "(percent-encode a '#' in a user name or password as %23)"
+        )
     topology, tls = _SCHEMES[scheme.lower()]
     # urlsplit does not accept several hosts; split the authority by hand.
     cut = min((i for i in (rest.find("/"), rest.find("?")) if i != -1), default=len(rest))
@@ -178,13 +305,19 @@ def parse_url(url: str, **overrides: object) -> ClientConfig:
     service_name: str | None = None
     if topology == "sentinel":
         if not path:
-            raise ConfigurationError(f"sentinel URL {url!r} must name the service: .../service")
+            raise ConfigurationError(f"sentinel URL {shown!r} must name the service: .../service")
         service_name = path.pop(0)
+    if len(path) > 1:
+        form = ".../service[/db]" if topology == "sentinel" else "...[/db]"
+        raise ConfigurationError(
+            f"unexpected path {'/'.join(path[1:])!r} in Redis URL {shown!r}: the path is {form}"
+        )
     if path:
-        try:
-            options["db"] = int(path[0])
-        except ValueError:
-            raise ConfigurationError(f"database {path[0]!r} in Redis URL {url!r}") from None
+        if not (path[0].isascii() and path[0].isdigit()):
+            raise ConfigurationError(
+                f"database {path[0]!r} in Redis URL {shown!r} is not a database number"
+            )
+        options["db"] = int(path[0])
 
     tls_args: dict[str, object] = {}
     for name, value in parse_qsl(parsed.query, keep_blank_values=True):
@@ -192,18 +325,25 @@ def parse_url(url: str, **overrides: object) -> ClientConfig:
             try:
                 options[name] = int(value)
             except ValueError:
-                raise ConfigurationError(f"option {name}={value!r} in {url!r}") from None
+                raise ConfigurationError(
+                    f"option {name}={value!r} in Redis URL {shown!r} is not a whole number"
+                ) from None
         elif name in _FLOAT_OPTIONS:
+            if name == "command_timeout" and value.lower() in ("", "none"):
+                options[name] = None
+                continue
             try:
                 options[name] = float(value)
             except ValueError:
-                raise ConfigurationError(f"option {name}={value!r} in {url!r}") from None
+                raise ConfigurationError(
+                    f"option {name}={value!r} in Redis URL {shown!r} is not a number of seconds"
+                ) from None
         elif name in _STR_OPTIONS:
             options[name] = value
         elif name in _TLS_OPTIONS:
             tls_args[name] = _flag(value, name, url) if name == "ssl_check_hostname" else value
         else:
-            raise ConfigurationError(f"unknown option {name!r} in Redis URL {url!r}")
+            raise ConfigurationError(f"unknown option {name!r} in Redis URL {shown!r}")
     for name, override in overrides.items():
         if name in _TLS_OPTIONS:
             tls_args[name] = override
@@ -211,7 +351,7 @@ def parse_url(url: str, **overrides: object) -> ClientConfig:
             options[name] = override
 
     if tls_args and not tls and "ssl_context" not in options:
-        raise ConfigurationError(f"TLS options in {url!r} need a rediss:// URL")
+        raise ConfigurationError(f"TLS options in {shown!r} need a rediss:// URL")
     if tls and options.get("ssl_context") is None:
         options["ssl_context"] = make_ssl_context(
             ca_certs=tls_args.get("ssl_ca_certs"),  # type: ignore[arg-type]
@@ -219,21 +359,23 @@ def parse_url(url: str, **overrides: object) -> ClientConfig:
             keyfile=tls_args.get("ssl_keyfile"),  # type: ignore[arg-type]
             check_hostname=bool(tls_args.get("ssl_check_hostname", True)),
         )
-    if options.get("protocol", 3) not in (2, 3):
-        raise ConfigurationError(f"protocol must be 2 or 3, not {options['protocol']!r}")
 
     connection_fields = {f.name for f in dataclasses.fields(ConnectionOptions)}
     client_fields = {f.name for f in dataclasses.fields(ClientConfig)}
     unknown = set(options) - connection_fields - client_fields
     if unknown:
         raise ConfigurationError(f"unknown Redis client option(s): {', '.join(sorted(unknown))}")
-    connection = ConnectionOptions(
-        **{k: v for k, v in options.items() if k in connection_fields}  # type: ignore[arg-type]
-    )
-    return ClientConfig(
-        topology=topology,
-        addresses=_parse_hosts(hosts, url),
-        connection=connection,
-        service_name=service_name,
-        **{k: v for k, v in options.items() if k in client_fields},  # type: ignore[arg-type]
-    )
+    addresses = _parse_hosts(hosts, url)
+    try:
+        connection = ConnectionOptions(
+            **{k: v for k, v in options.items() if k in connection_fields}  # type: ignore[arg-type]
+        )
+        return ClientConfig(
+            topology=topology,
+            addresses=addresses,
+            connection=connection,
+            service_name=service_name,
+            **{k: v for k, v in options.items() if k in client_fields},  # type: ignore[arg-type]
+        )
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{exc} (Redis URL {shown!r})") from None

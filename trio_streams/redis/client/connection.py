@@ -6,6 +6,16 @@ outstanding -- cancellation, a dead socket, a protocol error -- marks it broken 
 socket at once, so a cancelled ``XREADGROUP BLOCK`` or ``BLMOVE`` unblocks on the server (it
 notices the closed socket) and a pool can never hand out a half-read connection.
 
+Before anything is sent, each command is classified by name (:mod:`.commands`): an empty
+command, or one that would change the connection's mode for its next user (``SUBSCRIBE``,
+``SELECT``, ``HELLO``...), is refused; ``MULTI``/``WATCH`` and their ends are tracked, so a pool
+can tell a connection that carries session state (:attr:`Connection.has_session_state`).
+Commands sent with :meth:`Connection.send_raw` are not tracked: such a connection is never
+considered in sync again, so no pool keeps it.
+
+With ``command_timeout`` set, a command that gets no reply in time raises
+:class:`~.errors.RedisTimeoutError` and the connection is closed like any interrupted one.
+
 A connection serves one task at a time; a second concurrent user gets ``trio.BusyResourceError``.
 """
 
@@ -20,9 +30,25 @@ from typing import Any
 
 import trio
 
+from .commands import (
+    BLOCKING,
+    CLIENT,
+    EXEC,
+    KINDS,
+    MULTI,
+    REFUSED,
+    UNWATCH,
+    WATCH,
+    block_seconds,
+    kind_of,
+    refusal,
+)
 from .config import ConnectionOptions
 from .errors import (
     Address,
+    AuthenticationError,
+    ConnectionSetupError,
+    HandshakeError,
     RedisConnectionError,
     RedisProtocolError,
     RedisTimeoutError,
@@ -47,11 +73,15 @@ class Connection:
     __slots__ = (
         "_busy",
         "_fd",
+        "_multi",
         "_parser",
         "_socket",
         "_stream",
+        "_untracked",
+        "_watch",
         "address",
         "broken",
+        "command_timeout",
         "protocol",
     )
 
@@ -73,6 +103,11 @@ class Connection:
         self.broken = False
         #: The RESP version spoken (2 or 3), known after the handshake.
         self.protocol = 2
+        #: Seconds a command may wait for its reply (None: no limit but the caller's).
+        self.command_timeout: float | None = None
+        self._multi = False  # a MULTI is open: commands are queued, not run
+        self._watch = False  # keys are WATCHed
+        self._untracked = False  # send_raw was used: replies no longer match commands
 
     def __repr__(self) -> str:
         state = "broken" if self.broken else "open"
@@ -85,8 +120,22 @@ class Connection:
         return await self.execute_command(args)
 
     async def execute_command(self, args: Command) -> Any:
-        """:meth:`execute` with the arguments as one sequence."""
-        reply = (await self._roundtrip(pack_command(args), 1, args))[0]
+        """:meth:`execute` with the arguments as one sequence.
+
+        Raises :class:`~.errors.CommandEncodingError` (empty command, bad argument) or
+        :class:`~.errors.CommandNotAllowedError` before sending anything.
+        """
+        data = pack_command(args)
+        try:
+            kind = KINDS[args[0]]
+        except (KeyError, IndexError, TypeError):
+            kind = kind_of(args)
+        timeout = self._admit((args,)) if kind else self.command_timeout
+        if timeout is None:
+            replies = await self._roundtrip(data, 1, args)
+        else:
+            replies = await self._timed_roundtrip(data, 1, args, timeout)
+        reply = replies[0]
         if isinstance(reply, ReplyError):
             raise reply.with_context(describe_command(args), self.address)
         return reply
@@ -95,10 +144,16 @@ class Connection:
         """Send every command in one write and return the replies in order.
 
         Error replies stay in place as :class:`ReplyError` values (see :meth:`Replies.raise_first`).
+        A refused or unencodable command raises before anything of the batch is sent.
         """
         if not commands:
             return Replies()
-        replies = await self._roundtrip(pack_commands(commands), len(commands), commands[0])
+        data = pack_commands(commands)
+        timeout = self._admit(commands)
+        if timeout is None:
+            replies = await self._roundtrip(data, len(commands), commands[0])
+        else:
+            replies = await self._timed_roundtrip(data, len(commands), commands[0], timeout)
         for reply, args in zip(replies, commands, strict=True):
             if isinstance(reply, ReplyError):
                 reply.with_context(describe_command(args), self.address)
@@ -116,9 +171,12 @@ class Connection:
     async def send_raw(self, data: bytes, *, describe: str = "") -> None:
         """Send already packed commands without waiting for replies (Pub/Sub uses this).
 
-        A failure or cancellation part way through breaks the connection.
+        Nothing is checked or tracked: from here on the connection's replies no longer match
+        the commands it knows of, so a pool never takes it back. A failure or cancellation part
+        way through breaks the connection.
         """
         self._check_usable(describe)
+        self._untracked = True
         try:
             await self._send(data)
             await trio.lowlevel.checkpoint()
@@ -155,8 +213,31 @@ class Connection:
     # -- state ------------------------------------------------------------------------------
 
     def is_in_sync(self) -> bool:
-        """True when not broken, not in use, and no unread reply bytes are buffered."""
-        return not (self.broken or self._busy or self._parser.has_buffered_data())
+        """True when not broken, not in use, every reply was read (no unread bytes buffered,
+        nothing sent with :meth:`send_raw`)."""
+        return not (
+            self.broken or self._busy or self._untracked or self._parser.has_buffered_data()
+        )
+
+    @property
+    def has_session_state(self) -> bool:
+        """True while a ``MULTI`` is open or keys are ``WATCH``ed on this connection."""
+        return self._multi or self._watch
+
+    async def reset_session(self) -> None:
+        """End an open ``MULTI`` (``DISCARD``) and forget watched keys (``UNWATCH``).
+
+        One round trip; safe whatever the state (a DISCARD without MULTI is an error reply,
+        ignored). ``RESET`` is not used: it would also undo the handshake (user, protocol,
+        database, name), which would then have to be redone.
+        """
+        data = pack_commands((("DISCARD",), ("UNWATCH",)))
+        first = ("DISCARD",)
+        if self.command_timeout is None:
+            await self._roundtrip(data, 2, first)
+        else:
+            await self._timed_roundtrip(data, 2, first, self.command_timeout)
+        self._multi = self._watch = False
 
     def is_reusable(self) -> bool:
         """True when the connection is idle, in sync, and the server sent nothing unasked.
@@ -191,6 +272,57 @@ class Connection:
         await trio.lowlevel.checkpoint()
 
     # -- internals --------------------------------------------------------------------------
+
+    def _admit(self, commands: Sequence[Command]) -> float | None:
+        """Check ``commands`` before sending, track their session effects; return the time
+        the batch may wait for its replies (None: unbounded).
+
+        Raises for an empty, refused or unencodable command; then nothing is sent and the
+        tracked state is unchanged.
+        """
+        multi, watch = self._multi, self._watch
+        timeout = self.command_timeout
+        kinds = KINDS
+        for args in commands:
+            try:
+                kind = kinds[args[0]]
+            except (KeyError, IndexError, TypeError):
+                kind = kind_of(args)  # a name not seen yet, or an empty command
+            if not kind:
+                continue
+            if kind & (REFUSED | CLIENT):
+                error = refusal(args, kind)
+                if error is not None:
+                    raise error
+            elif kind & MULTI:
+                multi = True
+            elif kind & EXEC:
+                if multi:  # EXEC/DISCARD without MULTI is refused and changes nothing
+                    multi = watch = False
+            elif kind & WATCH:
+                watch = watch or not multi  # WATCH inside MULTI is refused
+            elif kind & UNWATCH:
+                if not multi:  # inside MULTI it is queued; EXEC unwatches anyway
+                    watch = False
+            elif kind & BLOCKING and timeout is not None:
+                blocked = block_seconds(args)
+                timeout = None if blocked is None else timeout + blocked
+        self._multi, self._watch = multi, watch
+        return timeout
+
+    async def _timed_roundtrip(
+        self, data: bytes, count: int, first: Command, limit: float
+    ) -> Replies:
+        """:meth:`_roundtrip` bounded by ``limit`` seconds (the command timeout)."""
+        with trio.move_on_after(limit):
+            return await self._roundtrip(data, count, first)
+        # The cancellation closed the connection (_fail): nothing half-read is left behind.
+        raise RedisTimeoutError(
+            f"no reply within {limit:g}s (command_timeout); the connection is closed and "
+            "the command may still run on the server",
+            address=self.address,
+            command=describe_command(first),
+        )
 
     def _check_usable(self, describe: str) -> None:
         if self.broken:
@@ -365,6 +497,7 @@ async def _connect(address: Address, options: ConnectionOptions) -> Connection:
     except BaseException:
         socket_stream.socket.close()
         raise
+    connection.command_timeout = options.command_timeout
     return connection
 
 
@@ -382,22 +515,30 @@ def _keep_alive(stream: trio.SocketStream) -> None:
 
 
 async def _handshake(connection: Connection, options: ConnectionOptions) -> None:
+    """HELLO (or AUTH and CLIENT SETNAME), SELECT, then PING, in one write per attempt.
+
+    The PING proves the server is ready for data: a server still loading its dataset, busy
+    with a script or cut off from its primary answers it with an error (HELLO and SELECT
+    pass even then), which becomes a retryable :class:`HandshakeError`.
+    """
     setup: list[Command] = []
     if options.db:
         setup.append(("SELECT", options.db))
+    setup.append(("PING",))
     if options.protocol == 3:
         hello: list[Any] = ["HELLO", 3]
         if options.password is not None:
             hello += ["AUTH", options.username or "default", options.password]
         if options.client_name:
             hello += ["SETNAME", options.client_name]
-        replies = await connection.execute_many([hello, *setup])
+        commands = [hello, *setup]
+        replies = await _exchange(connection, commands, options)
         if not isinstance(replies[0], ReplyError):
             connection.protocol = 3
-            _raise_setup_errors(replies[1:])
+            _raise_setup_errors(connection, commands, replies, options)
             return
         if not _is_unknown_command(replies[0]):
-            raise replies[0]
+            raise _setup_error(connection, hello, replies[0], options)
     # RESP2: the server has no HELLO (or RESP2 was asked for).
     legacy: list[Command] = []
     if options.password is not None:
@@ -408,9 +549,73 @@ async def _handshake(connection: Connection, options: ConnectionOptions) -> None
         )
     if options.client_name:
         legacy.append(("CLIENT", "SETNAME", options.client_name))
-    if legacy or setup:
-        _raise_setup_errors(await connection.execute_many([*legacy, *setup]))
+    commands = [*legacy, *setup]
+    _raise_setup_errors(
+        connection, commands, await _exchange(connection, commands, options), options
+    )
     connection.protocol = 2
+
+
+async def _exchange(
+    connection: Connection, commands: Sequence[Command], options: ConnectionOptions
+) -> list[Any]:
+    """Send the setup commands in one write and read one reply for each.
+
+    These commands bypass the refusals of :meth:`Connection.execute_many` (they are the
+    handshake). A server that refuses a connection and closes it (``maxclients``) is reported
+    by its refusal, not as a bare "connection closed".
+    """
+    describe = describe_command(commands[0])
+    replies: list[Any] = []
+    try:
+        await connection._stream.send_all(pack_commands(commands))
+        while len(replies) < len(commands):
+            replies.append(await connection._read_one(describe, skip_push=True))
+    except (RedisConnectionError, trio.BrokenResourceError, OSError) as exc:
+        for args, reply in zip(commands, replies, strict=False):
+            if isinstance(reply, ReplyError) and not _is_unknown_command(reply):
+                raise _setup_error(connection, args, reply, options) from exc
+        if isinstance(exc, RedisConnectionError):
+            if exc.address is None:
+                exc.address = connection.address
+            if not exc.command:
+                exc.command = describe
+        raise  # a transport failure: open_connection names it
+    return replies
+
+
+#: Refusals that pass with time: the client paces its retries instead of failing for good.
+_RETRYABLE_CODES = frozenset({"LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN"})
+
+
+def _setup_error(
+    connection: Connection, args: Command, reply: ReplyError, options: ConnectionOptions
+) -> RedisConnectionError | ConnectionSetupError:
+    """The typed error for a refused setup command: retryable or a configuration error."""
+    describe = describe_command(args)
+    message = reply.message
+    if options.password and options.password in message:
+        # A server may echo arguments back (an unknown command's); never show the password.
+        message = message.replace(options.password, "***")
+        reply = ReplyError(message)
+    if reply.code in _RETRYABLE_CODES or "max number of clients" in message:
+        return HandshakeError(
+            f"{message} (retryable: the client waits its backoff before the next attempt)",
+            address=connection.address,
+            command=describe,
+            reply=reply,
+        )
+    if reply.code in ("WRONGPASS", "NOAUTH"):
+        error: ConnectionSetupError = AuthenticationError(message)
+        error.setup_hint = "check the user name and password in the URL"
+    else:
+        error = ConnectionSetupError(message)
+        error.setup_hint = (
+            "the server refused the connection setup: check the URL's database and the "
+            "ACL rights of its user (HELLO, SELECT, CLIENT SETNAME and PING are needed)"
+        )
+    error.with_context(describe, connection.address)
+    return error
 
 
 def _is_unknown_command(error: ReplyError) -> bool:
@@ -418,10 +623,15 @@ def _is_unknown_command(error: ReplyError) -> bool:
     return error.code == "NOPROTO" or "unknown command" in text
 
 
-def _raise_setup_errors(replies: Sequence[Any]) -> None:
-    for reply in replies:
+def _raise_setup_errors(
+    connection: Connection,
+    commands: Sequence[Command],
+    replies: Sequence[Any],
+    options: ConnectionOptions,
+) -> None:
+    for args, reply in zip(commands, replies, strict=True):
         if isinstance(reply, ReplyError):
-            raise reply
+            raise _setup_error(connection, args, reply, options)
 
 
 __all__ = ["Connection", "RedisProtocolError", "open_connection"]

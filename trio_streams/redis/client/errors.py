@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import TrioStreamsError
+from ...errors import ConfigurationError, TrioStreamsError
 
 Address = tuple[str, int]
 
@@ -23,12 +23,17 @@ def format_address(address: Address | None) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+#: Commands whose first argument may be a secret: only their name is ever shown.
+_SECRET_ARGUMENTS = frozenset({"AUTH"})
+
+
 def describe_command(args: object) -> str:
-    """The command name and first argument, enough to say what failed without leaking values."""
+    """The command name and first argument, enough to say what failed without leaking values
+    (``AUTH``'s argument, a password, is never shown)."""
     if not isinstance(args, (tuple, list)) or not args:
         return "?"
     parts = [_text(args[0]).upper()]
-    if len(args) > 1:
+    if len(args) > 1 and parts[0] not in _SECRET_ARGUMENTS:
         parts.append(_text(args[1])[:60])
     return " ".join(parts)
 
@@ -36,7 +41,8 @@ def describe_command(args: object) -> str:
 def _text(value: object) -> str:
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value).decode("utf-8", "replace")
-    return str(value)
+    # A lone surrogate would make the message itself unprintable: escape it.
+    return str(value).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 class RedisError(TrioStreamsError):
@@ -67,7 +73,30 @@ class RedisConnectionError(RedisError, ConnectionError):
 
 
 class RedisTimeoutError(RedisConnectionError, TimeoutError):
-    """Connecting (or the handshake) took longer than the configured timeout."""
+    """Connecting (or the handshake) took longer than ``connect_timeout``, or a command got no
+    reply within ``command_timeout``. The connection is closed; a command that was sent may
+    still run on the server."""
+
+
+class HandshakeError(RedisConnectionError):
+    """The server refused a new connection's setup for a reason that passes: it has reached
+    ``maxclients``, is loading its dataset (``LOADING``), runs a long script (``BUSY``) or is a
+    replica cut off from its primary (``MASTERDOWN``).
+
+    Retryable: nothing was run, and the client paces its next attempts with its backoff.
+    ``reply`` is the server's refusal.
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        address: Address | None = None,
+        command: str = "",
+        reply: ReplyError | None = None,
+    ) -> None:
+        super().__init__(reason, address=address, command=command)
+        self.reply = reply
 
 
 class PoolTimeoutError(RedisError, TimeoutError):
@@ -79,7 +108,20 @@ class RedisProtocolError(RedisConnectionError):
 
 
 class CommandEncodingError(RedisError, TypeError):
-    """A command argument cannot be sent (only bytes, str, int and float can). Nothing was sent."""
+    """A command cannot be sent: it is empty, or an argument is not bytes, str, int or float,
+    or is a str that is not valid Unicode (a lone surrogate). Nothing was sent.
+
+    ``index`` is the position of the bad argument in the command (0 is the command name),
+    or None for an empty command.
+    """
+
+    index: int | None = None
+
+
+class CommandNotAllowedError(RedisError, ValueError):
+    """A command that would change the connection's mode or session for everyone who uses it
+    next (``SUBSCRIBE``, ``SELECT``, ``MONITOR``, ``CLIENT REPLY``...), refused before
+    anything was sent; the message names the API to use instead."""
 
 
 class CrossSlotError(RedisError, ValueError):
@@ -126,7 +168,24 @@ class ReplyError(RedisError):
         return f"{self.message} (command {self.command} on redis {format_address(self.address)})"
 
 
-class AuthenticationError(ReplyError):
+class ConnectionSetupError(ReplyError, ConfigurationError):
+    """The server refused a new connection's setup because of the client's configuration:
+    the ACL user may not run ``HELLO``/``SELECT``/``PING``, the database index is out of range...
+
+    Not retryable: the same configuration meets the same refusal. It is raised at once, never
+    retried by the client; ``code`` and ``command`` say which part of the setup was refused.
+    """
+
+    #: What to check, added to the message when the error comes from a connection's setup
+    #: (part of the message itself, so ``hint()`` adds nothing more).
+    setup_hint: str = ""
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        return f"{text}: {self.setup_hint}" if self.setup_hint else text
+
+
+class AuthenticationError(ConnectionSetupError):
     """The server refused the username or password (``WRONGPASS`` / ``NOAUTH``)."""
 
 

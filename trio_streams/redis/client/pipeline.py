@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from .commands import KINDS, check_command
 from .errors import Address, ExecAbortError, RedisError, ReplyError, WatchError, describe_command
 from .protocol import Command
 from .replies import Replies
@@ -25,6 +26,8 @@ class TransactionBlock:
 
     def __init__(self, commands: Sequence[Command]) -> None:
         self.commands = tuple(commands)
+        for command in self.commands:
+            check_command(command)
 
     def __repr__(self) -> str:
         return f"<TransactionBlock of {len(self.commands)} commands>"
@@ -49,12 +52,23 @@ class Pipeline:
         self._items: list[Item] = []
 
     def add(self, *args: Any) -> Pipeline:
-        """Queue one command; returns the pipeline so calls can be chained."""
+        """Queue one command; returns the pipeline so calls can be chained.
+
+        An empty or refused command (see :mod:`.commands`) raises here, at the call.
+        """
+        try:
+            kind = KINDS[args[0]]
+        except (KeyError, IndexError, TypeError):
+            kind = -1  # a name not seen yet, or an empty command: check it in full
+        if kind:
+            check_command(args)
         self._items.append(args)
         return self
 
     def extend(self, commands: Sequence[Command]) -> Pipeline:
-        """Queue several commands."""
+        """Queue several commands (each checked like :meth:`add`)."""
+        for command in commands:
+            check_command(command)
         self._items.extend(commands)
         return self
 
@@ -101,7 +115,11 @@ class Transaction:
         self._commands: list[Command] = []
 
     def add(self, *args: Any) -> Transaction:
-        """Queue one command; returns the transaction so calls can be chained."""
+        """Queue one command; returns the transaction so calls can be chained.
+
+        An empty or refused command (see :mod:`.commands`) raises here, at the call.
+        """
+        check_command(args)
         self._commands.append(args)
         return self
 

@@ -2,12 +2,16 @@
 
 At most ``max_size`` connections exist at once; a caller beyond that waits (a cancellable Trio
 wait, first come first served) and gets :class:`~.errors.PoolTimeoutError` after ``timeout``.
-A connection goes back to the pool only if it is idle and in sync; one that broke, or that is
-readable while idle (the server closed it or sent something unasked), is discarded on release
-or on the next checkout.
+A connection goes back to the pool only if it is idle, in sync and carries no session state;
+one that broke, or that is readable while idle (the server closed it or sent something unasked),
+is discarded on release or on the next checkout. A lease (:meth:`ConnectionPool.connection`)
+that ends with a transaction open or keys watched is reset (``DISCARD``, ``UNWATCH``) before
+the connection goes back; one that ends by an exception or a cancellation is closed.
 
-Opening connections is paced by a capped, jittered backoff: after a failed connect the next
-attempt waits, so callers retrying against a dead server do not spin. Nothing here re-sends a
+Opening connections is paced by a capped, jittered backoff: after a failed attempt (the server
+is down, refused the handshake, or refused the configuration) the next one waits, so callers
+retrying in a loop do not spin. Connections opened outside the pool (:meth:`open_unpooled`, for
+dedicated connections and subscriptions) share the same pacing. Nothing here re-sends a
 command; a lost connection is reported to the caller.
 """
 
@@ -20,7 +24,7 @@ import trio
 
 from .backoff import Backoff
 from .connection import Connection
-from .errors import PoolTimeoutError, RedisConnectionError
+from .errors import PoolTimeoutError, RedisConnectionError, RedisError
 
 
 class ConnectionPool:
@@ -87,13 +91,22 @@ class ConnectionPool:
             self._slots.release()
             raise
 
+    async def open_unpooled(self) -> Connection:
+        """A new connection that the pool does not own (the caller closes it), paced by the
+        pool's backoff: a loop that opens dedicated connections against a dead server waits
+        between attempts exactly as the pool's own connects do."""
+        return await self._open()
+
     async def _open(self) -> Connection:
         wait = self._retry_at - trio.current_time()
         if wait > 0:
             await trio.sleep(wait)
         try:
             connection = await self._opener()
-        except RedisConnectionError:
+        except RedisError:
+            # Any failure paces the next attempt: a dead server, a retryable refusal
+            # (HandshakeError), and a configuration refusal too (raised at once, but a loop
+            # that retries it anyway must not spin).
             self._retry_at = trio.current_time() + self._backoff.failed()
             raise
         self._backoff.succeeded()
@@ -101,12 +114,12 @@ class ConnectionPool:
         return connection
 
     def release(self, connection: Connection) -> None:
-        """Give a connection back; a broken or out-of-sync one is closed instead of kept.
+        """Give a connection back; a broken, out-of-sync or stateful one is closed instead.
 
-        The cheap in-sync check runs here; the socket readability check waits until the
-        connection is checked out again, when it matters (and costs one syscall, not two).
+        The cheap checks run here; the socket readability check waits until the connection is
+        checked out again, when it matters (and costs one syscall, not two).
         """
-        if self._closed or not connection.is_in_sync():
+        if self._closed or not connection.is_in_sync() or connection.has_session_state:
             connection.close()
         else:
             self._idle.append(connection)
@@ -120,10 +133,23 @@ class ConnectionPool:
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[Connection]:
-        """Lease one connection for several commands; it returns to the pool on exit."""
+        """Lease one connection for several commands; it returns to the pool on exit.
+
+        A lease left with a ``MULTI`` open or keys ``WATCH``ed is reset first (one round trip).
+        A lease that ends by an exception or a cancellation closes its connection: whatever
+        was half done on it is not handed to the next caller.
+        """
         connection = await self.acquire()
         try:
             yield connection
+            if connection.has_session_state and connection.is_in_sync():
+                try:
+                    await connection.reset_session()
+                except RedisError:
+                    connection.close()  # nothing of the caller's is lost: it was a reset
+        except BaseException:
+            connection.close()
+            raise
         finally:
             self.release(connection)
 

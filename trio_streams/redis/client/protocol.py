@@ -24,7 +24,8 @@ from typing import Any, Final
 
 import hiredis
 
-from .errors import CommandEncodingError, RedisProtocolError, describe_command, reply_error
+from .commands import encoding_error
+from .errors import RedisProtocolError, reply_error
 
 #: A RESP3 push frame (Pub/Sub message, invalidation...): a list of its elements.
 PushFrame: Final = hiredis.PushNotification
@@ -51,12 +52,8 @@ def pack_command(args: Command) -> bytes:
     """One command as a RESP array of bulk strings."""
     try:
         return hiredis.pack_command(tuple(args))  # type: ignore[no-any-return,arg-type]
-    except TypeError as exc:
-        bad = next((type(a).__name__ for a in args if not isinstance(a, Arg)), "?")
-        raise CommandEncodingError(
-            f"cannot send an argument of type {bad} in command {describe_command(args)}: "
-            "arguments must be bytes, str, int or float"
-        ) from exc
+    except (TypeError, UnicodeEncodeError) as exc:
+        raise encoding_error(args, exc) from exc
 
 
 def pack_commands(commands: Iterable[Command]) -> bytes:
