@@ -207,7 +207,8 @@ class Subscription:
         await self._change(b"subscribe", channels, add=True)
 
     async def unsubscribe(self, *channels: str | bytes) -> None:
-        """Remove channels (no message of theirs is read once this returns)."""
+        """Remove channels; returns once the server confirmed (messages it sent before that
+        are still delivered by the iteration)."""
         await self._change(b"unsubscribe", channels, add=False)
 
     async def psubscribe(self, *patterns: str | bytes) -> None:
