@@ -530,9 +530,12 @@ class RedisSentinelServers(_Group):
             replica.start()
             replica.wait_for_log("MASTER <-> REPLICA sync: Finished with success")
             self.data_nodes.append(replica)
+        # Failovers in tests are forced (SENTINEL FAILOVER), never waited for. With a quorum of
+        # one, a sentinel starved of CPU for a second on a loaded machine would otherwise take
+        # a healthy primary for dead and fail over on its own, under a test's feet.
         config = (
             f"sentinel monitor {self.service} {primary.host} {primary.port} 1\n"
-            f"sentinel down-after-milliseconds {self.service} 1000\n"
+            f"sentinel down-after-milliseconds {self.service} 10000\n"
             f"sentinel failover-timeout {self.service} 4000\n"
             f"sentinel parallel-syncs {self.service} 1\n"
         )

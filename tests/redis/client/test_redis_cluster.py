@@ -102,6 +102,78 @@ async def test_keys_are_found_from_the_servers_command_table(
     assert finder.keys(("SORT", "k", "STORE", "d")) is None  # only the server can tell
 
 
+#: Commands the Redis transport sends, in the forms it sends them, with keyword-placed keys,
+#: and names that look like keywords (a group, a consumer or a key spelt ``streams``).
+KEYWORD_COMMANDS: list[tuple[object, ...]] = [
+    ("XREADGROUP", "GROUP", "streams", "streams", "COUNT", 1, "STREAMS", "k", ">"),
+    ("XREADGROUP", "GROUP", "g", "streams", "STREAMS", "{t}a", "{t}b", ">", ">"),
+    ("XREADGROUP", "GROUP", "streams", "c", "COUNT", 10, "BLOCK", 5, "NOACK", "STREAMS", "k", 0),
+    ("XREADGROUP", "GROUP", "STREAMS", "STREAMS", "STREAMS", "streams", ">"),
+    ("XREAD", "COUNT", 5, "BLOCK", 0, "STREAMS", "{t}a", "{t}b", 0, 0),
+    ("XREAD", "STREAMS", "streams", "0-0"),
+    ("XAUTOCLAIM", "k", "streams", "c", 1000, "0-0", "COUNT", 10),
+    ("XAUTOCLAIM", "k", "g", "c", 0, "0-0", "COUNT", 10, "JUSTID"),
+    ("XCLAIM", "k", "g", "streams", 0, "1-0", "2-0"),
+    ("XPENDING", "k", "g"),
+    ("XPENDING", "k", "g", "IDLE", 10, "-", "+", 10, "streams"),
+    ("XINFO", "STREAM", "k"),
+    ("XINFO", "STREAM", "k", "FULL", "COUNT", 5),
+    ("XINFO", "GROUPS", "k"),
+    ("XINFO", "CONSUMERS", "k", "streams"),
+    ("XGROUP", "CREATE", "k", "streams", "$", "MKSTREAM"),
+    ("XADD", "k", "MAXLEN", "~", 1000, "*", "_payload", "v"),
+    ("XACK", "k", "g", "1-0", "2-0"),
+    ("XRANGE", "k", "-", "+", "COUNT", 10),
+    ("LMPOP", 2, "{t}a", "{t}b", "LEFT", "COUNT", 3),
+    ("BLMPOP", 0, 1, "k", "RIGHT"),
+    ("ZMPOP", 1, "z", "MIN", "COUNT", 2),
+    ("BZMPOP", 1.5, 2, "{t}a", "{t}b", "MAX"),
+    ("EVAL", "return 1", 2, "{t}a", "{t}b", "arg"),
+    ("EVAL", "return 1", 0, "arg"),
+    ("EVALSHA", "0" * 40, 1, "k", "arg"),
+    ("EVAL_RO", "return 1", 1, "k"),
+    ("FCALL", "f", 1, "k", "arg"),
+    ("FCALL_RO", "f", 0),
+    ("BLMOVE", "{t}a", "{t}b", "LEFT", "RIGHT", 0),
+    ("LMOVE", "{t}a", "{t}b", "RIGHT", "LEFT"),
+    ("ZUNIONSTORE", "{t}d", 2, "{t}a", "{t}b", "WEIGHTS", 1, 2),
+    ("HGETALL", "h"),
+    ("ZRANGE", "z", 0, -1, "WITHSCORES"),
+    ("ZRANGEBYSCORE", "z", "-inf", "+inf", "WITHSCORES", "LIMIT", 0, 10),
+    ("ZPOPMIN", "z", 2),
+    ("ZSCORE", "z", "m"),
+]
+
+
+@pytest.mark.parametrize("command", KEYWORD_COMMANDS, ids=lambda c: " ".join(map(str, c)))
+async def test_keyword_placed_keys_are_found_as_the_server_finds_them(
+    redis_cluster: RedisClusterServers, command: tuple[object, ...]
+) -> None:
+    node = redis_cluster.primaries[0]
+    finder = KeyFinder(parse_command_table(node.command("COMMAND")))
+    expected = [
+        k if isinstance(k, bytes) else str(k).encode()
+        for k in node.command("COMMAND", "GETKEYS", *command)
+    ]
+    found = finder.keys(command)  # type: ignore[arg-type]
+    assert found is not None
+    assert [str(k).encode() for k in found] == expected
+
+
+async def test_xreadgroup_with_a_group_and_consumer_named_streams_routes_to_its_key(
+    cluster: RedisCluster, prefix: str
+) -> None:
+    key = f"{prefix}:orders"
+    await cluster.execute("XGROUP", "CREATE", key, "streams", "$", "MKSTREAM")
+    entry = await cluster.execute("XADD", key, "*", "_payload", "p")
+    reply = await cluster.execute(
+        "XREADGROUP", "GROUP", "streams", "streams", "COUNT", 1, "STREAMS", key, ">"
+    )
+    entries = reply[key.encode()] if isinstance(reply, dict) else reply[0][1]
+    assert [e[0] for e in entries] == [entry]
+    assert await cluster.execute("XACK", key, "streams", entry) == 1
+
+
 async def test_commands_route_to_their_slot(
     redis_cluster: RedisClusterServers, cluster: RedisCluster, prefix: str
 ) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from typing import Any
 
 import pytest
@@ -71,17 +73,20 @@ async def test_pipeline_replies_in_order_with_errors_in_place(redis: RedisClient
     assert await redis.pipeline().execute() == []
 
 
-async def test_pipeline_leaves_in_one_write(redis_server: RedisServer) -> None:
+async def test_pipeline_leaves_in_one_write(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     connection = await open_connection(redis_server.address, ConnectionOptions())
+    fd = connection._socket.fileno()
     writes: list[int] = []
-    stream: Any = connection._stream
-    original = stream.send_all
+    original = os.write
 
-    async def counting_send_all(data: bytes) -> None:
-        writes.append(len(data))
-        await original(data)
+    def counting_write(to: int, data: Any) -> int:
+        if to == fd:
+            writes.append(len(data))
+        return original(to, data)
 
-    stream.send_all = counting_send_all
+    monkeypatch.setattr(os, "write", counting_write)
     replies = await connection.execute_many([("INCR", "n")] * 500)
     await connection.aclose()
     assert replies == list(range(1, 501))
@@ -235,3 +240,36 @@ async def test_pipeline_mixes_commands_and_transaction_blocks(redis: RedisClient
     assert replies[4] == b"6"
     with pytest.raises(ExecAbortError):
         replies.raise_first()
+
+
+async def test_attribute_frame_from_the_server_is_not_taken_for_a_reply() -> None:
+    # DEBUG PROTOCOL attrib makes Redis 7 send an attribute frame before its reply (RESP3).
+    with redis_server("--enable-debug-command", "yes") as server:
+        async with connect(server.url, pool_size=1) as client:
+            attributed = b"Some real reply following the attribute"
+            assert await client.execute("DEBUG", "PROTOCOL", "attrib") == attributed
+            assert await client.execute("PING") == b"PONG"  # nothing shifted
+            replies = await (
+                client.pipeline()
+                .add("DEBUG", "PROTOCOL", "attrib")
+                .add("ECHO", "between")
+                .add("DEBUG", "PROTOCOL", "attrib")
+                .execute()
+            )
+            assert replies == [attributed, b"between", attributed]
+            assert await client.execute("ECHO", "last") == b"last"
+            async with client.connection() as connection:
+                assert connection.protocol == 3
+                assert not connection.broken
+
+
+async def test_connections_have_tcp_keepalive_on(redis_server: RedisServer) -> None:
+    connection = await open_connection(redis_server.address, ConnectionOptions())
+    try:
+        sock = connection._socket
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+        if hasattr(socket, "TCP_KEEPIDLE"):
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 30
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == 3
+    finally:
+        connection.close()

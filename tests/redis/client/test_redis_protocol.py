@@ -43,6 +43,14 @@ class Push:
         self.items = items
 
 
+class Attributed:
+    """A value sent after a RESP3 attribute frame (``|``): it parses as the value alone."""
+
+    def __init__(self, attributes: dict[bytes, Any], value: Any) -> None:
+        self.attributes = attributes
+        self.value = value
+
+
 def encode(value: Any) -> bytes:
     """RESP3 encoding of a model value (the server side of the wire)."""
     if value is None:
@@ -57,6 +65,9 @@ def encode(value: Any) -> bytes:
         return b"-" + value.line.encode() + b"\r\n"
     if isinstance(value, Push):
         return b">%d\r\n" % len(value.items) + b"".join(encode(v) for v in value.items)
+    if isinstance(value, Attributed):
+        pairs = b"".join(encode(k) + encode(v) for k, v in value.attributes.items())
+        return b"|%d\r\n" % len(value.attributes) + pairs + encode(value.value)
     if isinstance(value, dict):
         return b"%%%d\r\n" % len(value) + b"".join(encode(k) + encode(v) for k, v in value.items())
     if isinstance(value, list):
@@ -65,6 +76,8 @@ def encode(value: Any) -> bytes:
 
 
 def same(parsed: Any, model: Any) -> bool:
+    if isinstance(model, Attributed):
+        return same(parsed, model.value)
     if isinstance(model, Err):
         return isinstance(parsed, ReplyError) and parsed.message == model.line
     if isinstance(model, Push):
@@ -109,7 +122,9 @@ values = st.recursive(
 )
 
 
-def parse_all(data: bytes, cuts: list[int]) -> list[Any]:
+def parse_all(data: bytes, cuts: list[int], *, settle: bool = False) -> list[Any]:
+    """Feed ``data`` cut at ``cuts``; with ``settle``, tell the parser after every reply that
+    nothing more is awaited (as a connection does at the end of each exchange)."""
     parser = ReplyParser()
     out: list[Any] = []
     points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
@@ -117,6 +132,8 @@ def parse_all(data: bytes, cuts: list[int]) -> list[Any]:
         parser.feed(data[start:end])
         while (reply := parser.next_reply()) is not NEED_DATA:
             out.append(reply)
+            if settle:
+                parser.settled()
     assert not parser.has_buffered_data()
     return out
 
@@ -154,6 +171,80 @@ def test_packed_pipeline_parses_back_to_its_commands(commands: list[list[Any]]) 
 
     parsed = parse_all(pack_commands(commands), [])
     assert parsed == [[as_bytes(a) for a in command] for command in commands]
+
+
+#: Bulk strings that hold bytes an attribute frame is made of: data, never cut out.
+lookalikes = st.sampled_from(
+    [b"|", b"\n|", b"\r\n|1\r\n+a\r\n+b\r\n", b"x\r\n|0\r\n", b"|1\r\n$1\r\na\r\n:1\r\n"]
+)
+keys = st.one_of(st.binary(min_size=1, max_size=8), lookalikes)
+attributes = st.dictionaries(keys, st.one_of(scalars, st.lists(scalars, max_size=2)), max_size=2)
+attributed_scalars = st.one_of(scalars, lookalikes)
+attributed_values = st.recursive(
+    st.one_of(
+        attributed_scalars, st.tuples(attributes, attributed_scalars).map(lambda t: Attributed(*t))
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.dictionaries(keys, inner, max_size=3),
+        st.tuples(attributes, st.lists(inner, max_size=3)).map(lambda t: Attributed(*t)),
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    replies=st.lists(attributed_values, max_size=10),
+    cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=8),
+    settle=st.booleans(),
+)
+def test_attribute_frames_are_dropped_wherever_they_appear_on_any_split(
+    replies: list[Any], cuts: list[int], settle: bool
+) -> None:
+    data = b"".join(encode(r) for r in replies)
+    parsed = parse_all(data, cuts, settle=settle)
+    assert len(parsed) == len(replies)
+    for got, want in zip(parsed, replies, strict=True):
+        assert same(got, want), (got, want)
+
+
+def test_attribute_frame_before_a_reply_does_not_shift_later_replies() -> None:
+    # What Redis 7 sends for DEBUG PROTOCOL attrib, then PING's reply.
+    data = (
+        b"|1\r\n$14\r\nkey-popularity\r\n*2\r\n$7\r\nkey:123\r\n:90\r\n"
+        b"$39\r\nSome real reply following the attribute\r\n+PONG\r\n"
+    )
+    for cut in range(len(data) + 1):
+        assert parse_all(data, [cut], settle=True) == [
+            b"Some real reply following the attribute",
+            b"PONG",
+        ]
+
+
+def test_attribute_frame_in_a_later_chunk_of_a_long_reply_is_dropped() -> None:
+    # The array's header and first elements arrive before the chunk with the attribute: the
+    # parser goes back to where the array began.
+    head = b"*3\r\n$3\r\none\r\n"
+    tail = b"|1\r\n+ttl\r\n:5\r\n$3\r\ntwo\r\n:3\r\n+after\r\n"
+    parser = ReplyParser()
+    parser.feed(b":0\r\n")
+    assert parser.next_reply() == 0
+    parser.settled()
+    parser.feed(head)
+    assert parser.next_reply() is NEED_DATA
+    parser.feed(tail)
+    assert parser.next_reply() == [b"one", b"two", 3]
+    assert parser.next_reply() == b"after"
+    assert parser.next_reply() is NEED_DATA
+    assert not parser.has_buffered_data()
+
+
+def test_a_bar_inside_bulk_data_is_never_taken_for_an_attribute() -> None:
+    payload = b"a\r\n|1\r\n+k\r\n+v\r\n"
+    data = b"$%d\r\n%s\r\n" % (len(payload), payload) + b":7\r\n"
+    for cut in range(len(data) + 1):
+        assert parse_all(data, [cut], settle=True) == [payload, 7]
 
 
 def test_false_is_a_reply_not_a_lack_of_data() -> None:

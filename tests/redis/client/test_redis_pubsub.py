@@ -3,13 +3,25 @@ gap reported after the server comes back."""
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
+
 import pytest
 import trio
 
 from tests.redis_servers import RedisServer
-from trio_streams.redis.client import Gap, Message, RedisConnectionError, connect
+from tests.redis_servers import redis_server as start_redis_server
+from trio_streams.errors import ConfigurationError
+from trio_streams.redis.client import (
+    Gap,
+    Message,
+    NoPermissionError,
+    RedisConnectionError,
+    RedisTimeoutError,
+    connect,
+    parse_url,
+)
 
-from .redis_waits import eventually
+from .redis_waits import eventually, read_until_message
 
 
 @pytest.mark.parametrize("protocol", [3, 2])
@@ -128,3 +140,149 @@ async def test_cancelled_wait_for_a_message_keeps_the_subscription(
         await client.execute("PUBLISH", "quiet", "still here")
         with trio.fail_after(5):
             assert await anext(subscription) == Message("message", b"quiet", b"still here")
+
+
+async def test_a_hung_server_becomes_a_gap_and_delivery_resumes_after_the_reconnect(
+    redis_server: RedisServer,
+) -> None:
+    async with connect(
+        redis_server.url,
+        health_check_interval=0.2,
+        health_check_timeout=0.5,
+        connect_timeout=1,
+        backoff_initial=0.01,
+        backoff_cap=0.1,
+    ) as client:
+        async with client.subscribe(["news"]) as subscription:
+            await client.execute("PUBLISH", "news", "before")
+            with trio.fail_after(5):
+                assert await anext(subscription) == Message("message", b"news", b"before")
+            first = subscription.connection
+            assert first is not None
+            items: list[Message | Gap] = []
+            got_message = trio.Event()
+            with trio.fail_after(30):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(read_until_message, subscription, items, got_message)
+                    redis_server.pause()  # SIGSTOP: sockets stay open, nothing answers
+                    try:
+
+                        async def given_up() -> bool:
+                            await trio.lowlevel.checkpoint()
+                            return first.broken
+
+                        await eventually(given_up, within=10, what="the health check to fail")
+                    finally:
+                        redis_server.resume()
+
+                    async def heard() -> bool:
+                        return bool(await client.execute("PUBLISH", "news", "after"))
+
+                    await eventually(heard, within=15, what="the subscription to come back")
+                    await got_message.wait()
+        gap, message = items
+        assert isinstance(gap, Gap)
+        assert isinstance(gap.error, RedisTimeoutError)
+        assert "health-check PING" in str(gap.error)
+        assert message == Message("message", b"news", b"after")
+        assert subscription.connection is not first
+
+
+async def test_a_quiet_healthy_subscription_is_pinged_and_kept(redis_server: RedisServer) -> None:
+    async with (
+        connect(redis_server.url, health_check_interval=0.05, health_check_timeout=5) as client,
+        client.subscribe(["quiet"]) as subscription,
+    ):
+        connection = subscription.connection
+        with trio.move_on_after(0.5):  # ten intervals of silence: PINGs, all answered
+            await anext(subscription)
+        assert subscription.connection is connection
+        stats = (await client.execute("INFO", "commandstats")).decode()
+        assert "cmdstat_ping:calls=" in stats
+        await client.execute("PUBLISH", "quiet", "still here")
+        with trio.fail_after(5):
+            assert await anext(subscription) == Message("message", b"quiet", b"still here")
+
+
+def channel_limited_server() -> AbstractContextManager[RedisServer]:
+    """A server with an ACL user that may use channels ``ok*`` only."""
+    return start_redis_server(
+        "--user", "app", "on", ">app-secret", "~*", "resetchannels", "&ok*", "+@all"
+    )
+
+
+@pytest.mark.parametrize("protocol", [3, 2])
+async def test_a_refused_subscribe_raises_at_the_call_and_the_subscription_lives_on(
+    protocol: int,
+) -> None:
+    with channel_limited_server() as server:
+        admin = connect(server.url)
+        url = server.url.replace("redis://", "redis://app:app-secret@")
+        async with (
+            admin,
+            connect(url, protocol=protocol) as client,
+            client.subscribe(["ok1"]) as subscription,
+        ):
+            with pytest.raises(NoPermissionError, match="SUBSCRIBE bad, ok2") as caught:
+                await subscription.subscribe("bad", "ok2")
+            assert caught.value.address == server.address
+            with pytest.raises(NoPermissionError, match="PSUBSCRIBE bad"):
+                await subscription.psubscribe("bad*")
+            assert subscription.channels == {b"ok1"}
+            assert subscription.patterns == frozenset()
+
+            # A subscribe from another task while one iterates: the iterating task reads
+            # the answer, the caller gets it.
+            items: list[Message | Gap] = []
+            got_message = trio.Event()
+            with trio.fail_after(10):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(read_until_message, subscription, items, got_message)
+                    with pytest.raises(NoPermissionError, match="SUBSCRIBE bad2"):
+                        await subscription.subscribe("bad2")
+                    await subscription.subscribe("ok2")
+                    assert subscription.channels == {b"ok1", b"ok2"}
+                    await client.execute("PUBLISH", "ok2", "hello")
+                    await got_message.wait()
+            assert items == [Message("message", b"ok2", b"hello")]
+
+            # A reconnect subscribes to what the server confirmed: no refusal kills it.
+            await admin.execute("CLIENT", "KILL", "TYPE", "pubsub")
+            items.clear()
+            got_message = trio.Event()
+            with trio.fail_after(10):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(read_until_message, subscription, items, got_message)
+
+                    async def heard() -> bool:
+                        return bool(await client.execute("PUBLISH", "ok1", "again"))
+
+                    await eventually(heard, what="the subscription to come back")
+                    await got_message.wait()
+            gap, message = items
+            assert isinstance(gap, Gap)
+            assert message == Message("message", b"ok1", b"again")
+            assert subscription.channels == {b"ok1", b"ok2"}
+
+
+async def test_a_refused_initial_subscription_raises_from_async_with() -> None:
+    with channel_limited_server() as server:
+        url = server.url.replace("redis://", "redis://app:app-secret@")
+        async with connect(url) as client:
+            with pytest.raises(NoPermissionError, match="SUBSCRIBE bad"):
+                async with client.subscribe(["bad"]):
+                    pass
+
+
+def test_health_check_options_come_from_the_url_and_are_checked() -> None:
+    config = parse_url("redis://h/0?health_check_interval=0.5&health_check_timeout=2")
+    assert (config.health_check_interval, config.health_check_timeout) == (0.5, 2.0)
+    assert parse_url("redis://h", health_check_interval=0).health_check_interval == 0
+    with pytest.raises(ConfigurationError, match="health_check_interval must be"):
+        parse_url("redis://h", health_check_interval=-1)
+    with pytest.raises(ConfigurationError, match="health_check_timeout must be"):
+        parse_url("redis://h?health_check_timeout=inf")
+    with pytest.raises(ConfigurationError, match="health_check_timeout must be"):
+        parse_url("redis://h", health_check_timeout=0)
+    with pytest.raises(ConfigurationError, match="health_check_interval must be"):
+        parse_url("redis://h", health_check_interval=True)

@@ -10,11 +10,13 @@ from trio_streams.redis.client import (
     ConnectionOptions,
     Gap,
     Message,
+    ReadOnlyError,
     Redis,
     RedisConnectionError,
     SentinelError,
     connect,
 )
+from trio_streams.redis.client.errors import Address
 from trio_streams.redis.client.sentinel import SentinelLocator
 
 from .redis_waits import eventually, read_until_message
@@ -100,3 +102,53 @@ async def test_failover_is_followed_without_resending(
         assert message == Message("message", b"events", b"on-new-primary")
     # Bring the old primary back: the sentinels turn it into a replica of the new one.
     await trio.to_thread.run_sync(old.start)
+
+
+async def test_after_a_manual_failover_writes_reach_the_new_primary_once_it_is_announced(
+    redis_sentinel: RedisSentinelServers,
+) -> None:
+    async with connect(redis_sentinel.url, backoff_initial=0.01, backoff_cap=0.1) as client:
+        assert isinstance(client, Redis)
+        old = redis_sentinel.primary()
+        await client.execute("DEL", "log")
+        assert client.address == old.address
+        # (node that acknowledged, primary the client knew when the write started)
+        acks: list[tuple[Address, Address | None]] = []
+        new_address: Address | None = None
+        reached_new = trio.Event()
+        stop = trio.Event()
+
+        async def writer() -> None:
+            n = 0
+            while not stop.is_set():
+                n += 1
+                known = client.address
+                try:
+                    async with client.connection() as connection:
+                        await connection.execute("RPUSH", "log", n)
+                        node = connection.address
+                except (ReadOnlyError, RedisConnectionError):
+                    await trio.lowlevel.checkpoint()
+                    continue
+                acks.append((node, known))
+                if node == new_address:
+                    reached_new.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(writer)
+            # A manual failover: the old primary stays up and accepts writes until the
+            # sentinels reconfigure it, seconds later. Returns once they announced it.
+            new = await trio.to_thread.run_sync(redis_sentinel.failover)
+            new_address = new.address
+            with trio.fail_after(10):
+                await reached_new.wait()
+            # The client moved on the announcement, not because the old primary refused:
+            # that one still takes writes.
+            assert old.command("ROLE")[0] == b"master"
+            stop.set()
+        assert client.address == new.address
+        # From the first write the client started knowing the new primary, every write was
+        # acknowledged by it: none went to the demoted primary (a write already in flight
+        # when the announcement came, at most one here, may still be acknowledged there).
+        first = next(i for i, (_, known) in enumerate(acks) if known == new.address)
+        assert {node for node, _ in acks[first:]} == {new.address}

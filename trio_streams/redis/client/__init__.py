@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import shapes
 from .backoff import Backoff
 from .client import Redis, RedisClient
 from .cluster import RedisCluster
@@ -51,6 +52,7 @@ from .errors import (
 from .keys import key_slot
 from .pipeline import Pipeline, Transaction
 from .replies import Replies
+from .shapes import StreamEntry
 from .subscriber import Gap, Message, Subscription
 
 
@@ -102,6 +104,7 @@ __all__ = [
     "Replies",
     "ReplyError",
     "SentinelError",
+    "StreamEntry",
     "Subscription",
     "Transaction",
     "TryAgainError",
@@ -112,4 +115,5 @@ __all__ = [
     "make_ssl_context",
     "open_connection",
     "parse_url",
+    "shapes",
 ]

@@ -30,11 +30,12 @@ from .errors import (
     RedisTimeoutError,
     format_address,
 )
+from .negotiation import ProtocolWatch
 from .pipeline import Item, Pipeline, Transaction, fold_replies, wire_commands
 from .pool import ConnectionPool
 from .protocol import Arg
 from .replies import Replies
-from .sentinel import SentinelLocator
+from .sentinel import PrimaryPool, SentinelLocator, SwitchWatch
 from .subscriber import Subscription
 
 
@@ -42,6 +43,13 @@ class RedisClient(abc.ABC):
     """What every client offers, whatever the deployment behind it."""
 
     config: ClientConfig
+    _protocols: ProtocolWatch
+
+    @property
+    def protocol(self) -> int | None:
+        """The RESP version the client's connections speak: 3, or 2 on a server without
+        ``HELLO`` (logged once as a warning); None before the first connection."""
+        return self._protocols.protocol
 
     @abc.abstractmethod
     async def execute(self, *args: Any) -> Any:
@@ -113,6 +121,7 @@ class Redis(RedisClient):
 
     def __init__(self, config: ClientConfig) -> None:
         self.config = config
+        self._protocols = ProtocolWatch(config.connection.protocol)
         self._locator: SentinelLocator | None = None
         if config.topology == "sentinel":
             assert config.service_name is not None
@@ -131,13 +140,22 @@ class Redis(RedisClient):
             label = f"primary of {config.service_name!r}"
         else:
             label = f"redis {format_address(config.addresses[0])}"
-        self._pool = ConnectionPool(
+        self._pool = (PrimaryPool if self._locator else ConnectionPool)(
             self._open_node,
             label=label,
             max_size=config.pool_size,
             timeout=config.pool_timeout,
             backoff=Backoff(config.backoff_initial, config.backoff_cap),
         )
+        self._watch: SwitchWatch | None = None
+        if self._locator is not None:
+            assert isinstance(self._pool, PrimaryPool)
+            self._watch = SwitchWatch(
+                self._locator,
+                self._pool,
+                backoff=(config.backoff_initial, config.backoff_cap),
+                health_check=(config.health_check_interval, config.health_check_timeout),
+            )
 
     def __repr__(self) -> str:
         return f"<Redis {self._pool!r}>"
@@ -156,8 +174,9 @@ class Redis(RedisClient):
 
     async def _open_node(self) -> Connection:
         if self._locator is not None:
-            return await self._locator.open_primary()
-        return await open_connection(self.config.addresses[0], self.config.connection)
+            return self._protocols.seen(await self._locator.open_primary())
+        connection = await open_connection(self.config.addresses[0], self.config.connection)
+        return self._protocols.seen(connection)
 
     def _node_failed(self) -> None:
         """The node went away or stopped being primary: stop trusting pooled connections."""
@@ -210,6 +229,8 @@ class Redis(RedisClient):
             shard_channels=shard_channels,
             backoff=Backoff(self.config.backoff_initial, self.config.backoff_cap),
             on_connection_lost=self._node_failed,
+            health_check_interval=self.config.health_check_interval,
+            health_check_timeout=self.config.health_check_timeout,
         )
 
     @asynccontextmanager
@@ -236,5 +257,24 @@ class Redis(RedisClient):
         finally:
             connection.close()
 
+    async def __aenter__(self) -> Self:
+        if self._watch is not None:  # follow failovers as the sentinels announce them
+            await self._watch.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            await self.aclose()
+        finally:
+            if self._watch is not None:
+                await self._watch.stop()
+
     async def aclose(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
         await self._pool.aclose()

@@ -43,6 +43,7 @@ from .errors import (
 )
 from .keys import SLOTS, KeyFinder, key_slot, parse_command_table
 from .keys import text as _text
+from .negotiation import ProtocolWatch
 from .pipeline import Item, TransactionBlock, fold_replies, wire_commands
 from .pool import ConnectionPool
 from .protocol import Arg, Command
@@ -100,6 +101,7 @@ class RedisCluster(RedisClient):
 
     def __init__(self, config: ClientConfig) -> None:
         self.config = config
+        self._protocols = ProtocolWatch(config.connection.protocol)
         self._slots: list[Address | None] = [None] * SLOTS
         self._primaries: list[Address] = []
         self._pools: dict[Address, ConnectionPool] = {}
@@ -184,7 +186,7 @@ class RedisCluster(RedisClient):
             options = self.config.connection
 
             async def opener() -> Connection:
-                return await open_connection(address, options)
+                return self._protocols.seen(await open_connection(address, options))
 
             pool = self._pools[address] = ConnectionPool(
                 opener,
@@ -451,6 +453,8 @@ class RedisCluster(RedisClient):
             shard_channels=shard,
             backoff=Backoff(self.config.backoff_initial, self.config.backoff_cap),
             on_connection_lost=lost,
+            health_check_interval=self.config.health_check_interval,
+            health_check_timeout=self.config.health_check_timeout,
         )
 
     async def aclose(self) -> None:

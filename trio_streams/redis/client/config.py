@@ -149,6 +149,11 @@ class ClientConfig:
     #: Reconnect backoff: the first delay after a failed connect, and the cap it doubles to.
     backoff_initial: float = 0.05
     backoff_cap: float = 2.0
+    #: Pub/Sub: seconds of silence after which a subscription PINGs its server (0: never),
+    #: and seconds the answer may take before the server is taken for dead (a reconnect and
+    #: a Gap follow).
+    health_check_interval: float = 5.0
+    health_check_timeout: float = 5.0
 
     def __post_init__(self) -> None:
         if not self.addresses:
@@ -173,6 +178,15 @@ class ClientConfig:
                 f"backoff_cap ({self.backoff_cap}) must not be below "
                 f"backoff_initial ({self.backoff_initial})"
             )
+        _seconds("health_check_timeout", self.health_check_timeout)
+        if isinstance(self.health_check_interval, bool) or not (
+            isinstance(self.health_check_interval, (int, float))
+            and 0 <= self.health_check_interval < math.inf
+        ):
+            raise ConfigurationError(
+                "health_check_interval must be a finite number of seconds >= 0 (0: no check), "
+                f"not {self.health_check_interval!r}"
+            )
 
     def __repr__(self) -> str:
         return _masked_repr(self, frozenset({"sentinel_password"}))
@@ -195,6 +209,8 @@ _FLOAT_OPTIONS = {
     "pool_timeout",
     "backoff_initial",
     "backoff_cap",
+    "health_check_interval",
+    "health_check_timeout",
 }
 _STR_OPTIONS = {"client_name", "sentinel_username", "sentinel_password", "ssl_server_hostname"}
 _TLS_OPTIONS = {"ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname"}

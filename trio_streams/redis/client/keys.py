@@ -78,23 +78,57 @@ def parse_command_table(reply: Sequence[Any]) -> dict[str, KeySpec]:
     return table
 
 
-def _numkeys(args: Command, at: int) -> list[Arg]:
-    count = int(args[at])
+def _numkeys(args: Command, at: int) -> list[Arg] | None:
+    """The ``numkeys`` keys that follow ``args[at]``; None when that is not a count (the
+    server then says what is wrong)."""
+    try:
+        count = int(_key_bytes(args[at]))
+    except (IndexError, ValueError):
+        return None
+    if count < 0 or at + 1 + count > len(args):
+        return None
     return list(args[at + 1 : at + 1 + count])
+
+
+#: XREAD/XREADGROUP options before ``STREAMS``, and how many arguments each takes.
+_STREAM_READ_OPTIONS = {b"COUNT": 1, b"BLOCK": 1, b"NOACK": 0}
+
+
+def _stream_read_keys(args: Command, first_option: int) -> list[Arg] | None:
+    """The stream keys of XREAD / XREADGROUP: half of what follows the ``STREAMS`` keyword.
+
+    The options before it are walked by their arity, so a group, consumer or count that
+    happens to be spelt ``streams`` is never taken for the keyword.
+    """
+    index = first_option
+    while index < len(args):
+        word = _key_bytes(args[index]).upper()
+        if word == b"STREAMS":
+            rest = args[index + 1 :]
+            if not rest or len(rest) % 2:
+                return None  # malformed: let the server refuse it
+            return list(rest[: len(rest) // 2])
+        arity = _STREAM_READ_OPTIONS.get(word)
+        if arity is None:
+            return None  # an option this module does not know: ask the server
+        index += 1 + arity
+    return None
 
 
 def _movable_keys(name: str, args: Command) -> list[Arg] | None:
     """Keys of the common movable-key commands, or None if this module has no rule."""
     if name in {"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"}:
         return _numkeys(args, 2)
-    if name in {"xread", "xreadgroup"}:
-        for index in range(1, len(args)):
-            if _key_bytes(args[index]).upper() == b"STREAMS":
-                rest = args[index + 1 :]
-                return list(rest[: len(rest) // 2])
-        return []
+    if name == "xread":
+        return _stream_read_keys(args, 1)
+    if name == "xreadgroup":
+        # XREADGROUP GROUP group consumer [options] STREAMS key... id...
+        if len(args) < 4 or _key_bytes(args[1]).upper() != b"GROUP":
+            return None
+        return _stream_read_keys(args, 4)
     if name in {"zunionstore", "zinterstore", "zdiffstore"}:
-        return [args[1], *_numkeys(args, 2)]
+        keys = _numkeys(args, 2)
+        return None if keys is None else [args[1], *keys]
     if name in {"zunion", "zinter", "zdiff", "sintercard", "zintercard", "lmpop", "zmpop"}:
         return _numkeys(args, 1)
     if name in {"blmpop", "bzmpop"}:

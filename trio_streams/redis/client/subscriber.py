@@ -8,12 +8,19 @@ Pub/Sub is fire-and-forget: messages published while the connection is down are 
 the connection is lost the subscription reconnects (capped, jittered backoff), subscribes again
 to everything, and yields a :class:`Gap` before the next message, saying how long it was deaf
 and why. A caller that cannot tolerate gaps learns of each one; nothing is silently papered over.
+A server that hangs without closing the connection is found by a health check (a ``PING`` after
+a silence) and handled the same way.
+
+Commands on the connection are answered in order, so the subscription keeps the commands it sent
+and matches each confirmation, PONG or error to the oldest: a refused ``subscribe(...)`` raises
+at the call, and what :attr:`Subscription.channels` lists is what the server confirmed.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, Self
@@ -22,8 +29,8 @@ import trio
 
 from .backoff import Backoff
 from .connection import Connection
-from .errors import RedisConnectionError, RedisError
-from .protocol import Command, pack_command
+from .errors import RedisConnectionError, RedisError, RedisTimeoutError, ReplyError
+from .protocol import PushFrame, pack_command
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,12 +57,46 @@ class Gap:
     attempts: int
 
 
-_CONFIRM = {b"subscribe": "channels", b"psubscribe": "patterns", b"ssubscribe": "shard"}
+#: The confirmation each subscription command sends per name, and the group it changes.
+_GROUPS = {
+    b"subscribe": "channels",
+    b"unsubscribe": "channels",
+    b"psubscribe": "patterns",
+    b"punsubscribe": "patterns",
+    b"ssubscribe": "shard",
+    b"sunsubscribe": "shard",
+}
 _KIND = {b"message": "message", b"pmessage": "pmessage", b"smessage": "smessage"}
+#: What a health-check PING carries, so its answer is told apart in RESP2 (``[pong, token]``).
+_PING_TOKEN = b"trio-streams-health"
+_PING = pack_command(("PING", _PING_TOKEN))
 
 
 def _as_bytes(name: str | bytes) -> bytes:
     return name if isinstance(name, bytes) else name.encode()
+
+
+def _describe(command: bytes, names: Sequence[bytes]) -> str:
+    """``SUBSCRIBE news, orders`` (channel names are not secrets; long lists are cut)."""
+    listed = ", ".join(n.decode("utf-8", "replace") for n in names)
+    if len(listed) > 200:
+        listed = listed[:200] + "..."
+    return f"{command.decode().upper()} {listed}"
+
+
+class _Request:
+    """A command sent on the subscription's connection whose answer is still awaited: one
+    confirmation per name (or one error) for a (un)subscribe, the PONG for a PING."""
+
+    __slots__ = ("add", "command", "done", "error", "names", "remaining")
+
+    def __init__(self, command: bytes, names: Sequence[bytes], *, add: bool) -> None:
+        self.command = command
+        self.names = list(names)
+        self.add = add
+        self.remaining = max(len(names), 1)
+        self.done = False
+        self.error: RedisError | None = None
 
 
 class Subscription:
@@ -64,6 +105,12 @@ class Subscription:
     Use ``async with client.subscribe(...) as sub: async for item in sub:``; items are
     :class:`Message` and, after a reconnect, :class:`Gap`. When ``async with`` returns, every
     initial subscription is confirmed by the server.
+
+    A silent connection is checked: when nothing has arrived for ``health_check_interval``
+    seconds while the caller waits for a message, a ``PING`` goes out, and if no answer
+    comes within ``health_check_timeout`` seconds the server is taken for dead (hung, or
+    unreachable without a reset): the connection is closed, and the iteration reconnects and
+    yields a :class:`Gap` as for any other loss. ``health_check_interval=0`` turns it off.
     """
 
     def __init__(
@@ -75,6 +122,8 @@ class Subscription:
         shard_channels: Iterable[str | bytes] = (),
         backoff: Backoff,
         on_connection_lost: Callable[[], None] | None = None,
+        health_check_interval: float = 5.0,
+        health_check_timeout: float = 5.0,
     ) -> None:
         self._opener = opener
         self._wanted: dict[str, set[bytes]] = {
@@ -88,20 +137,32 @@ class Subscription:
         self._ready: deque[Message | Gap] = deque()
         self._lost: tuple[RedisError, float] | None = None
         self._closed = False
+        #: Commands sent and not yet answered, oldest first (the server answers in order).
+        self._requests: deque[_Request] = deque()
+        #: The health-check PING in flight, if any.
+        self._ping: _Request | None = None
+        #: Seconds spent waiting for a frame since the last one arrived (or the last PING).
+        self._silence = 0.0
+        self.health_check_interval = health_check_interval
+        self.health_check_timeout = health_check_timeout
+        # One task reads the connection at a time: the iteration, or a subscribe() call
+        # waiting for its confirmation while nobody iterates.
+        self._reading = False
+        self._turn_over: trio.Event | None = None
 
     @property
     def channels(self) -> frozenset[bytes]:
-        """Channels subscribed with SUBSCRIBE."""
+        """Channels subscribed with SUBSCRIBE (confirmed by the server)."""
         return frozenset(self._wanted["channels"])
 
     @property
     def patterns(self) -> frozenset[bytes]:
-        """Patterns subscribed with PSUBSCRIBE."""
+        """Patterns subscribed with PSUBSCRIBE (confirmed by the server)."""
         return frozenset(self._wanted["patterns"])
 
     @property
     def shard_channels(self) -> frozenset[bytes]:
-        """Channels subscribed with SSUBSCRIBE."""
+        """Channels subscribed with SSUBSCRIBE (confirmed by the server)."""
         return frozenset(self._wanted["shard"])
 
     @property
@@ -127,49 +188,107 @@ class Subscription:
         if self._connection is not None:
             self._connection.close()
             self._connection = None
+        self._fail_requests(RedisConnectionError("the subscription is closed"))
         await trio.lowlevel.checkpoint()
 
     # -- changing what is subscribed --------------------------------------------------------
 
     async def subscribe(self, *channels: str | bytes) -> None:
-        """Add channels (confirmed asynchronously; messages follow in the iteration)."""
-        await self._change("SUBSCRIBE", "channels", channels, add=True)
+        """Add channels; returns once the server confirmed them (they are then in
+        :attr:`channels`, and their messages follow in the iteration).
+
+        A refusal is raised here, typed (``NoPermissionError`` when the ACL user may not use a
+        channel) and naming the channels; :attr:`channels` is then unchanged. If the
+        connection is lost before the answer, :class:`~.errors.RedisConnectionError` is
+        raised and the channels are not added. While the subscription is reconnecting, the
+        channels are added at once and subscribed by the reconnect. Cancelling the wait
+        leaves the outcome to the server: the channels are added if it confirms them.
+        """
+        await self._change(b"subscribe", channels, add=True)
 
     async def unsubscribe(self, *channels: str | bytes) -> None:
-        """Remove channels."""
-        await self._change("UNSUBSCRIBE", "channels", channels, add=False)
+        """Remove channels; returns once the server confirmed (messages it sent before that
+        are still delivered by the iteration)."""
+        await self._change(b"unsubscribe", channels, add=False)
 
     async def psubscribe(self, *patterns: str | bytes) -> None:
-        """Add patterns."""
-        await self._change("PSUBSCRIBE", "patterns", patterns, add=True)
+        """Add patterns (as :meth:`subscribe`)."""
+        await self._change(b"psubscribe", patterns, add=True)
 
     async def punsubscribe(self, *patterns: str | bytes) -> None:
         """Remove patterns."""
-        await self._change("PUNSUBSCRIBE", "patterns", patterns, add=False)
+        await self._change(b"punsubscribe", patterns, add=False)
 
     async def ssubscribe(self, *channels: str | bytes) -> None:
         """Add shard channels (in a cluster they must live on this subscription's node)."""
-        await self._change("SSUBSCRIBE", "shard", channels, add=True)
+        await self._change(b"ssubscribe", channels, add=True)
 
     async def sunsubscribe(self, *channels: str | bytes) -> None:
         """Remove shard channels."""
-        await self._change("SUNSUBSCRIBE", "shard", channels, add=False)
+        await self._change(b"sunsubscribe", channels, add=False)
 
-    async def _change(
-        self, command: str, group: str, names: Iterable[str | bytes], *, add: bool
-    ) -> None:
+    async def _change(self, command: bytes, names: Iterable[str | bytes], *, add: bool) -> None:
         encoded = [_as_bytes(n) for n in names]
         if not encoded:
             return
-        if add:
-            self._wanted[group].update(encoded)
-        else:
-            self._wanted[group].difference_update(encoded)
-        if self._connection is not None:  # otherwise the reconnect subscribes
+        group = _GROUPS[command]
+        if not add:
+            self._wanted[group].difference_update(encoded)  # never subscribed again
+        connection = self._connection
+        if connection is None:  # reconnecting: the reconnect subscribes to what is wanted
+            if add:
+                self._wanted[group].update(encoded)
+            await trio.lowlevel.checkpoint()
+            return
+        request = _Request(command, encoded, add=add)
+        self._requests.append(request)
+        try:
+            await connection.send_raw(
+                pack_command((command, *encoded)), describe=_describe(command, encoded)
+            )
+        except RedisConnectionError as exc:
+            self._mark_lost(exc)
+        await self._wait_for(request, connection)
+
+    async def _wait_for(self, request: _Request, connection: Connection) -> None:
+        """Until ``request`` is answered: read the connection when no other task does (the
+        messages read go to the iteration), or let the task that reads answer it."""
+        while not request.done:
+            if self._reading:  # the task reading answers it, or hands over the reading
+                await self._turn_ended()
+                continue
+            self._reading = True
             try:
-                await self._connection.send_raw(pack_command((command, *encoded)))
-            except RedisConnectionError as exc:
-                self._mark_lost(exc)
+                if self._connection is not connection:  # lost (which answers every request)
+                    if not request.done:
+                        request.done = True
+                        request.error = RedisConnectionError(
+                            "connection lost before the server answered", address=connection.address
+                        )
+                    continue
+                message = await self._read(connection)
+                if message is not None:
+                    self._ready.append(message)
+            finally:
+                self._end_turn()
+        if request.error is not None:
+            raise request.error
+
+    async def _take_turn(self) -> None:
+        while self._reading:
+            await self._turn_ended()
+        self._reading = True
+
+    async def _turn_ended(self) -> None:
+        if self._turn_over is None:
+            self._turn_over = trio.Event()
+        await self._turn_over.wait()
+
+    def _end_turn(self) -> None:
+        self._reading = False
+        if self._turn_over is not None:
+            self._turn_over.set()
+            self._turn_over = None
 
     # -- iteration --------------------------------------------------------------------------
 
@@ -182,38 +301,149 @@ class Subscription:
                 return self._ready.popleft()
             if self._closed:
                 raise StopAsyncIteration
-            connection = self._connection
-            if connection is None:
+            if self._connection is None:
                 return await self._resubscribe()
+            await self._take_turn()
+            try:
+                connection = self._connection
+                if self._ready or connection is None or self._closed:
+                    continue
+                message = await self._read(connection)
+            finally:
+                self._end_turn()
+            if message is not None:
+                return message
+
+    async def _read(self, connection: Connection) -> Message | None:
+        """One frame, or None after a bookkeeping frame, a loss or a health-check step.
+
+        The health check counts only the time spent waiting here with nothing arriving
+        (across calls, so a caller that waits in short slices is counted too); the caller's
+        own time between messages, and messages still buffered, never count as silence.
+        """
+        if self.health_check_interval <= 0:
             try:
                 frame = await connection.read_frame(describe="Pub/Sub read")
             except RedisConnectionError as exc:
                 self._mark_lost(exc)
-                continue
-            message = self._interpret(frame)
-            if message is not None:
-                return message
+                return None
+            return self._handle(frame)
+        budget = self.health_check_interval if self._ping is None else self.health_check_timeout
+        started = trio.current_time()
+        try:
+            with trio.move_on_at(started + budget - self._silence) as waited:
+                frame = await connection.read_frame(describe="Pub/Sub read")
+        except RedisConnectionError as exc:
+            self._mark_lost(exc)
+            return None
+        finally:
+            self._silence += trio.current_time() - started
+        if waited.cancelled_caught:
+            await self._check_health(connection)
+            return None
+        self._silence = 0.0
+        return self._handle(frame)
 
-    def _interpret(self, frame: Any) -> Message | None:
-        """A message from a frame, or None for confirmations and other bookkeeping frames."""
+    async def _check_health(self, connection: Connection) -> None:
+        """The connection stayed silent for the health-check interval: PING it, or, when
+        the PING sent earlier is still unanswered after the timeout, give it up."""
+        self._silence = 0.0
+        if self._ping is not None:
+            self._mark_lost(
+                RedisTimeoutError(
+                    f"no answer to a health-check PING within {self.health_check_timeout}s "
+                    "(the server is hung or unreachable)",
+                    address=connection.address,
+                    command="Pub/Sub health check",
+                )
+            )
+            return
+        ping = _Request(b"ping", (), add=False)
+        self._requests.append(ping)
+        self._ping = ping
+        try:
+            await connection.send_raw(_PING, describe="Pub/Sub health check")
+        except RedisConnectionError as exc:
+            self._mark_lost(exc)
+
+    # -- frames -----------------------------------------------------------------------------
+
+    def _handle(self, frame: Any) -> Message | None:
+        """A message from a frame; confirmations, PONGs and errors answer the oldest request."""
+        if isinstance(frame, RedisError):
+            self._answer(frame)
+            return None
         if not isinstance(frame, list) or not frame:
+            self._answer(None)  # RESP3: a plain reply (PONG) to the oldest request
             return None
         kind = frame[0]
         if kind == b"message" or kind == b"smessage":
             return Message(_KIND[kind], frame[1], frame[2])  # type: ignore[arg-type]
         if kind == b"pmessage":
             return Message("pmessage", frame[2], frame[3], frame[1])
-        if kind == b"sunsubscribe" and frame[1] in self._wanted["shard"]:
-            # The server dropped a shard channel we still want: its slot moved to another
-            # node. Reconnect so the opener finds the new owner; report the gap.
-            error = RedisConnectionError(
-                f"server unsubscribed shard channel {frame[1]!r} (slot moved)",
-                address=self._connection.address if self._connection else None,
-            )
-            if self._connection is not None:
-                self._connection.close()
-            self._mark_lost(error)
+        if kind in _GROUPS:
+            self._confirmed(kind, frame)
+        elif kind == b"pong" and type(frame) is not PushFrame:
+            self._answer(None)  # RESP2: [pong, token]
         return None
+
+    def _confirmed(self, kind: bytes, frame: list[Any]) -> None:
+        head = self._requests[0] if self._requests else None
+        if head is not None and head.command == kind:
+            head.remaining -= 1
+            if head.remaining == 0:
+                self._answer(None)
+            return
+        if kind == b"sunsubscribe" and frame[1] in self._wanted["shard"]:
+            # Nobody asked: the server dropped a shard channel still wanted because its slot
+            # moved to another node. Reconnect so the opener finds the new owner; report it.
+            connection = self._connection
+            self._mark_lost(
+                RedisConnectionError(
+                    f"server unsubscribed shard channel {frame[1]!r} (slot moved)",
+                    address=connection.address if connection else None,
+                )
+            )
+
+    def _answer(self, error: RedisError | None) -> None:
+        """The oldest request is answered (with ``error`` if the server refused it)."""
+        if not self._requests:
+            if error is not None:  # an answer to nothing: this connection cannot be trusted
+                connection = self._connection
+                self._mark_lost(
+                    RedisConnectionError(
+                        f"unexpected reply on a subscribed connection: {error}",
+                        address=connection.address if connection else None,
+                    )
+                )
+            return
+        request = self._requests.popleft()
+        request.done = True
+        if request is self._ping:
+            self._ping = None
+            return
+        connection = self._connection
+        if error is not None:
+            if isinstance(error, ReplyError):
+                error.with_context(
+                    _describe(request.command, request.names),
+                    connection.address if connection else None,
+                )
+            request.error = error
+        elif request.add:
+            self._wanted[_GROUPS[request.command]].update(request.names)
+
+    def _fail_requests(self, error: RedisConnectionError) -> None:
+        requests, self._requests = self._requests, deque()
+        self._ping = None
+        for request in requests:
+            request.done = True
+            request.error = RedisConnectionError(
+                f"{error.reason}; {_describe(request.command, request.names)} "
+                "was not confirmed (not subscribed)",
+                address=error.address,
+                command=error.command,
+            )
 
     def _mark_lost(self, error: RedisError) -> None:
         if self._connection is not None:
@@ -221,6 +451,10 @@ class Subscription:
         self._connection = None
         if self._lost is None:
             self._lost = (error, trio.current_time())
+        if isinstance(error, RedisConnectionError):
+            self._fail_requests(error)
+        else:
+            self._fail_requests(RedisConnectionError(str(error)))
         if self._on_connection_lost is not None:
             self._on_connection_lost()
 
@@ -243,34 +477,56 @@ class Subscription:
             return Gap(error, lost_at, trio.current_time(), attempts)
 
     async def _connect(self) -> Connection:
-        """Open a connection, subscribe to everything wanted, wait for every confirmation."""
+        """Open a connection, subscribe to everything wanted, wait for every confirmation.
+
+        The wait is bounded by the health check's timeout (when on): a server that accepts
+        connections but does not answer is a failed attempt, not a hang.
+        """
         connection = await self._opener()
         try:
-            commands: list[Command] = [
-                (command, *sorted(self._wanted[group]))
+            pending: deque[_Request] = deque(
+                _Request(command, sorted(self._wanted[group]), add=True)
                 for command, group in (
-                    ("SUBSCRIBE", "channels"),
-                    ("PSUBSCRIBE", "patterns"),
-                    ("SSUBSCRIBE", "shard"),
+                    (b"subscribe", "channels"),
+                    (b"psubscribe", "patterns"),
+                    (b"ssubscribe", "shard"),
                 )
                 if self._wanted[group]
-            ]
-            outstanding = sum(len(c) - 1 for c in commands)
-            if commands:
+            )
+            if pending:
                 await connection.send_raw(
-                    b"".join(pack_command(c) for c in commands), describe="SUBSCRIBE"
+                    b"".join(pack_command((r.command, *r.names)) for r in pending),
+                    describe="SUBSCRIBE",
                 )
-            while outstanding:
-                frame = await connection.read_frame(describe="SUBSCRIBE")
+            deadline = (
+                trio.current_time() + self.health_check_timeout
+                if self.health_check_interval > 0
+                else math.inf
+            )
+            while pending:
+                with trio.move_on_at(deadline) as waited:
+                    frame = await connection.read_frame(describe="SUBSCRIBE")
+                if waited.cancelled_caught:
+                    raise RedisTimeoutError(
+                        f"no confirmation of the subscriptions within {self.health_check_timeout}s",
+                        address=connection.address,
+                        command="SUBSCRIBE",
+                    )
+                head = pending[0]
                 if isinstance(frame, RedisError):
+                    if isinstance(frame, ReplyError):
+                        frame.with_context(_describe(head.command, head.names), connection.address)
                     raise frame
-                if isinstance(frame, list) and frame and frame[0] in _CONFIRM:
-                    outstanding -= 1
+                if isinstance(frame, list) and frame and frame[0] == head.command:
+                    head.remaining -= 1
+                    if head.remaining == 0:
+                        pending.popleft()
                     continue
-                message = self._interpret(frame)
+                message = self._handle(frame)
                 if message is not None:
                     self._ready.append(message)
         except BaseException:
             connection.close()
             raise
+        self._silence = 0.0
         return connection
