@@ -110,6 +110,9 @@ class RedisCluster(RedisClient):
         self._refresh_lock = trio.Lock()
         self._epoch = 0
         self._stale = True
+        #: Paces the map refreshes after a slot was found with no owner (a primary flagged
+        #: FAIL and not yet replaced): a retry loop waits, instead of spinning.
+        self._unowned = Backoff(config.backoff_initial, config.backoff_cap)
         self._closed = False
 
     def __repr__(self) -> str:
@@ -205,6 +208,8 @@ class RedisCluster(RedisClient):
 
     async def _ready(self) -> KeyFinder:
         if self._stale or self._keys is None:
+            if self._unowned.failures:
+                await trio.sleep(self._unowned.failed())  # a slot had no owner: wait first
             await self._refresh(self._epoch)
         assert self._keys is not None
         return self._keys
@@ -249,7 +254,13 @@ class RedisCluster(RedisClient):
             return self._any_node()
         address = self._slots[slot]
         if address is None:
+            # Read the map again before the next command (paced: see ``_ready``): the slot
+            # gets an owner once the node is back or a replica took over.
+            self._stale = True
+            self._unowned.failures += 1
             raise ClusterError(f"no node serves slot {slot} in the current slot map")
+        if self._unowned.failures:
+            self._unowned.succeeded()
         return address
 
     # -- commands ---------------------------------------------------------------------------

@@ -177,16 +177,25 @@ def block_seconds(args: Sequence[Any]) -> float | None:
         elif name == "WAITAOF":
             seconds = float(args[3]) / 1000
         elif name in ("XREAD", "XREADGROUP"):
+            # Walk the options by arity, as the key finder does: GROUP takes two words (a group
+            # or consumer may be named "streams" or "block"), COUNT and BLOCK one, NOACK none.
             seconds = 0.0
-            for index in range(1, len(args) - 1):
+            index = 1
+            while index < len(args):
                 word = _name(args[index])
                 if word == "STREAMS":
                     break
-                if word == "BLOCK":
+                if word == "GROUP":
+                    index += 3
+                elif word == "BLOCK":
                     seconds = float(args[index + 1]) / 1000
                     if seconds == 0:
                         return None
-                    break
+                    index += 2
+                elif word in ("COUNT", "CLAIM"):
+                    index += 2
+                else:
+                    index += 1
             return seconds
         else:
             seconds = float(args[-1])

@@ -21,6 +21,7 @@ with the password replaced by ``***``.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import math
 import re
 import ssl
@@ -124,6 +125,12 @@ class ConnectionOptions:
             raise ConfigurationError(f"protocol must be 2 or 3, not {self.protocol!r}")
         _seconds("connect_timeout", self.connect_timeout)
         _seconds("command_timeout", self.command_timeout, optional=True)
+        for name in ("username", "password", "client_name"):
+            _text(name, getattr(self, name))
+        if self.client_name is not None and any(c.isspace() for c in self.client_name):
+            raise ConfigurationError(
+                f"client_name must not contain spaces or line breaks, not {self.client_name!r}"
+            )
 
     def __repr__(self) -> str:
         return _masked_repr(self, frozenset({"password"}))
@@ -232,6 +239,22 @@ def make_ssl_context(
     return context
 
 
+def _text(name: str, value: object) -> None:
+    """``value`` is None or a str the server can receive (valid Unicode); the password is never
+    shown in the error."""
+    if value is None:
+        return
+    shown = "***" if name == "password" else repr(value)
+    if not isinstance(value, str):
+        raise ConfigurationError(f"{name} must be a str, not a {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigurationError(
+            f"{name} is not valid Unicode (a lone surrogate?): {shown}"
+        ) from None
+
+
 def _parse_hosts(netloc: str, url: str) -> tuple[Address, ...]:
     addresses: list[Address] = []
     for part in netloc.split(","):
@@ -246,6 +269,14 @@ def _parse_hosts(netloc: str, url: str) -> tuple[Address, ...]:
                 raise ConfigurationError(f"bad host {part!r} in Redis URL {redact_url(url)!r}")
         elif part.count(":") == 1:
             host, port = part.split(":")
+        elif ":" in part:
+            try:
+                ipaddress.IPv6Address(part)  # a bare IPv6 address, on the default port
+            except ValueError:
+                raise ConfigurationError(
+                    f"bad host {part!r} in Redis URL {redact_url(url)!r}: one host:port, or an "
+                    "IPv6 address in brackets ([::1]:6379)"
+                ) from None
         if not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65535:
             raise ConfigurationError(
                 f"bad port {port!r} in Redis URL {redact_url(url)!r}: "
@@ -284,8 +315,13 @@ def parse_url(url: str, **overrides: object) -> ClientConfig:
             "(percent-encode a '#' in a user name or password as %23)"
         )
     topology, tls = _SCHEMES[scheme.lower()]
-    # urlsplit does not accept several hosts; split the authority by hand.
-    cut = min((i for i in (rest.find("/"), rest.find("?")) if i != -1), default=len(rest))
+    # urlsplit does not accept several hosts; split the authority by hand. It ends at the
+    # first "/" or "?" after the user info (whose password may hold an unencoded "/").
+    query = rest.find("?")
+    start = rest.rfind("@", 0, len(rest) if query == -1 else query) + 1
+    cut = min(
+        (i for i in (rest.find("/", start), rest.find("?", start)) if i != -1), default=len(rest)
+    )
     authority, tail = rest[:cut], rest[cut:].lstrip("/")
     userinfo, at, hosts = authority.rpartition("@")
     if not at:
@@ -320,7 +356,13 @@ def parse_url(url: str, **overrides: object) -> ClientConfig:
         options["db"] = int(path[0])
 
     tls_args: dict[str, object] = {}
+    given: set[str] = set(options) - {"username", "password"}  # the path's db
     for name, value in parse_qsl(parsed.query, keep_blank_values=True):
+        if name in given:
+            raise ConfigurationError(
+                f"option {name!r} is given twice in Redis URL {shown!r}: which one is meant?"
+            )
+        given.add(name)
         if name in _INT_OPTIONS:
             try:
                 options[name] = int(value)
@@ -366,6 +408,11 @@ def parse_url(url: str, **overrides: object) -> ClientConfig:
     if unknown:
         raise ConfigurationError(f"unknown Redis client option(s): {', '.join(sorted(unknown))}")
     addresses = _parse_hosts(hosts, url)
+    if topology == "standalone" and len(addresses) > 1:
+        raise ConfigurationError(
+            f"Redis URL {shown!r} names {len(addresses)} hosts: a standalone client talks to "
+            "one server (several hosts are for redis+cluster:// and redis+sentinel://)"
+        )
     try:
         connection = ConnectionOptions(
             **{k: v for k, v in options.items() if k in connection_fields}  # type: ignore[arg-type]

@@ -353,8 +353,11 @@ class Connection:
                     continue  # an unrequested push (e.g. invalidation) is not a reply
                 else:
                     replies.append(reply)
+                    # At every reply the stream may be at a frame boundary again: the parser
+                    # keeps only the bytes of the frame still arriving (a large reply in a
+                    # pipeline must not make it lose track of the attribute frames after it).
+                    parser.settled()
                     if len(replies) == count:
-                        parser.settled()
                         break
         except BaseException as exc:
             translated = self._fail(exc, describe_command(first))

@@ -23,10 +23,15 @@ def _key_bytes(key: Arg) -> bytes:
     if isinstance(key, bytes):
         return key
     if isinstance(key, str):
-        return key.encode()
+        try:
+            return key.encode()
+        except UnicodeEncodeError:
+            raise CommandEncodingError(
+                f"a key is not valid Unicode (a lone surrogate?): {key!r}"
+            ) from None
     if isinstance(key, memoryview):
         return key.tobytes()
-    if isinstance(key, (int, float)):
+    if isinstance(key, (int, float)) and not isinstance(key, bool):
         return str(key).encode()
     raise CommandEncodingError(f"a key must be bytes, str, int or float, not {type(key).__name__}")
 

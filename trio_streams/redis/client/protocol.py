@@ -125,8 +125,8 @@ class ReplyParser:
                 self._retained.append(bytes(data))
 
     def settled(self) -> None:
-        """The caller took a reply and waits for no other: if no byte is left over, the stream
-        is at a frame boundary, so the bytes kept since the previous one can go."""
+        """The caller took a reply: if no byte is left over, the stream is at a frame boundary,
+        so the bytes kept since the previous one can go."""
         if self._filter is None and not self._queue and not self._reader.has_data():
             self._boundary = True
             self._retained.clear()
@@ -184,8 +184,10 @@ class ReplyParser:
 
 
 #: Bytes kept to find the last frame boundary again; past this the parser stops looking for
-#: attribute frames until the connection settles at a boundary.
-_RETAIN_LIMIT: Final = 4 * 1024 * 1024
+#: attribute frames until the connection settles at a boundary. The connection settles at every
+#: reply, so what is kept is the frame still arriving: this bound is the server's own largest
+#: bulk string (``proto-max-bulk-len``, 512 MiB by default), never reached by a sane reply.
+_RETAIN_LIMIT: Final = 512 * 1024 * 1024
 
 
 def _new_reader() -> Any:

@@ -29,7 +29,13 @@ import trio
 
 from .backoff import Backoff
 from .connection import Connection
-from .errors import RedisConnectionError, RedisError, RedisTimeoutError, ReplyError
+from .errors import (
+    CommandEncodingError,
+    RedisConnectionError,
+    RedisError,
+    RedisTimeoutError,
+    ReplyError,
+)
 from .protocol import PushFrame, pack_command
 
 
@@ -73,7 +79,17 @@ _PING = pack_command(("PING", _PING_TOKEN))
 
 
 def _as_bytes(name: str | bytes) -> bytes:
-    return name if isinstance(name, bytes) else name.encode()
+    """A channel or pattern name as bytes; ``CommandEncodingError`` for anything else."""
+    if isinstance(name, bytes):
+        return name
+    if isinstance(name, str):
+        try:
+            return name.encode()
+        except UnicodeEncodeError:
+            raise CommandEncodingError(
+                f"a channel name is not valid Unicode (a lone surrogate?): {name!r}"
+            ) from None
+    raise CommandEncodingError(f"a channel name is bytes or str, not {type(name).__name__}")
 
 
 def _describe(command: bytes, names: Sequence[bytes]) -> str:
