@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from contextlib import AsyncExitStack
 from typing import Any
 
 import trio
@@ -46,6 +45,7 @@ from ..positions import PositionKind
 from ..transport import DeadLetter, SourceFault, SubscriptionSource, Unsettled
 from .client import Backoff, Connection, ReadOnlyError, RedisClient, RedisConnectionError
 from .client.errors import RedisError, ReplyError
+from .dedicated import DedicatedConnection
 from .delays import PROMOTE, SCHEDULE, delay_key, member
 from .streams import NoGroup, RedisStream
 from .wire import (
@@ -127,8 +127,7 @@ class GroupSubscription(SubscriptionSource):
         self.group = stream.group or ""
         self._atomic_dead_letter = atomic_dead_letter
         self._host: SubscriptionHost | None = None
-        self._stack: AsyncExitStack | None = None
-        self._conn: Connection | None = None
+        self._dedicated = DedicatedConnection(client, stream.key)
         #: Where the next read of this consumer's own pending entries starts (None: read new).
         self._pending_from: str | None = "0"
         #: Entries held (read, not yet acknowledged or let go): renewed by the lease task.
@@ -235,31 +234,16 @@ class GroupSubscription(SubscriptionSource):
                 return batch
 
     async def _connection(self) -> Connection:
-        conn = self._conn
-        if conn is not None and not conn.broken:
-            return conn
-        await self._drop_connection(None)
-        stack = AsyncExitStack()
-        conn = await stack.enter_async_context(self._client.dedicated_connection(self._key))
-        self._stack, self._conn = stack, conn
-        self._pending_from = "0"  # a new connection: own pending entries first
+        conn, new = await self._dedicated.get()
+        if new:
+            self._pending_from = "0"  # a new connection: own pending entries first
         return conn
-
-    async def _drop_connection(self, error: BaseException | None) -> None:
-        stack, self._stack, self._conn = self._stack, None, None
-        if stack is None:
-            return
-        with trio.CancelScope(shield=True):
-            if error is None:
-                await stack.aclose()
-            else:  # let the client see why (a lost primary is forgotten)
-                await stack.__aexit__(type(error), error, error.__traceback__)
 
     async def _connection_lost(self, exc: BaseException) -> None:
         assert self._host is not None
         self._faulted = True
         self._host.report_fault("connection", str(exc), error=exc)
-        await self._drop_connection(exc)
+        await self._dedicated.drop(exc)
         self._pending_from = "0"
         await trio.sleep(self._backoff.failed())  # paced, on top of the client's connect pacing
 
@@ -372,19 +356,24 @@ class GroupSubscription(SubscriptionSource):
             if outcome.kind is OutcomeKind.RETRY_AFTER:
                 await self._schedule(copy, entry_id, outcome.delay)
             else:
-                replies = await (
-                    self._client.transaction()
-                    .add("XADD", self._key, "*", *copy)
-                    .add("XACK", self._key, self.group, entry_id)
-                    .execute()
-                )
-                replies.raise_first()  # an error inside EXEC (Redis has no rollback)
+                await self._copy_and_ack(self._key, copy, entry_id)
         except RedisError as exc:
             raise SourceFault(
                 "settle", f"retry of entry {entry_id} failed (it stays pending): {exc}"
             ) from exc
         finally:
             self._let_go(entry_id, read)
+
+    async def _copy_and_ack(self, stream: str, fields: Sequence[Any], entry_id: str) -> None:
+        """XADD ``fields`` to ``stream`` and XACK ``entry_id`` in one MULTI/EXEC: both or
+        neither take effect (an error inside EXEC is raised: Redis has no rollback)."""
+        replies = await (
+            self._client.transaction()
+            .add("XADD", stream, "*", *fields)
+            .add("XACK", self._key, self.group, entry_id)
+            .execute()
+        )
+        replies.raise_first()
 
     async def dead_letter(self, delivery: Delivery, letter: DeadLetter) -> bool:
         if not self._atomic_dead_letter(letter.destination):
@@ -393,13 +382,7 @@ class GroupSubscription(SubscriptionSource):
         entry_id, read = delivery.handle
         fields = encode_fields(delivery.payload, letter.headers_for(delivery))
         try:
-            replies = await (
-                self._client.transaction()
-                .add("XADD", letter.destination, "*", *fields)
-                .add("XACK", self._key, self.group, entry_id)
-                .execute()
-            )
-            replies.raise_first()  # an error inside EXEC (Redis has no rollback)
+            await self._copy_and_ack(letter.destination, fields, entry_id)
         except RedisError as exc:
             raise SourceFault(
                 "settle", f"dead letter of entry {entry_id} failed (it stays pending): {exc}"
@@ -604,7 +587,7 @@ class GroupSubscription(SubscriptionSource):
             else:
                 await trio.lowlevel.checkpoint()
         finally:
-            await self._drop_connection(None)
+            await self._dedicated.drop(None)
 
     def __repr__(self) -> str:
         return (

@@ -23,7 +23,6 @@ last entry it read), and every subscription reads every entry.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import AsyncExitStack
 
 import trio
 
@@ -32,8 +31,9 @@ from ..host import SubscriptionHost
 from ..outcome import Outcome
 from ..positions import MAX_SEQUENCE, Position, PositionKind
 from ..transport import SeekRefused, SubscriptionSource
-from .client import Backoff, Connection, ReadOnlyError, RedisClient, RedisConnectionError
+from .client import Backoff, ReadOnlyError, RedisClient, RedisConnectionError
 from .client.errors import RedisError
+from .dedicated import DedicatedConnection
 from .streams import RedisStream
 from .wire import (
     Entry,
@@ -70,8 +70,7 @@ class PlainSubscription(SubscriptionSource):
         #: The id of the last entry read: reading resumes strictly after it.
         self._after = "0-0"
         self._host: SubscriptionHost | None = None
-        self._stack: AsyncExitStack | None = None
-        self._conn: Connection | None = None
+        self._dedicated = DedicatedConnection(client, stream.key)
         self._backoff = Backoff(0.05, 2.0)
         self._faulted = False
 
@@ -123,7 +122,7 @@ class PlainSubscription(SubscriptionSource):
             return self._deliver(entries) if entries else None
         while True:
             try:
-                conn = await self._connection()
+                conn, _ = await self._dedicated.get()
                 reply = await conn.execute(
                     "XREAD", "COUNT", self._count, "BLOCK", self._block_ms,
                     "STREAMS", self._key, self._after,
@@ -132,7 +131,7 @@ class PlainSubscription(SubscriptionSource):
                 assert self._host is not None
                 self._faulted = True
                 self._host.report_fault("connection", str(exc), error=exc)
-                await self._drop_connection(exc)
+                await self._dedicated.drop(exc)
                 await trio.sleep(self._backoff.failed())  # paced
                 continue
             if self._faulted:
@@ -165,26 +164,6 @@ class PlainSubscription(SubscriptionSource):
         self._after = entries[-1].id
         return out
 
-    async def _connection(self) -> Connection:
-        conn = self._conn
-        if conn is not None and not conn.broken:
-            return conn
-        await self._drop_connection(None)
-        stack = AsyncExitStack()
-        conn = await stack.enter_async_context(self._client.dedicated_connection(self._key))
-        self._stack, self._conn = stack, conn
-        return conn
-
-    async def _drop_connection(self, error: BaseException | None) -> None:
-        stack, self._stack, self._conn = self._stack, None, None
-        if stack is None:
-            return
-        with trio.CancelScope(shield=True):
-            if error is None:
-                await stack.aclose()
-            else:
-                await stack.__aexit__(type(error), error, error.__traceback__)
-
     async def settle(self, delivery: Delivery, outcome: Outcome) -> None:
         if outcome.consumes:
             return
@@ -193,5 +172,5 @@ class PlainSubscription(SubscriptionSource):
         await self._client.execute("XADD", self._key, "*", *copy)  # read in its turn
 
     async def aclose(self) -> None:
-        await self._drop_connection(None)
+        await self._dedicated.drop(None)
         await trio.lowlevel.checkpoint()
