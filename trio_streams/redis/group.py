@@ -32,7 +32,8 @@ How it keeps its promises:
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import trio
@@ -352,14 +353,21 @@ class GroupSubscription(SubscriptionSource):
             return
         assert self._host is not None
         copy = encode_fields(delivery.payload, retry_headers(delivery, self._host.retry_target))
-        try:
+        with self._settling(entry_id, read, "retry"):
             if outcome.kind is OutcomeKind.RETRY_AFTER:
                 await self._schedule(copy, entry_id, outcome.delay)
             else:
                 await self._copy_and_ack(self._key, copy, entry_id)
+
+    @contextmanager
+    def _settling(self, entry_id: str, read: _Read, what: str) -> Iterator[None]:
+        """Around a settle that writes: a Redis error is a fault (the entry stays pending, to
+        be delivered again), and either way the entry is no longer this read's to acknowledge."""
+        try:
+            yield
         except RedisError as exc:
             raise SourceFault(
-                "settle", f"retry of entry {entry_id} failed (it stays pending): {exc}"
+                "settle", f"{what} of entry {entry_id} failed (it stays pending): {exc}"
             ) from exc
         finally:
             self._let_go(entry_id, read)
@@ -381,14 +389,8 @@ class GroupSubscription(SubscriptionSource):
             return False
         entry_id, read = delivery.handle
         fields = encode_fields(delivery.payload, letter.headers_for(delivery))
-        try:
+        with self._settling(entry_id, read, "dead letter"):
             await self._copy_and_ack(letter.destination, fields, entry_id)
-        except RedisError as exc:
-            raise SourceFault(
-                "settle", f"dead letter of entry {entry_id} failed (it stays pending): {exc}"
-            ) from exc
-        finally:
-            self._let_go(entry_id, read)
         return True
 
     def _let_go(self, entry_id: str, read: _Read) -> None:
