@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 from .codec import encode
 from .destinations import Destination, DestinationKind
 from .errors import ConfigurationError, TrioStreamsError, UnsupportedError
+from .pipeline import CommandCheck
 from .routing import Router, Subscription, _Declared
 from .transport import Source, Transport
 
@@ -60,6 +61,15 @@ class Broker(Router):
             raise UnsupportedError(
                 f"{self.name} does not understand subscriber option(s) {sorted(unknown)}"
             )
+
+    def segment_check(
+        self, source: Source, options: Mapping[str, Any], *, label: str
+    ) -> CommandCheck | None:
+        """The check each command queued on a pipeline-window segment of this subscription
+        passes (raising refuses it), or None for no check. Used by the broker's own transport
+        and by the in-process window under ``app.test()``, so both refuse the same commands."""
+        del source, options, label
+        return None
 
     # ---- mounting ----------------------------------------------------------------------------
 

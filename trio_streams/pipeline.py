@@ -25,32 +25,66 @@ from typing import final
 
 from .errors import ConfigurationError
 
-__all__ = ["Command", "Pipeline", "Segment"]
+__all__ = ["Command", "CommandCheck", "Pipeline", "Segment"]
 
-#: One command: its name, then its arguments, as Redis takes them.
-Command = tuple[str | bytes | int | float, ...]
-_ARGUMENT_TYPES = (str, bytes, int, float)
+#: Commands a segment cannot hold: the window frames segments itself.
+_REFUSED = {
+    "MULTI": "the window wraps segments in MULTI/EXEC itself (atomic=True)",
+    "EXEC": "the window wraps segments in MULTI/EXEC itself (atomic=True)",
+    "DISCARD": "the window wraps segments in MULTI/EXEC itself (atomic=True)",
+    "WATCH": "a segment is sent after the handler returns, so WATCH cannot guard it",
+    "UNWATCH": "a segment is sent after the handler returns, so WATCH cannot guard it",
+}
+
+#: One command as it is sent: its name (upper case), then its arguments. Numbers are kept as
+#: the text Redis receives (``2.0`` as ``"2.0"``), so a recorded segment equals what was sent.
+Command = tuple[str | bytes, ...]
+#: Checks one command as it is queued; raises to refuse it (see ``atomic=True``).
+CommandCheck = Callable[[Command], None]
+
+
+def _argument(name: str, arg: object) -> str | bytes:
+    if isinstance(arg, str | bytes):
+        return arg
+    if isinstance(arg, int) and not isinstance(arg, bool):
+        return str(arg)
+    if isinstance(arg, float):
+        if arg != arg or arg in (float("inf"), float("-inf")):
+            raise ConfigurationError(f"{name}: {arg!r} is not a number Redis takes")
+        return repr(arg)
+    raise ConfigurationError(
+        f"{name}: arguments are str, bytes, int or float, not {type(arg).__name__}"
+    )
 
 
 @final
 class Pipeline:
-    """The commands one delivery's handler queued, in order (its segment of the window)."""
+    """The commands one delivery's handler queued, in order (its segment of the window).
 
-    __slots__ = ("_commands",)
+    A window that must refuse some commands (``atomic=True`` in a cluster: every key in the
+    subscription key's slot) gives the segment a ``check``: a refused command raises at the
+    call, in the handler, and is not queued.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("_check", "_commands")
+
+    def __init__(self, check: CommandCheck | None = None) -> None:
         self._commands: list[Command] = []
+        self._check = check
 
     def command(self, name: str, *args: str | bytes | int | float) -> None:
         """Queue ``name *args`` (e.g. ``command("HSET", key, field, value)``). Not sent now."""
         if not isinstance(name, str) or not name or not name.replace(" ", "").isalnum():
             raise ConfigurationError(f"a command name is a word like 'HSET', not {name!r}")
-        for arg in args:
-            if isinstance(arg, bool) or not isinstance(arg, _ARGUMENT_TYPES):
-                raise ConfigurationError(
-                    f"{name}: arguments are str, bytes, int or float, not {type(arg).__name__}"
-                )
-        self._commands.append((*name.upper().split(), *args))
+        words = name.upper().split()
+        command: Command = (*words, *(_argument(words[0], arg) for arg in args))
+        if words[0] in _REFUSED:
+            raise ConfigurationError(
+                f"{words[0]}: {_REFUSED[words[0]]}; queue the commands themselves"
+            )
+        if self._check is not None:
+            self._check(command)
+        self._commands.append(command)
 
     def __getattr__(self, name: str) -> Callable[..., None]:
         """``pipeline.incrby(key, 1)`` queues ``INCRBY key 1``: any lower-case command name."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Protocol
 
 from trio.lowlevel import cancel_shielded_checkpoint, checkpoint, checkpoint_if_cancelled
 
@@ -15,7 +15,7 @@ from ..destinations import Destination
 from ..errors import ConfigurationError, UnsupportedError
 from ..host import SubscriptionHost
 from ..outcome import Outcome, OutcomeKind
-from ..pipeline import Pipeline, Segment
+from ..pipeline import CommandCheck, Pipeline, Segment
 from ..positions import Position, delivered_position
 from ..transport import (
     SeekRefused,
@@ -29,6 +29,15 @@ from .log import Cursor, Entry, MemoryHub
 from .sources import MemoryStream
 
 __all__ = ["MemoryBroker", "MemorySubscription", "MemoryTransport"]
+
+
+class SegmentCheckFactory(Protocol):
+    """``Broker.segment_check``: the check for one subscription's window segments."""
+
+    def __call__(
+        self, source: Source, options: Mapping[str, Any], *, label: str
+    ) -> CommandCheck | None: ...
+
 
 #: Messages taken per read unless the subscription says ``count=``.
 DEFAULT_COUNT = 64
@@ -85,9 +94,17 @@ class MemoryTransport(Transport):
     """A connected in-process broker. Also what ``app.test()`` gives every broker."""
 
     def __init__(
-        self, hub: MemoryHub, *, strict_options: bool = True, follow_replays: bool = False
+        self,
+        hub: MemoryHub,
+        *,
+        strict_options: bool = True,
+        follow_replays: bool = False,
+        segment_check: SegmentCheckFactory | None = None,
     ) -> None:
         self.hub = hub
+        #: Under ``app.test()``, the real broker's check of window segments (so the in-process
+        #: window refuses what the real one refuses).
+        self._segment_check = segment_check
         self._strict = strict_options
         self._follow_replays = follow_replays
         self._share = FairShare()
@@ -119,6 +136,9 @@ class MemoryTransport(Transport):
         count = _check_count(options) if self._strict else _count_or_default(options)
         # Whatever the real transport, a window asked for is emulated (app.test()).
         window = _check_window(options) if self._strict else bool(options.get("pipeline"))
+        check = None
+        if window and self._segment_check is not None:
+            check = self._segment_check(source, options, label=label)
         return MemorySubscription(
             self.hub,
             stream,
@@ -126,6 +146,7 @@ class MemoryTransport(Transport):
             count=count,
             follow=self._follow_replays,
             window=window,
+            segment_check=check,
         )
 
 
@@ -143,8 +164,10 @@ class MemorySubscription(SubscriptionSource):
         count: int,
         follow: bool = False,
         window: bool = False,
+        segment_check: CommandCheck | None = None,
     ) -> None:
         self._hub = hub
+        self._segment_check = segment_check
         #: The segment of each delivery whose handler queued a command (pipeline=True only).
         self._window: dict[int, Pipeline] | None = {} if window else None
         self._label = label
@@ -215,7 +238,7 @@ class MemorySubscription(SubscriptionSource):
             return None
         segment = window.get(id(delivery))
         if segment is None:
-            segment = window[id(delivery)] = Pipeline()
+            segment = window[id(delivery)] = Pipeline(self._segment_check)
         return segment
 
     def deferred(self, delivery: Delivery, outcome: Outcome) -> None:

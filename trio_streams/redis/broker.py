@@ -6,10 +6,13 @@
   ``exact_trim=True``): ``XACK`` never deletes an entry, so a stream grows until trimmed.
 - **Subscriptions** (``RedisStream``) are consumer group members (:mod:`.group`), one dedicated
   connection each for the blocking read.
-- **Refused at mount**: ``pipeline=True`` (the pipeline window is not available on this
-  transport yet), and, on a cluster, a dead letter whose key does not share the stream's hash
-  slot (its copy and the acknowledgement could not be one transaction): name both with one hash
-  tag, ``{orders}`` and ``{orders}.dead``.
+- **The pipeline window** (``pipeline=True``, ``atomic=True``) on group subscriptions: a
+  handler's ``ctx.pipeline`` commands leave with the read's ``XACK`` in one round trip
+  (:mod:`.window`, :mod:`.segments`).
+- **Refused at mount**: ``pipeline=True`` on a plain stream (no group: nothing to
+  acknowledge), ``atomic=True`` without ``pipeline=True``, and, on a cluster, a dead letter whose
+  key does not share the stream's hash slot (its copy and the acknowledgement could not be one
+  transaction): name both with one hash tag, ``{orders}`` and ``{orders}.dead``.
 """
 
 from __future__ import annotations
@@ -23,12 +26,14 @@ from typing import Any
 
 from ..broker import Broker
 from ..errors import ConfigurationError, UnsupportedError
+from ..pipeline import CommandCheck
 from ..positions import Position
 from ..routing import _Declared
 from ..transport import Source, SubscriptionSource, Transport, read_count_option
 from .client import RedisClient, connect, key_slot, parse_url
 from .group import GroupSubscription
 from .plain import PlainSubscription
+from .segments import segment_check
 from .streams import Mode, RedisStream
 from .wire import encode_fields, text
 
@@ -60,7 +65,10 @@ class RedisBroker(Broker):
     ``maxlen`` / ``minid``: trim streams as this broker publishes (see the module docstring).
 
     Subscriber options: ``count`` — entries per read (default 100); ``block`` — ms one blocking
-    read waits (default 1000).
+    read waits (default 1000); ``pipeline=True`` — the pipeline window: commands a handler
+    queues on ``ctx.pipeline`` are sent with the read's acknowledgement, in one round trip, and
+    only for deliveries whose outcome is ``ack``; ``atomic=True`` (with ``pipeline=True``) —
+    each delivery's commands and its ``XACK`` in one ``MULTI``/``EXEC``.
     """
 
     source_types = (RedisStream,)
@@ -125,16 +133,41 @@ class RedisBroker(Broker):
         super().check_subscription(source, options)
         read_count_option(options, DEFAULT_COUNT)
         _block_option(options)
-        if options.get("pipeline") or options.get("atomic"):
+        window = _window_options(options)
+        if window and isinstance(source, RedisStream) and source.mode is not Mode.GROUP:
             raise UnsupportedError(
-                f"{self.name}: pipeline=True (and atomic=True) need the Redis pipeline window, "
-                "which this transport does not have yet; settle without it"
+                f"{self.name}: pipeline=True needs a consumer group: a plain stream read "
+                f"({source!r}) acknowledges nothing for the window to send its commands with"
             )
+
+    def segment_check(
+        self, source: Source, options: Mapping[str, Any], *, label: str
+    ) -> CommandCheck | None:
+        """What a window segment of this subscription may hold (:mod:`.segments`): the same
+        check live and under ``app.test()``."""
+        if not options.get("pipeline") or not isinstance(source, RedisStream):
+            return None
+        atomic = bool(options.get("atomic"))
+        return segment_check(
+            label, atomic=atomic, slot_key=source.key if self.cluster and atomic else None
+        )
 
     @asynccontextmanager
     async def connect(self) -> AsyncIterator[Transport]:
         async with connect(self.url) as client:
             yield RedisTransport(self, client)
+
+
+def _window_options(options: Mapping[str, Any]) -> bool:
+    for name in ("pipeline", "atomic"):
+        value = options.get(name, False)
+        if not isinstance(value, bool):
+            raise ConfigurationError(f"{name} is True or False, not {value!r}")
+    if options.get("atomic") and not options.get("pipeline"):
+        raise ConfigurationError(
+            "atomic=True is a form of the pipeline window: give pipeline=True too"
+        )
+    return bool(options.get("pipeline"))
 
 
 def _block_option(options: Mapping[str, Any]) -> int:
@@ -182,4 +215,7 @@ class RedisTransport(Transport):
             block_ms=_block_option(options),
             consumer=source.consumer or default_consumer(),
             atomic_dead_letter=lambda destination: self.broker.same_slot(source.key, destination),
+            window=bool(options.get("pipeline")),
+            atomic=bool(options.get("atomic")),
+            segment_check=self.broker.segment_check(source, options, label=label),
         )

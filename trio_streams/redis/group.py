@@ -9,9 +9,12 @@ How it keeps its promises:
   new ones (``>``).
 - **Counted deliveries.** A delivery's attempt is the PEL's delivery count (1 for a new entry;
   from ``XPENDING`` for a pending one) plus the retry-count header of a retry copy.
-- **Settles per read.** Ack and drop collect the read's entry ids; one ``XACK`` sends them when
-  every delivery of the read has been settled or let go (``unsettled``), or at ``aclose``. A
-  retry is the copy ``XADD`` and the ``XACK`` in one ``MULTI``/``EXEC``; ``retry_after`` is
+- **Settles per read.** Ack and drop collect the read's entry ids in the window
+  (:mod:`.window`); one ``XACK`` sends them when every delivery of the read has been settled or
+  let go (``unsettled``), or at ``aclose``. With ``pipeline=True`` the same flush carries the
+  kept segments first, in commit order, in one pipeline (with ``atomic=True`` each segment is a
+  ``MULTI``/``EXEC`` holding its own ``XACK``). A retry is the copy ``XADD`` and the ``XACK`` in
+  one ``MULTI``/``EXEC``; ``retry_after`` is
   durable (the copy scheduled in a ZSET and the ``XACK``, in one script; :mod:`.delays`); a
   dead letter is the copy and the ``XACK`` in one ``MULTI``/``EXEC`` too
   (in a cluster, where the dead-letter key shares the stream's slot). A failed ``XACK`` is a
@@ -42,6 +45,7 @@ from ..delivery import RETRY_COUNT_HEADER, Delivery, retry_headers
 from ..errors import TrioStreamsError
 from ..host import SubscriptionHost
 from ..outcome import Outcome, OutcomeKind
+from ..pipeline import Command, CommandCheck, Pipeline
 from ..positions import PositionKind
 from ..transport import DeadLetter, SourceFault, SubscriptionSource, Unsettled
 from .client import Backoff, Connection, ReadOnlyError, RedisClient, RedisConnectionError
@@ -49,6 +53,7 @@ from .client.errors import RedisError, ReplyError
 from .dedicated import DedicatedConnection
 from .delays import PROMOTE, SCHEDULE, delay_key, member
 from .streams import NoGroup, RedisStream
+from .window import FlushPlan, Window, plan_items
 from .wire import (
     Entry,
     decode_fields,
@@ -83,16 +88,6 @@ class GroupVanished(TrioStreamsError):
     ``on_nogroup="fail"``."""
 
 
-class _Read:
-    """The entries of one read: ids acknowledged and not yet sent, deliveries still open."""
-
-    __slots__ = ("ids", "open")
-
-    def __init__(self, count: int) -> None:
-        self.ids: list[str] = []
-        self.open = count
-
-
 def _lost(exc: BaseException) -> bool:
     return isinstance(exc, RedisConnectionError | ReadOnlyError)
 
@@ -115,6 +110,9 @@ class GroupSubscription(SubscriptionSource):
         block_ms: int,
         consumer: str,
         atomic_dead_letter: Any,
+        window: bool = False,
+        atomic: bool = False,
+        segment_check: CommandCheck | None = None,
     ) -> None:
         self._client = client
         self._stream = stream
@@ -133,7 +131,11 @@ class GroupSubscription(SubscriptionSource):
         self._pending_from: str | None = "0"
         #: Entries held (read, not yet acknowledged or let go): renewed by the lease task.
         self._held: dict[str, Delivery] = {}
-        self._to_flush: list[_Read] = []
+        #: ``pipeline=True``: handlers have segments (without it the window only batches acks).
+        self._windowed = window
+        self._window: Window[str] = Window(lambda: Pipeline(segment_check), atomic=atomic)
+        #: Flushes leave one after another, so commit order holds across them.
+        self._flush_lock = trio.Lock()
         self._flush_wanted = trio.Event()
         self._backoff = Backoff(0.05, 2.0)
         self._nogroup_backoff = Backoff(0.05, 2.0)
@@ -314,7 +316,6 @@ class GroupSubscription(SubscriptionSource):
         )  # fmt: skip
 
     def _deliver(self, entries: list[Entry], counts: dict[str, int] | None) -> list[Delivery]:
-        read = _Read(len(entries))
         key = self._key
         held = self._held
         out: list[Delivery] = []
@@ -334,33 +335,42 @@ class GroupSubscription(SubscriptionSource):
                 headers,
                 position=position,
                 attempt=attempt,
-                handle=(entry.id, read),
+                handle=entry.id,
                 timestamp_ms=timestamp_ms,
             )
             held[entry.id] = delivery
             out.append(delivery)
+        self._window.read([d.handle for d in out])
         return out
 
     # ---- settling ----------------------------------------------------------------------------
 
+    def pipeline(self, delivery: Delivery) -> Pipeline | None:
+        if not self._windowed:
+            return None
+        return self._window.segment(delivery.handle)
+
+    def deferred(self, delivery: Delivery, outcome: Outcome) -> None:
+        del outcome  # held for a retry: the handler's outcome discards its segment now
+        if self._window.holds(delivery.handle):
+            self._window.decide_segment(delivery.handle, keep=False)
+
     async def settle(self, delivery: Delivery, outcome: Outcome) -> None:
-        entry_id, read = delivery.handle
+        entry_id: str = delivery.handle
         if outcome.kind in _CONSUMES:
-            read.ids.append(entry_id)
-            read.open -= 1
-            if read.open == 0:
-                await self._flush(read)
+            if self._window.consumed(entry_id, keep=outcome.kind is OutcomeKind.ACK):
+                await self._flush()
             return
         assert self._host is not None
         copy = encode_fields(delivery.payload, retry_headers(delivery, self._host.retry_target))
-        with self._settling(entry_id, read, "retry"):
+        with self._settling(entry_id, "retry"):
             if outcome.kind is OutcomeKind.RETRY_AFTER:
                 await self._schedule(copy, entry_id, outcome.delay)
             else:
                 await self._copy_and_ack(self._key, copy, entry_id)
 
     @contextmanager
-    def _settling(self, entry_id: str, read: _Read, what: str) -> Iterator[None]:
+    def _settling(self, entry_id: str, what: str) -> Iterator[None]:
         """Around a settle that writes: a Redis error is a fault (the entry stays pending, to
         be delivered again), and either way the entry is no longer this read's to acknowledge."""
         try:
@@ -370,7 +380,9 @@ class GroupSubscription(SubscriptionSource):
                 "settle", f"{what} of entry {entry_id} failed (it stays pending): {exc}"
             ) from exc
         finally:
-            self._let_go(entry_id, read)
+            self._held.pop(entry_id, None)
+            if self._window.settled_alone(entry_id):
+                self._flush_wanted.set()
 
     async def _copy_and_ack(self, stream: str, fields: Sequence[Any], entry_id: str) -> None:
         """XADD ``fields`` to ``stream`` and XACK ``entry_id`` in one MULTI/EXEC: both or
@@ -387,52 +399,60 @@ class GroupSubscription(SubscriptionSource):
         if not self._atomic_dead_letter(letter.destination):
             await trio.lowlevel.checkpoint()
             return False
-        entry_id, read = delivery.handle
+        entry_id: str = delivery.handle
         fields = encode_fields(delivery.payload, letter.headers_for(delivery))
-        with self._settling(entry_id, read, "dead letter"):
+        with self._settling(entry_id, "dead letter"):
             await self._copy_and_ack(letter.destination, fields, entry_id)
         return True
 
-    def _let_go(self, entry_id: str, read: _Read) -> None:
-        """``entry_id`` is no longer this read's to acknowledge (settled alone, or let go)."""
-        self._held.pop(entry_id, None)
-        read.open -= 1
-        if read.open == 0 and read.ids:
-            self._to_flush.append(read)
-            self._flush_wanted.set()
-
     def unsettled(self, delivery: Delivery, why: Unsettled) -> None:
         del why  # whatever the reason, the entry stays pending and is delivered again
-        entry_id, read = delivery.handle
-        self._let_go(entry_id, read)
+        entry_id: str = delivery.handle
+        self._held.pop(entry_id, None)
+        if self._window.let_go(entry_id):
+            self._flush_wanted.set()  # ``unsettled`` cannot wait: the flush task sends it
 
-    async def _flush(self, read: _Read) -> None:
-        ids, read.ids = read.ids, []
+    async def _flush(self) -> None:
+        """Send what the window decided (one plan at a time, in commit order); a failure is
+        a :class:`SourceFault`: entries whose settle failed stay pending, delivered again."""
+        async with self._flush_lock:
+            plan = self._window.take()
+            if plan is None:
+                await trio.lowlevel.checkpoint()
+                return
+            await self._send(plan)
+
+    def _settle_commands(self, ids: Sequence[str]) -> list[Command]:
+        if self._stream.delete_on_ack:  # a work queue: acknowledged means gone, atomically
+            return [("XACK", self._key, self.group, *ids), ("XDEL", self._key, *ids)]
+        return [("XACK", self._key, self.group, *ids)]
+
+    async def _send(self, plan: FlushPlan[str]) -> None:
+        items = plan_items(plan, settle=self._settle_commands, chunk=_CHUNK)
         try:
-            await self._ack(ids)
+            if len(items) == 1 and isinstance(items[0], tuple):
+                replies: list[Any] = [await self._client.execute(*items[0])]
+            else:
+                pipeline = self._client.pipeline()
+                for item in items:
+                    if isinstance(item, list):
+                        pipeline.add_transaction(item)
+                    else:
+                        pipeline.add(*item)
+                replies = await pipeline.execute()
         except RedisError as exc:
             raise SourceFault(
-                "flush", f"XACK of {len(ids)} entries failed (they stay pending): {exc}"
+                "flush",
+                f"flush of {len(plan.tokens)} acknowledgements and {len(plan.segments)} "
+                f"segments failed (the entries stay pending): {exc}",
             ) from exc
-
-    async def _ack(self, ids: list[str]) -> None:
-        held = self._held
-        try:
-            for i in range(0, len(ids), _CHUNK):
-                chunk = ids[i : i + _CHUNK]
-                if self._stream.delete_on_ack:  # a work queue: acknowledged means gone
-                    replies = await (
-                        self._client.transaction()
-                        .add("XACK", self._key, self.group, *chunk)
-                        .add("XDEL", self._key, *chunk)
-                        .execute()
-                    )
-                    replies.raise_first()  # an error inside EXEC (Redis has no rollback)
-                else:
-                    await self._client.execute("XACK", self._key, self.group, *chunk)
         finally:
-            for entry_id in ids:
+            held = self._held
+            for entry_id in plan.tokens:
                 held.pop(entry_id, None)
+        failures = _failures(items, replies)
+        if failures:
+            raise SourceFault("flush", f"flush of {len(items)} items: {'; '.join(failures)}")
 
     async def _flush_loop(self) -> None:
         """Send the acks of reads whose last delivery was let go (``unsettled`` cannot wait)."""
@@ -440,14 +460,12 @@ class GroupSubscription(SubscriptionSource):
         while True:
             await self._flush_wanted.wait()
             self._flush_wanted = trio.Event()
-            while self._to_flush:
-                read = self._to_flush.pop()
-                try:
-                    await self._flush(read)
-                except SourceFault as exc:
-                    self._host.report_fault("flush", exc.message, error=exc)
-                else:
-                    self._host.clear_fault("flush")
+            try:
+                await self._flush()
+            except SourceFault as exc:
+                self._host.report_fault("flush", exc.message, error=exc)
+            else:
+                self._host.clear_fault("flush")
 
     # ---- delayed retries ----------------------------------------------------------------------
 
@@ -566,28 +584,13 @@ class GroupSubscription(SubscriptionSource):
             await trio.lowlevel.checkpoint()
             return
         self._closed = True
-        ids: list[str] = []
-        seen: set[int] = set()
-        for delivery in self._held.values():
-            _, read = delivery.handle
-            if id(read) not in seen:
-                seen.add(id(read))
-                ids.extend(read.ids)
-                read.ids = []
-        for read in self._to_flush:
-            ids.extend(read.ids)
-            read.ids = []
-        self._to_flush.clear()
         try:
-            if ids:
-                try:
-                    await self._ack(ids)
-                except RedisError as exc:
-                    raise SourceFault(
-                        "flush", f"XACK of {len(ids)} entries at close failed: {exc}"
-                    ) from exc
-            else:
-                await trio.lowlevel.checkpoint()
+            async with self._flush_lock:
+                plan = self._window.stop()
+                if plan is None:
+                    await trio.lowlevel.checkpoint()
+                else:
+                    await self._send(plan)
         finally:
             await self._dedicated.drop(None)
 
@@ -596,3 +599,24 @@ class GroupSubscription(SubscriptionSource):
             f"<GroupSubscription {self._label!r} stream={self._key!r} group={self.group!r} "
             f"consumer={self.consumer!r}>"
         )
+
+
+def _failures(items: Sequence[Command | list[Command]], replies: Sequence[Any]) -> list[str]:
+    """What went wrong in a flush's replies, one line each: a segment command that failed
+    (the entry is still acknowledged: Redis has no rollback), or a settle that failed (the
+    entry stays pending)."""
+    out: list[str] = []
+    for item, reply in zip(items, replies, strict=True):
+        if isinstance(reply, RedisError):
+            what = "MULTI/EXEC of a segment" if isinstance(item, list) else _name(item)
+            out.append(f"{what}: {reply}")
+        elif isinstance(item, list) and isinstance(reply, list):
+            for command, result in zip(item, reply, strict=False):
+                if isinstance(result, RedisError):
+                    out.append(f"{_name(command)} inside MULTI/EXEC: {result}")
+    return out
+
+
+def _name(command: Command) -> str:
+    name = command[0]
+    return name if isinstance(name, str) else name.decode(errors="replace")

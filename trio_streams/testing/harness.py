@@ -31,7 +31,7 @@ from ..host import Fault, SubscriptionHost
 from ..memory.broker import MemoryBroker, MemoryTransport
 from ..memory.log import MemoryHub
 from ..outcome import Outcome
-from ..pipeline import Segment
+from ..pipeline import Command, Segment
 from ..transport import Transport
 
 if TYPE_CHECKING:
@@ -72,9 +72,25 @@ class HandlerRecord:
     delivery already tried ``max_attempts`` times (its ``verdict`` says what became of it).
     """
 
-    def __init__(self, name: str, records: list[HandledMessage]) -> None:
+    def __init__(
+        self, name: str, records: list[HandledMessage], segments: list[Segment] | None = None
+    ) -> None:
         self.name = name
         self.records = records
+        #: Every pipeline-window segment of the subscription, kept or not (``pipeline=True``).
+        self.segment_records: list[Segment] = segments or []
+
+    @property
+    def segments(self) -> list[list[Command]]:
+        """The commands of each kept segment (outcome ``ack``), in commit order, as the window
+        sends them: ``[[("INCRBYFLOAT", "total:1", "2.0")]]``."""
+        return [list(s.commands) for s in self.segment_records if s.kept]
+
+    @property
+    def discarded_segments(self) -> list[list[Command]]:
+        """The commands of each segment the window discarded (any outcome but ``ack``, or a
+        delivery that ended unsettled)."""
+        return [list(s.commands) for s in self.segment_records if not s.kept]
 
     @property
     def calls(self) -> list[HandledMessage]:
@@ -226,7 +242,11 @@ class TestClient:
             raise ConfigurationError(f"no subscription runs {handler!r}; these do: {known}")
         calls = [call for name in names for call in self._calls.get(name, [])]
         label = names[0] if len(names) == 1 else ", ".join(names)
-        return HandlerRecord(label, calls)
+        wanted = set(names)
+        segments = [
+            s for hub in self._hubs.values() for s in hub.segments if s.subscription in wanted
+        ]
+        return HandlerRecord(label, calls, segments)
 
     def report_fault(self, handler: Callable[..., Any] | str, kind: str, message: str) -> None:
         """Make the source of ``handler``'s subscription report a fault, as a server transport
@@ -333,7 +353,7 @@ async def run_test_client(
         history.append(call)
 
     def connect(broker: Broker) -> AbstractAsyncContextManager[Transport]:
-        return _in_process(hubs[broker], strict=isinstance(broker, MemoryBroker))
+        return _in_process(hubs[broker], broker)
 
     for hub in hubs.values():
         hub.add_listener(changes.notify)
@@ -368,5 +388,10 @@ async def run_test_client(
 
 
 @asynccontextmanager
-async def _in_process(hub: MemoryHub, *, strict: bool) -> AsyncIterator[Transport]:
-    yield MemoryTransport(hub, strict_options=strict, follow_replays=True)
+async def _in_process(hub: MemoryHub, broker: Broker) -> AsyncIterator[Transport]:
+    yield MemoryTransport(
+        hub,
+        strict_options=isinstance(broker, MemoryBroker),
+        follow_replays=True,
+        segment_check=broker.segment_check,
+    )

@@ -12,7 +12,7 @@ from tests.redis.client.redis_waits import eventually
 from tests.redis_servers import RedisServer
 from tests.support import serving
 from trio_streams import App, Context, Position
-from trio_streams.errors import ConfigurationError, UnsupportedError
+from trio_streams.errors import ConfigurationError
 from trio_streams.redis import RedisBroker, RedisStream
 from trio_streams.redis.client import RedisClient
 
@@ -211,16 +211,6 @@ async def test_default_consumer_names_are_unique_per_process_and_a_given_name_is
 
     assert name_a.startswith(f"{socket.gethostname()}-{os.getpid()}-")
     assert name_b == "stable-1"
-
-
-async def test_pipeline_true_is_refused_at_mount_naming_the_reason(
-    redis_server: RedisServer,
-) -> None:
-    broker = RedisBroker(redis_server.url)
-    with pytest.raises(UnsupportedError, match="pipeline window"):
-
-        @broker.subscriber(RedisStream("s"), pipeline=True)
-        async def handle(n: int) -> None: ...
 
 
 def test_bad_source_arguments_are_refused_where_they_are_given() -> None:

@@ -1,0 +1,92 @@
+"""What a pipeline-window segment may hold, checked as the handler queues each command.
+
+A segment is sent after its handler returned, with acknowledgements of other deliveries, so a
+command that would break that flush is refused at the call, in the handler (where the error
+names the handler's line), never when the flush is already on its way:
+
+- commands the client refuses on a shared connection (``SUBSCRIBE``, ``SELECT``...), and
+  blocking commands (``BLPOP``, ``XREAD ... BLOCK``...), which would hold every flush behind
+  them;
+- with ``atomic=True`` in a cluster, a segment is one MULTI/EXEC with the delivery's XACK, so
+  every key it names must hash to the subscription key's slot: a key of another slot is
+  refused (naming the key and both slots), and so is a command whose keys cannot be known
+  without the server (``SORT``, ``MIGRATE``, ``GEORADIUS ... STORE``, a command this module does
+  not know).
+
+The same check runs live and under ``app.test()``, so a segment the in-process window accepts
+is one the server is sent.
+"""
+
+from __future__ import annotations
+
+from ..errors import ConfigurationError
+from ..pipeline import Command, CommandCheck
+from .client.command_keys import KNOWN_COMMANDS
+from .client.commands import BLOCKING, block_seconds, kind_of, refusal
+from .client.keys import KeyFinder, key_slot
+
+__all__ = ["SegmentRefused", "segment_check"]
+
+_FINDER = KeyFinder(KNOWN_COMMANDS)
+
+
+class SegmentRefused(ConfigurationError):
+    """A command a pipeline-window segment cannot hold; the message says why and names the key
+    or command. Raised in the handler, at the call that queued it: nothing of it is sent."""
+
+
+def segment_check(label: str, *, atomic: bool, slot_key: str | None) -> CommandCheck:
+    """The check for segments of subscription ``label``. ``slot_key``: in a cluster with
+    ``atomic=True``, the key whose slot every key of a segment must hash to (None elsewhere)."""
+    slot = None if slot_key is None or not atomic else key_slot(slot_key)
+
+    def check(command: Command) -> None:
+        name = command[0]
+        shown = name if isinstance(name, str) else name.decode(errors="replace")
+        error = refusal(command, kind_of(command))
+        if error is not None:
+            raise SegmentRefused(f"{label}: {error}")
+        if kind_of(command) & BLOCKING and block_seconds(command) != 0:
+            raise SegmentRefused(
+                f"{label}: {shown} blocks, and a segment is sent with the acknowledgements of "
+                "other deliveries: it would hold them all; queue a non-blocking command"
+            )
+        if slot is None:
+            return
+        assert slot_key is not None
+        keys = _keys(command)
+        if keys is None:
+            raise SegmentRefused(
+                f"{label}: the keys of {shown} cannot be known without the server, so "
+                f"atomic=True cannot check they share {slot_key!r}'s cluster slot: use a "
+                "command whose keys are known, or a subscription without atomic=True"
+            )
+        for key in keys:
+            if key_slot(key) != slot:
+                raise SegmentRefused(
+                    f"{label}: {shown} names key {key!r} (cluster slot {key_slot(key)}), but "
+                    f"with atomic=True a segment runs in one MULTI/EXEC with the XACK of "
+                    f"{slot_key!r} (slot {slot}): give the key the stream's hash tag, e.g. "
+                    f"'{{{_tag(slot_key)}}}:...'"
+                )
+
+    return check
+
+
+def _keys(command: Command) -> list[str | bytes] | None:
+    name = command[0]
+    lower = (name if isinstance(name, str) else name.decode(errors="replace")).lower()
+    if lower not in KNOWN_COMMANDS:
+        return None
+    keys = _FINDER.keys(command)
+    return None if keys is None else [k for k in keys if isinstance(k, str | bytes)]
+
+
+def _tag(key: str) -> str:
+    """The hash tag of ``key`` if it has one, else the whole key."""
+    start = key.find("{")
+    if start != -1:
+        end = key.find("}", start + 1)
+        if end > start + 1:
+            return key[start + 1 : end]
+    return key
