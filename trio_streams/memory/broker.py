@@ -168,6 +168,7 @@ class MemorySubscription(SubscriptionSource):
     ) -> None:
         self._hub = hub
         self._segment_check = segment_check
+        self._refused_seeks = stream.refused_seeks
         #: The segment of each delivery whose handler queued a command (pipeline=True only).
         self._window: dict[int, Pipeline] | None = {} if window else None
         self._label = label
@@ -224,6 +225,9 @@ class MemorySubscription(SubscriptionSource):
     async def seek(self, position: Position) -> None:
         if not self.seekable:
             raise UnsupportedError(f"{self._label}: a consumer group member cannot seek")
+        for kind, reason in self._refused_seeks:
+            if position.kind is kind:
+                raise SeekRefused(f"{self._label}: {position!r} {reason}")
         try:
             self._cursor.move(position)
         except SeekRefused as exc:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Self
 
 from ..errors import ConfigurationError
-from ..positions import Position
+from ..positions import Position, PositionKind
 from ..transport import Source, check_source_args
 
 __all__ = ["MemoryStream"]
@@ -21,12 +21,16 @@ class MemoryStream(Source):
     - ``start_at=Position...`` starts somewhere else (a live subscription then keeps following).
     - ``group="workers"``: a consumer group; each message goes to one member. Several streams
       are read in the order they were published.
+    - ``refused_seeks``: position kinds a seek refuses, each with the reason — what the real
+      transport a source stands in for under ``app.test()`` refuses (a Redis stream has no
+      sequence numbers).
     """
 
     keys: tuple[str, ...]
     replaying: bool
     start_at: Position | None
     group: str | None
+    refused_seeks: tuple[tuple[PositionKind, str], ...]
 
     def __init__(
         self,
@@ -34,6 +38,7 @@ class MemoryStream(Source):
         group: str | None = None,
         start_at: Position | None = None,
         replaying: bool = False,
+        refused_seeks: tuple[tuple[PositionKind, str], ...] = (),
     ) -> None:
         check_source_args("MemoryStream", streams, start_at)
         if group is not None and (not isinstance(group, str) or not group):
@@ -42,6 +47,7 @@ class MemoryStream(Source):
         object.__setattr__(self, "replaying", replaying)
         object.__setattr__(self, "start_at", start_at)
         object.__setattr__(self, "group", group)
+        object.__setattr__(self, "refused_seeks", tuple(refused_seeks))
 
     def replay(self) -> MemoryStream:
         """The same streams read from the beginning, ending at the tip."""
@@ -52,6 +58,7 @@ class MemoryStream(Source):
             "group": self.group,
             "start_at": self.start_at,
             "replaying": self.replaying,
+            "refused_seeks": self.refused_seeks,
             **changes,
         }
         keys = changes.get("keys", self.keys)

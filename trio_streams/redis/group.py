@@ -131,6 +131,8 @@ class GroupSubscription(SubscriptionSource):
         self._pending_from: str | None = "0"
         #: Entries held (read, not yet acknowledged or let go): renewed by the lease task.
         self._held: dict[str, Delivery] = {}
+        #: While a read of the own pending list is under way: what was acknowledged meanwhile.
+        self._acked_during: set[str] | None = None
         #: ``pipeline=True``: handlers have segments (without it the window only batches acks).
         self._windowed = window
         self._window: Window[str] = Window(lambda: Pipeline(segment_check), atomic=atomic)
@@ -282,7 +284,19 @@ class GroupSubscription(SubscriptionSource):
             )  # fmt: skip
 
     async def _read_own_pending(self, conn: Connection) -> list[Delivery]:
-        assert self._pending_from is not None
+        """The next entries of this consumer's own pending list that it does not hold.
+
+        Settles keep running meanwhile: an entry acknowledged after the server answered this
+        read (so the read still returned it) is noted in ``_acked_during`` and not delivered
+        again. Cancelled, it delivers nothing (the entries stay pending)."""
+        self._acked_during = set()
+        try:
+            return await self._read_own_pending_noting(conn)
+        finally:
+            self._acked_during = None
+
+    async def _read_own_pending_noting(self, conn: Connection) -> list[Delivery]:
+        assert self._pending_from is not None and self._acked_during is not None
         reply = await conn.execute(
             "XREADGROUP", "GROUP", self.group, self.consumer, "COUNT", self._count,
             "STREAMS", self._key, self._pending_from,
@@ -292,12 +306,10 @@ class GroupSubscription(SubscriptionSource):
             self._pending_from = None  # caught up: new entries from now on
             return []
         self._pending_from = entries[-1].id
-        held = self._held
-        fresh = [e for e in entries if e.id not in held]
-        deleted = [e.id for e in fresh if e.fields is None]
+        deleted = [e.id for e in entries if e.fields is None and e.id not in self._held]
         if deleted:
             await self._ack_deleted(deleted)
-        live = [e for e in fresh if e.fields is not None]
+        live = [e for e in entries if e.fields is not None]
         if not live:
             return []
         first, last = live[0].id, live[-1].id
@@ -305,7 +317,12 @@ class GroupSubscription(SubscriptionSource):
             "XPENDING", self._key, self.group, first, last, len(entries), self.consumer
         )
         counts = parse_pending(reply)
-        return self._deliver(live, counts)
+        # Only what is still this consumer's and not in hand, as of the XPENDING reply: while
+        # these replies were on their way, a settle may have acknowledged an entry the read
+        # returned (its XACK ran after the read) or another consumer claimed it.
+        held, acked = self._held, self._acked_during
+        mine = [e for e in live if e.id in counts and e.id not in held and e.id not in acked]
+        return self._deliver(mine, counts) if mine else []
 
     async def _ack_deleted(self, ids: list[str]) -> None:
         await self._client.execute("XACK", self._key, self.group, *ids)
@@ -379,6 +396,8 @@ class GroupSubscription(SubscriptionSource):
             raise SourceFault(
                 "settle", f"{what} of entry {entry_id} failed (it stays pending): {exc}"
             ) from exc
+        else:
+            self._note_acked((entry_id,))
         finally:
             self._held.pop(entry_id, None)
             if self._window.settled_alone(entry_id):
@@ -451,8 +470,15 @@ class GroupSubscription(SubscriptionSource):
             for entry_id in plan.tokens:
                 held.pop(entry_id, None)
         failures = _failures(items, replies)
+        if not failures:
+            self._note_acked(plan.tokens)
         if failures:
             raise SourceFault("flush", f"flush of {len(items)} items: {'; '.join(failures)}")
+
+    def _note_acked(self, ids: Sequence[str]) -> None:
+        """``ids`` were acknowledged: a pending read under way must not deliver them again."""
+        if self._acked_during is not None:
+            self._acked_during.update(ids)
 
     async def _flush_loop(self) -> None:
         """Send the acks of reads whose last delivery was let go (``unsettled`` cannot wait)."""

@@ -34,7 +34,7 @@ from ..transport import SeekRefused, SubscriptionSource
 from .client import Backoff, ReadOnlyError, RedisClient, RedisConnectionError
 from .client.errors import RedisError
 from .dedicated import DedicatedConnection
-from .streams import RedisStream
+from .streams import SEQUENCE_REFUSAL, RedisStream
 from .wire import (
     Entry,
     decode_fields,
@@ -96,10 +96,7 @@ class PlainSubscription(SubscriptionSource):
             await trio.lowlevel.checkpoint()
             assert position.value is not None
             return f"{position.value}-{MAX_SEQUENCE}"
-        raise SeekRefused(
-            f"{self._label}: {position!r} cannot address a Redis stream: its entries are "
-            "addressed by id (Position.entry) and time (Position.timestamp)"
-        )
+        raise SeekRefused(f"{self._label}: {position!r} {SEQUENCE_REFUSAL}")
 
     async def seek(self, position: Position) -> None:
         if position.stream is not None and position.stream != self._key:

@@ -11,6 +11,12 @@ from ..memory.sources import MemoryStream
 from ..positions import Position, PositionKind
 from ..transport import Source, check_source_args
 
+#: Why a plain stream refuses ``Position.sequence`` (live, and under ``app.test()``).
+SEQUENCE_REFUSAL = (
+    "cannot address a Redis stream: its entries are addressed by id (Position.entry) and time "
+    "(Position.timestamp)"
+)
+
 __all__ = ["Mode", "NoGroup", "RedisStream"]
 
 
@@ -218,7 +224,12 @@ class RedisStream(Source):
         if start.kind is PositionKind.ENTRY:
             start = Position.beginning()  # in-process streams have no entry ids
         if self.mode is not Mode.GROUP:
-            return MemoryStream(self.key, start_at=start, replaying=self.replaying)
+            return MemoryStream(
+                self.key,
+                start_at=start,
+                replaying=self.replaying,
+                refused_seeks=((PositionKind.SEQUENCE, SEQUENCE_REFUSAL),),
+            )
         # No group named: one group per subscription, which in process is a cursor of its own.
         return MemoryStream(self.key, group=self.group, start_at=start)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import Counter
 
 import pytest
 import trio
@@ -12,13 +13,14 @@ from tests.redis.client.redis_waits import eventually
 from tests.redis_servers import RedisServer
 from tests.redis_servers import redis_server as start_redis_server
 from tests.support import serving
-from trio_streams import App, Context, Position
+from trio_streams import RETRY_COUNT_HEADER, App, Context, Outcome, Position, ack, retry
 from trio_streams.app import AppFailed, HealthState
 from trio_streams.redis import GroupVanished, RedisBroker, RedisStream
 from trio_streams.redis.client import RedisClient, connect
+from trio_streams.redis.wire import text
 
 from .procs import Consumer
-from .support import pending_count
+from .support import entries, pending_count
 
 
 def _app(url: str, **source: object) -> tuple[App, RedisBroker]:
@@ -188,3 +190,56 @@ async def test_a_failed_xack_is_a_reported_fault_and_the_entries_are_redelivered
                 assert "flush" not in running.stats()["sub"].degraded
     assert {n for n, _ in seen} == {1, 2}
     assert max(attempt for _, attempt in seen) >= 2  # delivered again after the failure
+
+
+async def test_a_restart_with_aof_under_load_loses_nothing_and_writes_one_retry_copy_each() -> None:
+    # Four workers retry every original while the server restarts: settles, flushes and the
+    # reader's own-pending reads race the restart. An entry acknowledged while its consumer's
+    # pending list was being read must not come again (a second copy).
+    with start_redis_server("--appendonly", "yes", "--appendfsync", "always") as server:
+        app, broker = _app(server.url)
+        originals: set[str] = set()
+        copies_seen: set[int] = set()
+        handled: list[tuple[int, int, str]] = []
+
+        @broker.subscriber(RedisStream("s", group="g", consumer="c1", min_idle=1.0), workers=4)
+        async def handle(n: int, ctx: Context) -> Outcome:
+            assert ctx.position is not None
+            await trio.sleep(0.001 * (n % 7))  # settles spread over the restart
+            handled.append((n, ctx.attempt, ctx.position.entry_id))
+            if RETRY_COUNT_HEADER not in ctx.message.headers:  # an original
+                return retry()
+            copies_seen.add(n)
+            return ack()
+
+        async with connect(server.url) as redis, serving(app):
+            for n in range(100):
+                originals.add(text(await redis.execute("XADD", "s", "*", "_payload", str(n))))
+            await trio.to_thread.run_sync(server.restart)
+            for n in range(100, 200):
+                with trio.fail_after(10):
+                    while True:
+                        try:
+                            entry_id = await redis.execute("XADD", "s", "*", "_payload", str(n))
+                        except ConnectionError:
+                            await trio.sleep(0.02)  # the server is still starting
+                        else:
+                            originals.add(text(entry_id))
+                            break
+
+            async def all_copies_handled() -> bool:
+                await trio.lowlevel.checkpoint()
+                return len(copies_seen) == 200
+
+            await eventually(all_copies_handled, within=30, what="every retry copy handled")
+            await eventually(lambda: _no_pending(redis), within=10, what="an empty PEL")
+            stream = await entries(redis, "s")
+    copies = Counter(int(f["_payload"]) for entry_id, f in stream if entry_id not in originals)
+    assert sorted(copies) == list(range(200))  # nothing lost
+    doubled = {n: c for n, c in copies.items() if c != 1}
+    detail = [h for h in handled if h[0] in doubled]
+    assert doubled == {}, (detail, [e for e in stream if int(e[1]["_payload"]) in doubled])
+
+
+async def _no_pending(redis: RedisClient) -> bool:
+    return await pending_count(redis, "s", "g") == 0
