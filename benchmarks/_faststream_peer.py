@@ -1,9 +1,15 @@
-"""The FastStream peer of ``redis_stream_consume.py``: drain a prefilled stream through a
-consumer group under asyncio, a no-op handler per message (or per batch with ``batch``).
+"""The FastStream peer of ``redis_stream_consume.py`` and ``redis_window.py``: drain a
+prefilled stream through a consumer group under asyncio.
 
-Run by ``redis_stream_consume.py --faststream-python PATH`` with an interpreter that has
+Modes: ``message`` and ``batch``, a no-op handler per message or per batch
+(``redis_stream_consume.py``); ``incr``, a handler per message that awaits one ``INCR`` of the
+counter its entry names (``KEY:n:<payload>``) on the broker's own Redis connection, the
+documented ``Redis`` annotation (``redis_window.py``). FastStream acknowledges each message
+with its own ``XACK`` after the handler returns.
+
+Run by those scripts with ``--faststream-python PATH``, an interpreter that has
 ``faststream[redis]`` installed: ``python _faststream_peer.py URL KEY ENTRIES MODE`` prints
-the msgs/s it reached.
+the msgs/s it reached (until the handler has run for every entry).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from typing import Any
 
 async def main(url: str, key: str, entries: int, mode: str) -> None:
     from faststream.redis import RedisBroker, StreamSub  # type: ignore[import-not-found]
+    from faststream.redis.annotations import Redis  # type: ignore[import-not-found]
 
     broker = RedisBroker(url, logger=None)  # no log line per message: the fairest figure
     done = asyncio.Event()
@@ -23,12 +30,24 @@ async def main(url: str, key: str, entries: int, mode: str) -> None:
     batch = mode == "batch"
     source = StreamSub(key, group="g", consumer="c", max_records=100, batch=batch, last_id="0")
 
-    @broker.subscriber(stream=source)  # type: ignore[untyped-decorator]
-    async def handle(body: Any) -> None:
-        nonlocal handled
-        handled += len(body) if batch else 1
-        if handled >= entries:
-            done.set()
+    if mode == "incr":
+
+        @broker.subscriber(stream=source)  # type: ignore[untyped-decorator]
+        async def count(body: Any, redis: Redis) -> None:
+            nonlocal handled
+            await redis.incr(f"{key}:n:{body['_payload']}")
+            handled += 1
+            if handled >= entries:
+                done.set()
+
+    else:
+
+        @broker.subscriber(stream=source)  # type: ignore[untyped-decorator]
+        async def handle(body: Any) -> None:
+            nonlocal handled
+            handled += len(body) if batch else 1
+            if handled >= entries:
+                done.set()
 
     started = time.perf_counter()
     await broker.start()
