@@ -36,6 +36,7 @@ __all__ = [
     "parse_entries",
     "parse_pending",
     "parse_read",
+    "stream_entries",
     "text",
 ]
 
@@ -75,17 +76,19 @@ def encode_fields(payload: bytes, headers: Mapping[str, str]) -> list[bytes | st
 
 def decode_fields(fields: Sequence[bytes]) -> tuple[bytes, dict[str, str]]:
     """``(payload, headers)`` of an entry's flat field list (see the module docstring)."""
-    payload: bytes | None = None
-    headers: dict[str, str] = {}
     count = len(fields)
+    if count == 2 and fields[0] == PAYLOAD_FIELD:  # the common entry: a payload, no headers
+        return bytes(fields[1]), {}
     if count % 2:
         raise ReplyShapeError(f"an entry's fields come in pairs; got {count} values")
-    for i in range(0, count, 2):
-        name = fields[i]
+    payload: bytes | None = None
+    headers: dict[str, str] = {}
+    pairs = iter(fields)
+    for name, value in zip(pairs, pairs, strict=True):
         if name == PAYLOAD_FIELD:
-            payload = bytes(fields[i + 1])
+            payload = bytes(value)
         elif name.startswith(_HEADER_PREFIX_BYTES):
-            headers[text(name[2:])] = text(fields[i + 1])
+            headers[text(name[2:])] = text(value)
     if payload is None:
         raw = {text(fields[i]): text(fields[i + 1]) for i in range(0, count, 2)}
         return json.dumps(raw, separators=(",", ":")).encode(), {}
@@ -126,6 +129,32 @@ def parse_read(reply: Any) -> dict[str, list[Entry]]:
             raise ReplyShapeError(f"expected [key, entries], got {pair!r}")
         streams[text(pair[0])] = parse_entries(pair[1])
     return streams
+
+
+def stream_entries(reply: Any, key: str) -> list[Any] | None:
+    """The entries of stream ``key`` in an ``XREAD``/``XREADGROUP`` reply, as sent: a list of
+    ``[id, fields]`` items, each still to be checked (None on a timeout, or when the reply does
+    not name ``key``).
+
+    For a reader of one stream that builds its deliveries straight from the items: no
+    :class:`Entry` is made on the way (:func:`parse_read` makes one per entry)."""
+    if reply is None:
+        return None
+    if type(reply) is dict:
+        pairs: Any = reply.items()
+    elif type(reply) is list:
+        pairs = reply
+    else:
+        raise ReplyShapeError(f"expected a map or list of streams, got {reply!r}")
+    found = None
+    for pair in pairs:
+        if not isinstance(pair, list | tuple) or len(pair) != 2:
+            raise ReplyShapeError(f"expected [key, entries], got {pair!r}")
+        if text(pair[0]) == key:
+            found = pair[1]
+    if found is not None and type(found) is not list:
+        raise ReplyShapeError(f"expected a list of entries, got {found!r}")
+    return found
 
 
 def parse_autoclaim(reply: Any) -> tuple[str, list[Any], list[str]]:
@@ -175,7 +204,13 @@ def split_id(entry_id: str) -> tuple[int, int]:
 
 
 _new = object.__new__
-_set = object.__setattr__
+# A position's fields are slots: their descriptors set them without the frozen dataclass'
+# __setattr__ (and faster than object.__setattr__, which looks each one up by name).
+_set_kind = Position.__dict__["kind"].__set__
+_set_value = Position.__dict__["value"].__set__
+_set_stream = Position.__dict__["stream"].__set__
+_set_shard = Position.__dict__["shard"].__set__
+_ENTRY = PositionKind.ENTRY
 
 
 def entry_position(entry_id: str, stream: str) -> tuple[Position, int]:
@@ -186,10 +221,10 @@ def entry_position(entry_id: str, stream: str) -> tuple[Position, int]:
     ms_text, _, seq_text = entry_id.partition("-")
     ms = int(ms_text)
     position: Position = _new(Position)
-    _set(position, "kind", PositionKind.ENTRY)
-    _set(position, "value", ms << 64 | int(seq_text or 0))
-    _set(position, "stream", stream)
-    _set(position, "shard", None)
+    _set_kind(position, _ENTRY)
+    _set_value(position, ms << 64 | int(seq_text or 0))
+    _set_stream(position, stream)
+    _set_shard(position, None)
     return position, ms
 
 

@@ -15,6 +15,7 @@ from trio_streams.redis.wire import (
     parse_autoclaim,
     parse_pending,
     parse_read,
+    stream_entries,
 )
 
 
@@ -33,6 +34,12 @@ def test_an_entry_without_payload_delivers_its_fields_as_a_json_object() -> None
     assert decode_fields([b"a", b"1", b"b", b"two"]) == (b'{"a":"1","b":"two"}', {})
 
 
+def test_a_payload_alone_decodes_with_an_empty_headers_dict_of_its_own() -> None:
+    first, second = decode_fields([b"_payload", b"p"]), decode_fields([b"_payload", b"p"])
+    assert first == (b"p", {}) == second
+    assert first[1] is not second[1]
+
+
 def test_odd_fields_are_a_shape_error() -> None:
     with pytest.raises(ReplyShapeError, match="pairs"):
         decode_fields([b"_payload"])
@@ -44,6 +51,20 @@ def test_reads_parse_in_resp3_maps_and_resp2_lists_with_nil_fields_kept() -> Non
     assert parse_read({b"s": entries}) == expected
     assert parse_read([[b"s", entries]]) == expected
     assert parse_read(None) == {}
+
+
+def test_a_readers_own_stream_is_found_in_resp3_maps_and_resp2_lists_unparsed() -> None:
+    entries = [[b"1-0", [b"_payload", b"x"]]]
+    assert stream_entries({b"other": [], b"s": entries}, "s") is entries
+    assert stream_entries([[b"s", entries]], "s") is entries
+    assert stream_entries([[b"other", entries]], "s") is None
+    assert stream_entries(None, "s") is None
+
+
+@pytest.mark.parametrize("reply", [b"junk", [[b"s"]], [[b"s", b"not a list"]]])
+def test_a_read_reply_of_another_shape_is_a_shape_error(reply: object) -> None:
+    with pytest.raises(ReplyShapeError):
+        stream_entries(reply, "s")
 
 
 def test_xautoclaim_replies_with_and_without_the_deleted_ids_element() -> None:
