@@ -17,7 +17,7 @@ from .errors import ConfigurationError, TrioStreamsError, UnsupportedError
 from .handler import Depends, Header, Headers
 from .memory import MemoryBroker, MemoryStream
 from .outcome import Outcome, ack, drop, retry, retry_after
-from .pipeline import Pipeline
+from .pipeline import Pipeline, SegmentClosed
 from .positions import InvalidPosition, Position
 from .routing import Publisher, Router
 from .transport import SeekRefused
@@ -51,6 +51,7 @@ __all__ = [
     "RunningApp",
     "SeekRefused",
     "Seeker",
+    "SegmentClosed",
     "State",
     "TrioStreamsError",
     "UnsupportedError",

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from .delivery import Delivery, producer_headers
 from .errors import UnsupportedError
+from .pipeline import SegmentClosed
 from .positions import Position
 
 if TYPE_CHECKING:
@@ -94,7 +95,15 @@ class Context:
     @property
     def pipeline(self) -> Pipeline:
         """This delivery's segment of the pipeline window: commands sent with its
-        acknowledgement if the outcome is ``ack``, discarded otherwise (``pipeline=True``)."""
+        acknowledgement if the outcome is ``ack``, discarded otherwise (``pipeline=True``).
+
+        Raises :class:`~trio_streams.pipeline.SegmentClosed` once the delivery was settled: a
+        command queued then would never be sent."""
+        if self.message.ended:
+            raise SegmentClosed(
+                f"subscription {self._runner.label!r}: the delivery at {self.message.position!r} "
+                "was already settled, so its segment takes no more commands"
+            )
         pipeline = self._runner.pipeline_for(self.message)
         if pipeline is None:
             raise UnsupportedError(

@@ -257,6 +257,11 @@ class MemorySubscription(SubscriptionSource):
     def _decide(self, delivery: Delivery, *, kept: bool, decided_by: str) -> None:
         assert self._window is not None
         segment = self._window.pop(id(delivery), None)
+        if segment is not None:
+            segment.close(
+                f"the window already {'kept' if kept else 'discarded'} this delivery's segment: "
+                "a command queued after its handler returned is never sent"
+            )
         if segment is not None and len(segment):
             self._hub.segments.append(
                 Segment(self._label, delivery.stream, segment.commands, kept, decided_by)

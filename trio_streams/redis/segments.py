@@ -7,11 +7,12 @@ names the handler's line), never when the flush is already on its way:
 - commands the client refuses on a shared connection (``SUBSCRIBE``, ``SELECT``...), and
   blocking commands (``BLPOP``, ``XREAD ... BLOCK``...), which would hold every flush behind
   them;
-- with ``atomic=True`` in a cluster, a segment is one MULTI/EXEC with the delivery's XACK, so
-  every key it names must hash to the subscription key's slot: a key of another slot is
-  refused (naming the key and both slots), and so is a command whose keys cannot be known
-  without the server (``SORT``, ``MIGRATE``, ``GEORADIUS ... STORE``, a command this module does
-  not know).
+- with ``atomic=True``, a segment is one MULTI/EXEC with the delivery's XACK, so its keys
+  must be known when it is queued: a command whose keys cannot be known without the server
+  (``SORT``, ``MIGRATE``, ``GEORADIUS ... STORE``, a command this module does not know) is
+  refused, on any server, so that what runs on a standalone server also runs on a cluster;
+- and in a cluster every key a segment names must hash to the subscription key's slot: a key
+  of another slot is refused (naming the key and both slots).
 
 The same check runs live and under ``app.test()``, so a segment the in-process window accepts
 is one the server is sent.
@@ -43,24 +44,22 @@ def segment_check(label: str, *, atomic: bool, slot_key: str | None) -> CommandC
     def check(command: Command) -> None:
         name = command[0]
         shown = name if isinstance(name, str) else name.decode(errors="replace")
-        error = refusal(command, kind_of(command))
-        if error is not None:
-            raise SegmentRefused(f"{label}: {error}")
-        if kind_of(command) & BLOCKING and block_seconds(command) != 0:
+        kind = kind_of(command)
+        if kind:
+            _check_kind(label, command, kind, shown)
+        if not atomic:
+            return
+        keys = _keys(command)
+        if keys is None:
             raise SegmentRefused(
-                f"{label}: {shown} blocks, and a segment is sent with the acknowledgements of "
-                "other deliveries: it would hold them all; queue a non-blocking command"
+                f"{label}: the keys of {shown} cannot be known without the server, and with "
+                "atomic=True every key of a segment must be known when it is queued (in a "
+                "cluster, to check it shares the stream's slot): use a command whose keys are "
+                "known, or a subscription without atomic=True"
             )
         if slot is None:
             return
         assert slot_key is not None
-        keys = _keys(command)
-        if keys is None:
-            raise SegmentRefused(
-                f"{label}: the keys of {shown} cannot be known without the server, so "
-                f"atomic=True cannot check they share {slot_key!r}'s cluster slot: use a "
-                "command whose keys are known, or a subscription without atomic=True"
-            )
         for key in keys:
             if key_slot(key) != slot:
                 raise SegmentRefused(
@@ -71,6 +70,18 @@ def segment_check(label: str, *, atomic: bool, slot_key: str | None) -> CommandC
                 )
 
     return check
+
+
+def _check_kind(label: str, command: Command, kind: int, shown: str) -> None:
+    """Refuse what the client refuses on a shared connection, and blocking commands."""
+    error = refusal(command, kind)
+    if error is not None:
+        raise SegmentRefused(f"{label}: {error}")
+    if kind & BLOCKING and block_seconds(command) != 0:
+        raise SegmentRefused(
+            f"{label}: {shown} blocks, and a segment is sent with the acknowledgements of "
+            "other deliveries: it would hold them all; queue a non-blocking command"
+        )
 
 
 def _keys(command: Command) -> list[str | bytes] | None:

@@ -32,7 +32,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar, final
 
-from ..pipeline import Command, Pipeline
+from ..pipeline import Command, Pipeline, SegmentClosed
 
 __all__ = ["FlushPlan", "KeptSegment", "Window", "plan_items"]
 
@@ -123,8 +123,13 @@ class Window(Generic[Token]):
     # ---- the handler -------------------------------------------------------------------------
 
     def segment(self, token: Token) -> Pipeline:
-        """The slot's segment, opened at the first call (``ctx.pipeline``)."""
-        slot = self._slot(token)
+        """The slot's segment, opened at the first call (``ctx.pipeline``). Raises
+        :class:`SegmentClosed` once the delivery was settled (its slot closed)."""
+        slot = self._slots.get(token)
+        if slot is None:
+            raise SegmentClosed(
+                f"the delivery {token!r} was already settled: its segment takes no more commands"
+            )
         if slot.segment is None:
             slot.segment = self.new_segment()
         return slot.segment
@@ -137,8 +142,14 @@ class Window(Generic[Token]):
         Returns whether a segment was kept. A later attempt of the same delivery opens a new
         segment."""
         slot = self._slot(token)
-        commands = () if slot.segment is None else slot.segment.commands
-        slot.segment = None
+        segment, slot.segment = slot.segment, None
+        if segment is None:
+            return False
+        segment.close(
+            f"the window already {'kept' if keep else 'discarded'} this delivery's segment "
+            f"({token!r}): a command queued after its handler returned is never sent"
+        )
+        commands = segment.commands
         if not commands:
             return False
         if not keep:

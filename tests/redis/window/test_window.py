@@ -17,9 +17,20 @@ from tests.redis.streams.support import entries, pending_count
 from tests.redis_servers import RedisServer
 from tests.redis_servers import redis_server as start_redis_server
 from tests.support import serving
-from trio_streams import App, Context, Outcome, Pipeline, Position, ack, drop, retry, retry_after
+from trio_streams import (
+    App,
+    Context,
+    Outcome,
+    Pipeline,
+    Position,
+    SegmentClosed,
+    ack,
+    drop,
+    retry,
+    retry_after,
+)
 from trio_streams.errors import ConfigurationError, UnsupportedError
-from trio_streams.redis import RedisBroker, RedisStream
+from trio_streams.redis import RedisBroker, RedisStream, SegmentRefused
 from trio_streams.redis.client import RedisClient, connect
 
 from .support import Writes, calls, stat
@@ -69,11 +80,11 @@ async def test_pipeline_true_opens_a_window_and_each_delivery_of_a_read_takes_a_
     app = App("svc")
     broker = app.broker(RedisBroker(redis_server.url))
     done = trio.Event()
-    segments: list[int] = []
+    segments: list[Pipeline] = []
 
     @broker.subscriber(RedisStream("s", group="g", start=BEGINNING), pipeline=True)
     async def handle(n: int, ctx: Context) -> None:
-        segments.append(id(ctx.pipeline))
+        segments.append(ctx.pipeline)
         ctx.pipeline.incr(f"n:{n}")
         if len(segments) == 3:
             done.set()
@@ -82,7 +93,7 @@ async def test_pipeline_true_opens_a_window_and_each_delivery_of_a_read_takes_a_
         with trio.fail_after(10):
             await done.wait()
         await drained(redis)
-    assert len(set(segments)) == 3  # a segment per delivery
+    assert len({id(segment) for segment in segments}) == 3  # a segment per delivery
     assert await values(redis, ["n:1", "n:2", "n:3"]) == [b"1", b"1", b"1"]
 
 
@@ -646,3 +657,50 @@ async def test_delete_on_ack_under_the_window_deletes_with_the_xack_atomically(
         ]
     ]
     assert await redis.execute("XLEN", "s") == 0
+
+
+async def test_a_segment_used_after_its_handler_returned_refuses_commands_and_sends_nothing(
+    redis_server: RedisServer, redis: RedisClient
+) -> None:
+    await fill(redis, "s", 1)
+    app = App("svc")
+    broker = app.broker(RedisBroker(redis_server.url))
+    kept: list[tuple[Pipeline, Context]] = []
+
+    @broker.subscriber(RedisStream("s", group="g", start=BEGINNING), pipeline=True)
+    async def handle(n: int, ctx: Context) -> None:
+        ctx.pipeline.incr("in-time")
+        kept.append((ctx.pipeline, ctx))
+
+    async with serving(app):
+        await drained(redis)
+        pipeline, ctx = kept[0]
+        with pytest.raises(SegmentClosed, match="never sent"):
+            pipeline.incr("late")
+        with pytest.raises(SegmentClosed, match="already settled"):
+            ctx.pipeline.incr("late")
+    assert await values(redis, ["in-time", "late"]) == [b"1", None]
+
+
+async def test_atomic_refuses_a_command_whose_keys_cannot_be_known_on_any_server(
+    redis_server: RedisServer, redis: RedisClient
+) -> None:
+    await fill(redis, "s", 1)
+    app = App("svc")
+    broker = app.broker(RedisBroker(redis_server.url))
+    refused: list[str] = []
+
+    @broker.subscriber(
+        RedisStream("s", group="g", start=BEGINNING), pipeline=True, atomic=True, name="sub"
+    )
+    async def handle(n: int, ctx: Context) -> None:
+        try:
+            ctx.pipeline.sort("list", "BY", "nosort", "GET", "other:*")
+        except SegmentRefused as exc:
+            refused.append(str(exc))
+        ctx.pipeline.eval("return redis.call('SET', KEYS[1], 'x')", 1, "known")  # keys declared
+
+    async with serving(app):
+        await drained(redis)
+    assert len(refused) == 1 and "cannot be known without the server" in refused[0]
+    assert await redis.execute("GET", "known") == b"x"

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trio_streams import App, Context, Outcome, ack, drop
+import pytest
+
+from trio_streams import App, Context, Outcome, Pipeline, SegmentClosed, ack, drop
 from trio_streams.errors import ConfigurationError
 from trio_streams.redis import RedisBroker, RedisStream
 
@@ -53,3 +55,22 @@ async def test_in_process_a_segment_refuses_what_the_real_window_refuses() -> No
         await t.publish("orders", 1)
         assert t.handler(handle).segments == [[("SET", "ok", "1")]]
     assert len(refused) == 1 and "blocks" in refused[0]
+
+
+async def test_in_process_a_segment_used_after_its_handler_returned_refuses_commands() -> None:
+    app, redis = _app()
+    kept: list[tuple[Pipeline, Context]] = []
+
+    @redis.subscriber(RedisStream("orders", group="g"), pipeline=True)
+    async def handle(n: int, ctx: Context) -> None:
+        ctx.pipeline.set("k", n)
+        kept.append((ctx.pipeline, ctx))
+
+    async with app.test() as t:
+        await t.publish("orders", 1)
+        pipeline, ctx = kept[0]
+        with pytest.raises(SegmentClosed, match="never sent"):
+            pipeline.set("late", 1)
+        with pytest.raises(SegmentClosed, match="already settled"):
+            ctx.pipeline.set("late", 1)
+        assert t.handler(handle).segments == [[("SET", "k", "1")]]
