@@ -15,11 +15,12 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 class Consumer:
-    """``consumer_app`` in a subprocess; its stdout lines are collected by a thread."""
+    """An app module (``consumer_app`` unless ``module`` names another) in a subprocess; its
+    stdout lines are collected by a thread."""
 
-    def __init__(self, *args: object) -> None:
+    def __init__(self, *args: object, module: str = "tests.redis.streams.consumer_app") -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.redis.streams.consumer_app", *map(str, args)],
+            [sys.executable, "-m", module, *map(str, args)],
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
