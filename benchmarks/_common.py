@@ -59,6 +59,17 @@ def parse_args(description: str | None) -> argparse.Namespace:
     return parser.parse_args()
 
 
+def redis_drain_args(description: str | None) -> argparse.Namespace:
+    """The options of the Redis drain benchmarks: entries per run, runs, and the FastStream
+    peer (an interpreter that has ``faststream[redis]``, and how many entries it drains)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--entries", type=int, default=50_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--faststream-python", metavar="PATH", default=None)
+    parser.add_argument("--peer-entries", type=int, default=5_000)
+    return parser.parse_args()
+
+
 def latency_options(
     description: str | None,
     reader: Callable[[str, int], Awaitable[None]],

@@ -42,7 +42,6 @@ Run: ``python benchmarks/redis_window.py [--entries N] [--runs N]
 
 from __future__ import annotations
 
-import argparse
 import math
 import statistics
 import sys
@@ -56,6 +55,8 @@ import trio
 
 # The test servers' launcher lives with the tests (it is not part of the package).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _common import redis_drain_args
 
 from tests.redis_servers import redis_server
 from trio_streams import App, Context, Position
@@ -358,10 +359,5 @@ async def main(entries: int, runs: int, peer_python: str | None, peer_entries: i
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--entries", type=int, default=50_000)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--faststream-python", metavar="PATH", default=None)
-    parser.add_argument("--peer-entries", type=int, default=5_000)
-    args = parser.parse_args()
+    args = redis_drain_args(__doc__.splitlines()[0])
     trio.run(main, args.entries, args.runs, args.faststream_python, args.peer_entries)
