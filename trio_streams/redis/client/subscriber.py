@@ -138,10 +138,14 @@ class Subscription:
         shard_channels: Iterable[str | bytes] = (),
         backoff: Backoff,
         on_connection_lost: Callable[[], None] | None = None,
+        on_lost: Callable[[RedisError], None] | None = None,
         health_check_interval: float = 5.0,
         health_check_timeout: float = 5.0,
     ) -> None:
         self._opener = opener
+        #: Told once per loss, when it begins, with its cause (the :class:`Gap` that ends it
+        #: follows in the iteration): a caller that must show it is deaf while reconnecting.
+        self._on_lost = on_lost
         self._wanted: dict[str, set[bytes]] = {
             "channels": {_as_bytes(c) for c in channels},
             "patterns": {_as_bytes(p) for p in patterns},
@@ -467,6 +471,8 @@ class Subscription:
         self._connection = None
         if self._lost is None:
             self._lost = (error, trio.current_time())
+            if self._on_lost is not None:
+                self._on_lost(error)
         if isinstance(error, RedisConnectionError):
             self._fail_requests(error)
         else:
