@@ -108,6 +108,7 @@ async def test_a_retry_copy_reaches_only_the_subscription_that_asked_for_it(
         await broker.publish(transport.to("s"), 1)
         with trio.fail_after(10):
             await retried.wait()
+        # The other subscription has read past the copy by then.
         await broker.publish(
             transport.to("s"), 2
         )  # the other subscription has read past the copy by then
