@@ -109,9 +109,7 @@ async def test_a_retry_copy_reaches_only_the_subscription_that_asked_for_it(
         with trio.fail_after(10):
             await retried.wait()
         # The other subscription has read past the copy by then.
-        await broker.publish(
-            transport.to("s"), 2
-        )  # the other subscription has read past the copy by then
+        await broker.publish(transport.to("s"), 2)
         with trio.fail_after(10):
             await other_got_2.wait()
     assert asked[:2] == [(1, 1), (1, 2)]
