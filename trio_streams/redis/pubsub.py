@@ -3,11 +3,12 @@
 At most once, by nature: the server keeps nothing for a channel, so a subscriber receives what
 is published while it is subscribed, once, and nothing else.
 
-- **Readers.** One client subscription (one connection) per reader, each read by a task the
-  subscription owns (``host.start_soon``), into a bounded channel the driver reads: classic
-  channels and patterns have one reader; sharded channels in a cluster one per node that owns
-  some of them (a node serves ``SSUBSCRIBE`` only for its own slots). Back-pressure is the
-  bounded channel: a reader that cannot hand a message on stops reading its socket, and the
+- **Readers.** One client subscription (one connection) per reader: classic channels and
+  patterns have one reader, which the driver reads itself (each read takes one message, then
+  what already arrived with it, up to ``count``); sharded channels in a cluster have one per
+  node that owns some of them (a node serves ``SSUBSCRIBE`` only for its own slots), each read
+  by a task the subscription owns (``host.start_soon``) into a bounded channel the driver reads.
+  Back-pressure: a reader that cannot hand a message on stops reading its socket, and the
   server buffers for it until its ``client-output-buffer-limit pubsub`` is reached; then the
   server drops the connection, which is a gap like any other.
 - **Gaps.** When a reader loses its connection it reports the fault ``connection`` (health
@@ -79,6 +80,8 @@ class ChannelSubscription(SubscriptionSource):
         self._publish = "SPUBLISH" if channel.sharded else "PUBLISH"
         self._send, self._receive = trio.open_memory_channel[Message](count)
         self._subscriptions: list[Subscription] = []
+        #: The names each reader subscribed to.
+        self._names: list[tuple[str, ...]] = []
         self._host: SubscriptionHost | None = None
         #: Readers whose connection is lost and not yet back.
         self._deaf: set[int] = set()
@@ -102,10 +105,10 @@ class ChannelSubscription(SubscriptionSource):
                 subscription = self._client.subscribe(names, on_lost=on_lost)
             self._subscriptions.append(subscription)  # closed by aclose, whatever happens
             await subscription.__aenter__()  # subscribed, confirmed by the server
-        for index, subscription in enumerate(self._subscriptions):
-            host.start_soon(
-                self._pump, index, readers[index], subscription, name=f"{self._label}: reader"
-            )
+        self._names = readers
+        if len(readers) > 1:  # one task per node, merged into the channel the driver reads
+            for index, subscription in enumerate(self._subscriptions):
+                host.start_soon(self._pump, index, subscription, name=f"{self._label}: reader")
 
     async def _readers(self) -> list[tuple[str, ...]]:
         """The names each reader subscribes to: all of them, or (sharded channels in a
@@ -161,23 +164,38 @@ class ChannelSubscription(SubscriptionSource):
         if not self._deaf:
             host.clear_fault("connection")
 
-    async def _pump(self, index: int, names: tuple[str, ...], subscription: Subscription) -> None:
-        """Hand one reader's messages to the driver (blocking when the channel is full)."""
+    async def _pump(self, index: int, subscription: Subscription) -> None:
+        """Hand one node's messages to the driver (blocking when the channel is full)."""
         send = self._send
+        while True:
+            for message in await self._next(index, subscription):
+                await send.send(message)
+
+    async def _next(self, index: int, subscription: Subscription) -> list[Message]:
+        """The next messages of one reader: waits for one, then takes what already arrived
+        (up to a read), reporting the gaps met on the way."""
         try:
-            async for item in subscription:
-                if type(item) is Gap:
-                    self._gap(index, names, item)
-                    continue
-                assert isinstance(item, Message)
-                await send.send(item)
+            first = await anext(subscription)
+        except StopAsyncIteration:  # closed: only at the end, when nobody reads any more
+            await trio.sleep_forever()
         except RedisError as exc:  # a refusal or a split slot map: no reconnect fixes it
             address = subscription.connection.address if subscription.connection else None
             where = f" on {format_address(address)}" if address else ""
             raise PubSubFailed(
-                f"{self._label}: subscribing again to {self._what(names)}{where} failed: "
-                f"{type(exc).__name__}: {exc}"
+                f"{self._label}: subscribing again to {self._what(self._names[index])}{where} "
+                f"failed: {type(exc).__name__}: {exc}"
             ) from exc
+        return self._messages(index, [first, *subscription.take_buffered(self._count - 1)])
+
+    def _messages(self, index: int, items: list[Message | Gap]) -> list[Message]:
+        out: list[Message] = []
+        for item in items:
+            if type(item) is Gap:
+                self._gap(index, self._names[index], item)
+            else:
+                assert isinstance(item, Message)
+                out.append(item)
+        return out
 
     def _deliver(self, message: Message) -> Delivery:
         payload, headers = decode_frame(message.data)
@@ -190,6 +208,9 @@ class ChannelSubscription(SubscriptionSource):
         )
 
     def poll(self) -> Sequence[Delivery]:
+        if len(self._subscriptions) == 1:
+            items = self._subscriptions[0].take_buffered(self._count)
+            return [self._deliver(m) for m in self._messages(0, items)] if items else ()
         return self._take([], self._count)
 
     def _take(self, out: list[Delivery], limit: int) -> list[Delivery]:
@@ -203,6 +224,11 @@ class ChannelSubscription(SubscriptionSource):
         return out
 
     async def read(self) -> Sequence[Delivery] | None:
+        if len(self._subscriptions) == 1:  # one reader: read it here, no task in between
+            while True:
+                messages = await self._next(0, self._subscriptions[0])
+                if messages:
+                    return [self._deliver(m) for m in messages]
         first = await self._receive.receive()
         return self._take([self._deliver(first)], self._count)
 

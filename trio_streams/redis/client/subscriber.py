@@ -36,7 +36,7 @@ from .errors import (
     RedisTimeoutError,
     ReplyError,
 )
-from .protocol import PushFrame, pack_command
+from .protocol import NEED_DATA, PushFrame, pack_command
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,6 +311,28 @@ class Subscription:
             self._turn_over = None
 
     # -- iteration --------------------------------------------------------------------------
+
+    def take_buffered(self, limit: int) -> list[Message | Gap]:
+        """Up to ``limit`` items available without waiting: those already read, then the
+        frames already received on the connection (never a socket read, never a reconnect).
+        Empty while another task reads the connection. With ``anext`` this reads a burst
+        in one wake-up."""
+        out: list[Message | Gap] = []
+        ready = self._ready
+        while ready and len(out) < limit:
+            out.append(ready.popleft())
+        connection = self._connection
+        if self._reading or connection is None or self._closed:
+            return out
+        while len(out) < limit and self._connection is connection:
+            frame = connection.buffered_frame()
+            if frame is NEED_DATA:
+                break
+            self._silence = 0.0
+            message = self._handle(frame)
+            if message is not None:
+                out.append(message)
+        return out
 
     def __aiter__(self) -> Self:
         return self
