@@ -6,6 +6,11 @@ lists (work queues) and Pub/Sub channels, so a destination can say which it mean
     await broker.publish("orders", order)                      # a stream
     await broker.publish(Destination.list("jobs"), job)        # a Redis list
     await broker.publish(Destination.channel("news"), item)    # a Redis Pub/Sub channel
+    await broker.publish(Destination.channel("news", sharded=True), item)  # SPUBLISH
+
+A sharded channel is a kind of its own (``DestinationKind.SHARD_CHANNEL``): Redis keeps sharded
+and classic channels apart (a ``SUBSCRIBE`` never sees an ``SPUBLISH``), so a destination says
+which one it means, as ``RedisChannel("news", sharded=True)`` does on the reading side.
 
 A broker refuses, with ``UnsupportedError``, a kind its transport does not have (stream files
 and in-process streams have streams only).
@@ -26,6 +31,7 @@ class DestinationKind(enum.Enum):
     STREAM = "stream"
     LIST = "list"
     CHANNEL = "channel"
+    SHARD_CHANNEL = "shard channel"
 
 
 @final
@@ -53,8 +59,16 @@ class Destination:
         return cls(name, DestinationKind.LIST)
 
     @classmethod
-    def channel(cls, name: str) -> Destination:
-        return cls(name, DestinationKind.CHANNEL)
+    def channel(cls, name: str, *, sharded: bool = False) -> Destination:
+        """A Pub/Sub channel: ``PUBLISH``, or ``SPUBLISH`` with ``sharded=True``."""
+        if not isinstance(sharded, bool):
+            raise ConfigurationError(f"sharded is True or False, not {sharded!r}")
+        return cls(name, DestinationKind.SHARD_CHANNEL if sharded else DestinationKind.CHANNEL)
+
+    @property
+    def is_channel(self) -> bool:
+        """A Pub/Sub channel, classic or sharded."""
+        return self.kind in (DestinationKind.CHANNEL, DestinationKind.SHARD_CHANNEL)
 
     @classmethod
     def of(cls, destination: str | Destination) -> Destination:

@@ -34,6 +34,7 @@ from .pipeline import Pipeline
 from .positions import Position, PositionKind
 
 if TYPE_CHECKING:
+    from .memory.channels import MemoryChannel
     from .memory.sources import MemoryStream
 
 __all__ = [
@@ -190,8 +191,9 @@ class Source(ABC):
         """This source with every stream name prefixed (``Router(prefix=...)``)."""
 
     @abstractmethod
-    def in_process(self) -> MemoryStream:
-        """The in-process source with the same semantics, for ``app.test()``."""
+    def in_process(self) -> MemoryStream | MemoryChannel:
+        """The in-process source with the same semantics, for ``app.test()`` (a Pub/Sub
+        channel's is a :class:`~trio_streams.memory.channels.MemoryChannel`)."""
 
     @property
     def seekable(self) -> bool:

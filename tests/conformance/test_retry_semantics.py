@@ -68,15 +68,16 @@ async def test_other_subscriptions_pass_over_a_retry_copy_whatever_their_shape(
             note(n, ctx.attempt)
 
     async with serving(app):
-        await broker.publish("s", 1, headers={"k": "a"})
+        await broker.publish(transport.to("s"), 1, headers={"k": "a"})
         with trio.fail_after(10):
             await retried.wait()
-        await broker.publish("s", 2, headers={"k": "a"})
+        await broker.publish(transport.to("s"), 2, headers={"k": "a"})
         with trio.fail_after(10):
             await seen_last.wait()
     assert other == [(1, 1), (2, 1)]
 
 
+@needs(Capability.RETAIN)
 async def test_a_subscription_of_the_same_name_in_another_app_passes_over_the_copy(
     transport: Transport,
 ) -> None:
@@ -92,7 +93,7 @@ async def test_a_subscription_of_the_same_name_in_another_app_passes_over_the_co
         return retry() if ctx.attempt == 1 else ack()
 
     async with serving(app):
-        await broker.publish("s", 1)
+        await broker.publish(transport.to("s"), 1)
         with trio.fail_after(10):
             await retried.wait()
     [(_, copy)] = [m for m in transport.messages(broker, "s") if RETRY_COUNT_HEADER in m[1]]
@@ -111,7 +112,7 @@ async def test_a_subscription_of_the_same_name_in_another_app_passes_over_the_co
             caught_up.set()
 
     async with serving(shipping):
-        await other.publish("s", 2)
+        await other.publish(transport.to("s"), 2)
         with trio.fail_after(10):
             await caught_up.wait()
     assert got == {"billing": [1, 2], "shipping": [11, 21]}
@@ -128,14 +129,14 @@ async def test_a_dead_letter_does_not_name_a_retry_target(transport: Transport) 
         raise ValueError("no")
 
     async with serving(app) as running:
-        await broker.publish("s", 1)
+        await broker.publish(transport.to("s"), 1)
         with trio.fail_after(10):
             await spent.wait()
-            while not transport.messages(broker, "dlq"):
+            while not transport.dead_lettered(broker, "dlq"):
                 await trio.testing.wait_all_tasks_blocked()
                 await trio.lowlevel.checkpoint()
         del running
-    [(payload, headers)] = transport.messages(broker, "dlq")
+    [(payload, headers)] = transport.dead_lettered(broker, "dlq")
     assert payload == b"1"
     assert RETRY_TARGET_HEADER not in headers
     assert headers["x-dead-letter-reason"] == "max-attempts"
@@ -201,7 +202,7 @@ async def test_in_an_ordered_lane_retry_after_holds_the_key_for_the_delay(
     assert handled[1][2] >= 30  # the retry waited out its delay, and 2 waited behind it
 
 
-@needs(Capability.VIRTUAL_TIME)
+@needs(Capability.RETAIN, Capability.VIRTUAL_TIME)
 async def test_shutdown_cuts_a_lanes_delay_short_and_settles_a_retry_copy(
     transport: Transport, autojump_clock: trio.abc.Clock
 ) -> None:
@@ -215,7 +216,7 @@ async def test_shutdown_cuts_a_lanes_delay_short_and_settles_a_retry_copy(
 
     start = trio.current_time()
     async with serving(app) as running:
-        await broker.publish("s", 1, headers={"k": "A"})
+        await broker.publish(transport.to("s"), 1, headers={"k": "A"})
         with trio.fail_after(10):
             await first.wait()
         await trio.testing.wait_all_tasks_blocked()
@@ -239,20 +240,21 @@ async def test_a_dead_letter_reader_handles_a_spent_letter_with_its_own_attempts
         raise AssertionError("never called: the message is spent")
 
     # The dead-letter stream's reader, with the default cap, handles the letter.
-    @broker.subscriber(transport.live("dlq"), name="audit")
+    @broker.subscriber(transport.dead_letters("dlq"), name="audit")
     async def audit(n: int, ctx: Context) -> None:
         audited.append((n, ctx.attempt, ctx.headers["x-dead-letter-attempts"]))
         audited_one.set()
 
     async with serving(app):
-        await broker.publish("s", 1, headers={RETRY_COUNT_HEADER: "3"})
+        await broker.publish(transport.to("s"), 1, headers={RETRY_COUNT_HEADER: "3"})
         with trio.fail_after(10):
             await audited_one.wait()
     assert audited == [(1, 1, "4")]
-    [(_, headers)] = transport.messages(broker, "dlq")
+    [(_, headers)] = transport.dead_lettered(broker, "dlq")
     assert RETRY_COUNT_HEADER not in headers
 
 
+@needs(Capability.RETAIN)
 async def test_a_publish_cancelled_before_it_starts_publishes_nothing(
     transport: Transport,
 ) -> None:
@@ -260,12 +262,13 @@ async def test_a_publish_cancelled_before_it_starts_publishes_nothing(
     async with serving(app):
         with trio.CancelScope() as scope:
             scope.cancel()
-            await broker.publish("s", 1)
+            await broker.publish(transport.to("s"), 1)
         assert scope.cancelled_caught
-        await broker.publish("s", 2)
+        await broker.publish(transport.to("s"), 2)
     assert [payload for payload, _ in transport.messages(broker, "s")] == [b"2"]
 
 
+@needs(Capability.RETAIN)
 async def test_a_handler_forwarding_a_retry_copys_headers_does_not_make_the_next_stage_skip_it(
     transport: Transport,
 ) -> None:
@@ -287,7 +290,7 @@ async def test_a_handler_forwarding_a_retry_copys_headers_does_not_make_the_next
         stage_two.set()
 
     async with serving(app):
-        await broker.publish("a", 1, headers={"correlation-id": "c-1"})
+        await broker.publish(transport.to("a"), 1, headers={"correlation-id": "c-1"})
         with trio.fail_after(10):
             await stage_two.wait()
     assert forwarded == [{"correlation-id": "c-1"}]  # the producer's headers, not the copy's

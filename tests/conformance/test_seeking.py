@@ -97,7 +97,7 @@ async def test_the_driver_runs_a_seek_to_completion_outside_any_race_with_the_ne
             done.set()
 
     async with serving(app):
-        await broker.publish("s", 6)
+        await broker.publish(transport.to("s"), 6)
         with trio.fail_after(10):
             await done.wait()
     assert seen == [6, 2, 3, 4, 5, 6]
@@ -302,10 +302,10 @@ async def test_a_refused_seek_ends_a_live_subscription(transport: Transport) -> 
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
             running: RunningApp = await nursery.start(app.serve)
-            await broker.publish("s", 1)
+            await broker.publish(transport.to("s"), 1)
             await running.wait_finished()
             assert running.subscriptions["live"].value == "ended"
-            await broker.publish("s", 2)  # nobody reads it any more
+            await broker.publish(transport.to("s"), 2)  # nobody reads it any more
             await running.wait_stopped()  # every subscription ended: the app stops by itself
     assert seen == [1]
     assert len(refusals) == 1
@@ -373,7 +373,7 @@ async def test_after_shutdown_every_seek_is_refused(transport: Transport, live: 
         app, broker = transport.app("seek")
         broker.subscriber(transport.live("s"), name="sub")(handle)
         async with serving(app):  # shut down gracefully at the end of the block
-            await broker.publish("s", 1)
+            await broker.publish(transport.to("s"), 1)
             with trio.fail_after(10):
                 await handled.wait()
     else:

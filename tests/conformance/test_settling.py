@@ -105,10 +105,11 @@ async def test_a_retry_copy_reaches_only_the_subscription_that_asked_for_it(
             other_got_2.set()
 
     async with serving(app):
-        await broker.publish("s", 1)
+        await broker.publish(transport.to("s"), 1)
         with trio.fail_after(10):
             await retried.wait()
-        await broker.publish("s", 2)  # the other subscription has read past the copy by then
+        # The other subscription has read past the copy by then.
+        await broker.publish(transport.to("s"), 2)
         with trio.fail_after(10):
             await other_got_2.wait()
     assert asked[:2] == [(1, 1), (1, 2)]
@@ -157,13 +158,13 @@ async def test_an_exception_retries_up_to_max_attempts_then_dead_letters_payload
         attempts.append(ctx.attempt)
         raise ValueError(f"cannot handle {n}")
 
-    @broker.subscriber(transport.live("s.dead"), name="dead")
+    @broker.subscriber(transport.dead_letters("s.dead"), name="dead")
     async def read_dead_letters(n: int, headers: Headers) -> None:
         dead.append((n, dict(headers)))
         dead_lettered.set()
 
     async with serving(app):
-        await broker.publish("s", 7, headers={"trace-id": "t7"})
+        await broker.publish(transport.to("s"), 7, headers={"trace-id": "t7"})
         with trio.fail_after(10):
             await dead_lettered.wait()
     assert attempts == [1, 2, 3]  # max_attempts counts deliveries, the first included

@@ -33,8 +33,8 @@ async def test_a_graceful_stop_drains_the_handlers_in_flight(transport: Transpor
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
             running: RunningApp = await nursery.start(app.serve)
-            await broker.publish("s", 1)
-            await broker.publish("s", 2)
+            await broker.publish(transport.to("s"), 1)
+            await broker.publish(transport.to("s"), 2)
             await both_started.wait()
             running.request_stop()
             await running.health.wait_value(lambda h: h.state is HealthState.SHUTTING_DOWN)
@@ -66,7 +66,7 @@ async def test_a_drain_that_overruns_shutdown_timeout_abandons_what_is_left(
 
     async with trio.open_nursery() as nursery:
         running: RunningApp = await nursery.start(app.serve)
-        await broker.publish("s", 1)
+        await broker.publish(transport.to("s"), 1)
         with trio.fail_after(10):
             await started.wait()
         stop_asked_at = trio.current_time()
@@ -99,7 +99,7 @@ async def test_cancelling_the_nursery_running_serve_stops_the_app_without_app_fa
         # An AppFailed (or any error) raised by serve would escape this nursery and fail the test.
         async with trio.open_nursery() as nursery:
             running: RunningApp = await nursery.start(app.serve)
-            await broker.publish("s", 1)
+            await broker.publish(transport.to("s"), 1)
             await started.wait()
             nursery.cancel_scope.cancel()
         await running.wait_stopped()

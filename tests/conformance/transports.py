@@ -28,14 +28,15 @@ import pytest
 from tests.file.apps import write_at_instants, write_numbers
 from tests.redis_servers import RedisServer
 from tests.redis_servers import redis_server as start_redis_server
-from trio_streams import App, Broker, MemoryBroker, MemoryStream, Position
+from trio_streams import App, Broker, Destination, MemoryBroker, MemoryStream, Position
 from trio_streams.file import FileBroker, FileStream
 from trio_streams.file.envelope import open_envelope
 from trio_streams.file.reader import FileReader
 from trio_streams.file.writer import StreamWriter
 from trio_streams.memory.log import MemoryHub
 from trio_streams.positions import PositionKind
-from trio_streams.redis import RedisBroker, RedisStream
+from trio_streams.redis import RedisBroker, RedisChannel, RedisStream
+from trio_streams.redis.frames import encode_frame
 from trio_streams.redis.wire import decode_fields, encode_fields
 from trio_streams.transport import Source
 
@@ -44,6 +45,7 @@ __all__ = [
     "Capability",
     "FileTransport",
     "MemoryTransport",
+    "RedisPubSubTransport",
     "RedisTransport",
     "Transport",
     "needs",
@@ -59,6 +61,9 @@ class Capability(enum.Enum):
     REPLAY = "replay a stream from its beginning"
     #: Preload messages written at instants the test chooses (for timestamp seeks).
     PIN_INSTANTS = "write messages at chosen instants"
+    #: Keep what was published: start a live subscription before the tip, or read messages
+    #: back (``messages``). Pub/Sub keeps nothing.
+    RETAIN = "keep what was published"
     #: Run on Trio's ``autojump_clock``: every wait of the transport is on Trio's clock or
     #: local (a file's fsync), so jumping the clock while all tasks wait skips nothing real.
     VIRTUAL_TIME = "run on an autojump clock"
@@ -136,6 +141,20 @@ class Transport(ABC):
     @abstractmethod
     def messages(self, broker: Broker, stream: str) -> list[tuple[bytes, dict[str, str]]]:
         """Every message in ``stream`` now, as (payload, headers), in order."""
+
+    def dead_lettered(self, broker: Broker, name: str) -> list[tuple[bytes, dict[str, str]]]:
+        """Every dead letter in ``name`` (a ``dead_letter=`` destination: a stream, kept on
+        every transport), as ``messages`` gives them."""
+        return self.messages(broker, name)
+
+    def to(self, name: str) -> str | Destination:
+        """What the tests publish to for ``name``: a stream, or what this transport's
+        ``live(name)`` reads (a Pub/Sub channel)."""
+        return name
+
+    def dead_letters(self, name: str) -> Source:
+        """A live source reading the dead letters sent to ``dead_letter=name``: a stream."""
+        return self.live(name)
 
     def preload_at(self, broker: Broker, instants: Sequence[int], *, stream: str = "s") -> None:
         """As ``preload``, the n-th message written at ``instants[n - 1]`` (epoch ms)."""
@@ -332,9 +351,54 @@ class RedisTransport(Transport):
         raise NotImplementedError("a Redis group subscription cannot seek")
 
 
+class RedisPubSubTransport(RedisTransport):
+    """Redis Pub/Sub: ``live(name)`` subscribes to channel ``name``, and the tests publish to
+    it (``to``). Live only and at most once: a channel keeps nothing, so nothing can be
+    replayed, sought, started before the tip or read back; "preloading" publishes to a channel
+    nobody hears yet (the messages are gone, which is what a live subscription must show).
+    Dead letters go to a stream, which is kept, and are read as a stream's.
+    """
+
+    name = "redis-pubsub"
+    cannot: ClassVar[Mapping[Capability, str]] = {
+        Capability.SEEK: "a channel keeps nothing to seek in",
+        Capability.REPLAY: "a channel keeps nothing to replay",
+        Capability.RETAIN: "a channel keeps nothing: a subscription starts at the tip, and "
+        "what was published cannot be read back",
+        Capability.PIN_INSTANTS: "a channel keeps nothing, at any instant",
+        Capability.VIRTUAL_TIME: RedisTransport.cannot[Capability.VIRTUAL_TIME],
+    }
+
+    def to(self, name: str) -> str | Destination:
+        return Destination.channel(name)
+
+    def dead_letters(self, name: str) -> Source:
+        return RedisStream(name)
+
+    def dead_lettered(self, broker: Broker, name: str) -> list[tuple[bytes, dict[str, str]]]:
+        return super().messages(broker, name)
+
+    def _append(self, broker: Broker, stream: str, payload: bytes) -> None:
+        self.server.command("PUBLISH", stream, encode_frame(payload, {}))
+
+    def messages(self, broker: Broker, stream: str) -> list[tuple[bytes, dict[str, str]]]:
+        self.require(Capability.RETAIN)
+        raise NotImplementedError("declared: a channel keeps nothing")
+
+    def preload(self, broker: Broker, count: int, *, stream: str = "s") -> None:
+        for n in range(1, count + 1):
+            self._append(broker, stream, str(n).encode())
+
+    def live(self, *streams: str, start_at: Position | None = None) -> Source:
+        if start_at is not None:
+            self.require(Capability.RETAIN)
+        return RedisChannel(*(streams or ("s",)))
+
+
 #: Every transport the suite runs on, by parameter id.
 TRANSPORTS: dict[str, type[Transport]] = {
     "memory": MemoryTransport,
     "file": FileTransport,
     "redis": RedisTransport,
+    "redis-pubsub": RedisPubSubTransport,
 }

@@ -112,7 +112,7 @@ def test_a_routers_publisher_is_refused_when_mounted_on_a_broker_without_its_kin
         MemoryBroker().include_router(outer)
 
 
-async def test_under_app_test_a_list_or_channel_destination_is_an_in_process_stream() -> None:
+async def test_under_app_test_a_list_is_an_in_process_stream_and_a_channel_is_apart() -> None:
     class QueueBroker(MemoryBroker):
         destination_kinds: ClassVar[frozenset[DestinationKind]] = frozenset(DestinationKind)
 
@@ -129,4 +129,5 @@ async def test_under_app_test_a_list_or_channel_destination_is_an_in_process_str
         await t.publish("orders", 4)
         await broker.publish(Destination.channel("news"), "hi")
         assert [m.json() for m in t.published("jobs")] == [40]
-        assert [m.decode(str) for m in t.published("news")] == ["hi"]
+        assert [m.decode(str) for m in t.published(Destination.channel("news"))] == ["hi"]
+        assert t.published("news") == []  # a channel is not the stream of the same name

@@ -11,7 +11,7 @@ from trio.lowlevel import cancel_shielded_checkpoint, checkpoint, checkpoint_if_
 from .._schedule import FairShare
 from ..broker import Broker
 from ..delivery import RETRY_COUNT_HEADER, Delivery, attempt_from_headers, retry_headers
-from ..destinations import Destination
+from ..destinations import Destination, DestinationKind
 from ..errors import ConfigurationError, UnsupportedError
 from ..host import SubscriptionHost
 from ..outcome import Outcome, OutcomeKind
@@ -25,6 +25,7 @@ from ..transport import (
     Unsettled,
     read_count_option,
 )
+from .channels import MemoryChannel, MemoryChannelSubscription, channel_bus
 from .log import Cursor, Entry, MemoryHub
 from .sources import MemoryStream
 
@@ -121,16 +122,31 @@ class MemoryTransport(Transport):
 
     async def publish_to(
         self, destination: Destination, payload: bytes, headers: Mapping[str, str]
-    ) -> Position:
-        """A list or a channel, under ``app.test()`` for a broker that has them: an in-process
-        stream of the same name, which the in-process form of that broker's list and channel
-        sources reads. (A ``MemoryBroker`` of its own has streams only and refuses them.)"""
+    ) -> Position | int:
+        """A list or a channel, under ``app.test()`` for a broker that has them. A list is an
+        in-process stream of the same name, which the in-process form of that broker's list
+        sources reads; a channel goes to the in-process Pub/Sub bus (:mod:`.channels`), apart
+        from every stream, to whoever is subscribed now, and the receipt is how many
+        subscriptions received it, as ``PUBLISH`` answers. (A ``MemoryBroker`` of its own has
+        streams only and refuses them.)"""
+        if destination.is_channel:
+            if not isinstance(payload, bytes):
+                raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
+            await checkpoint_if_cancelled()  # a cancelled publish publishes nothing
+            sharded = destination.kind is DestinationKind.SHARD_CHANNEL
+            bus = channel_bus(self.hub, sharded=sharded)
+            receivers = bus.publish(destination.name, payload, dict(headers) if headers else {})
+            await self._share.after_progress()
+            return receivers
         return await self.publish(destination.name, payload, headers)
 
     def open_subscription(
         self, source: Source, options: Mapping[str, Any], *, label: str
     ) -> SubscriptionSource:
         stream = source if isinstance(source, MemoryStream) else source.in_process()
+        if isinstance(stream, MemoryChannel):  # a Redis channel, under app.test()
+            count = _count_or_default(options)
+            return MemoryChannelSubscription(self.hub, stream, label=label, count=count)
         # Under app.test() the real broker checked its options at mount; its read size (count=,
         # where it has one) sizes the in-process read and channel as it would in production.
         count = _check_count(options) if self._strict else _count_or_default(options)

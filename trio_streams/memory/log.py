@@ -106,6 +106,9 @@ class MemoryHub:
         #: Pipeline-window segments decided in-process (``pipeline=True``), oldest first; the
         #: last ``max_len`` are kept.
         self.segments: deque[Segment] = deque(maxlen=max_len)
+        #: In-process Pub/Sub (:mod:`.channels`): a bus per kind of channel, made at first use,
+        #: apart from the streams (a channel and a stream of the same name never meet).
+        self.buses: dict[str, object] = {}
 
     def log(self, stream: str) -> StreamLog:
         log = self._logs.get(stream)

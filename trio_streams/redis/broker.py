@@ -9,6 +9,11 @@
 - **The pipeline window** (``pipeline=True``, ``atomic=True``) on group subscriptions: a
   handler's ``ctx.pipeline`` commands leave with the read's ``XACK`` in one round trip
   (:mod:`.window`, :mod:`.segments`).
+- **Pub/Sub** (``RedisChannel``: channels, patterns, sharded channels) is at most once; see
+  :mod:`.pubsub`. ``broker.publish(Destination.channel("news"), msg)`` is one ``PUBLISH``
+  (``SPUBLISH`` for ``Destination.channel("news", sharded=True)``) of the list/Pub/Sub frame
+  (:mod:`.frames`); the receipt is the number of subscribers that received it (in a cluster,
+  a classic channel's count is of the node that took the ``PUBLISH``).
 - **Refused at mount**: ``pipeline=True`` on a plain stream (no group: nothing to
   acknowledge), ``atomic=True`` without ``pipeline=True``, and, on a cluster, a dead letter whose
   key does not share the stream's hash slot (its copy and the acknowledgement could not be one
@@ -25,14 +30,18 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from ..broker import Broker
+from ..destinations import Destination, DestinationKind
 from ..errors import ConfigurationError, UnsupportedError
 from ..pipeline import CommandCheck
 from ..positions import Position
 from ..routing import _Declared
 from ..transport import Source, SubscriptionSource, Transport, read_count_option
+from .channels import RedisChannel
 from .client import RedisClient, connect, key_slot, parse_url
+from .frames import encode_frame
 from .group import GroupSubscription
 from .plain import PlainSubscription
+from .pubsub import ChannelSubscription
 from .segments import segment_check
 from .streams import Mode, RedisStream
 from .wire import encode_fields, text
@@ -71,7 +80,17 @@ class RedisBroker(Broker):
     each delivery's commands and its ``XACK`` in one ``MULTI``/``EXEC``.
     """
 
-    source_types = (RedisStream,)
+    source_types = (
+        RedisStream,
+        RedisChannel,
+    )
+    destination_kinds = frozenset(
+        {
+            DestinationKind.STREAM,
+            DestinationKind.CHANNEL,
+            DestinationKind.SHARD_CHANNEL,
+        }
+    )
     subscriber_options = frozenset({"count", "block", "pipeline", "atomic"})
 
     def __init__(
@@ -134,6 +153,8 @@ class RedisBroker(Broker):
         read_count_option(options, DEFAULT_COUNT)
         _block_option(options)
         window = _window_options(options)
+        if isinstance(source, RedisChannel):
+            _check_channel_options(self.name, source, options, window=window)
         if window and isinstance(source, RedisStream) and source.mode is not Mode.GROUP:
             raise UnsupportedError(
                 f"{self.name}: pipeline=True needs a consumer group: a plain stream read "
@@ -170,6 +191,22 @@ def _window_options(options: Mapping[str, Any]) -> bool:
     return bool(options.get("pipeline"))
 
 
+def _check_channel_options(
+    broker: str, source: RedisChannel, options: Mapping[str, Any], *, window: bool
+) -> None:
+    """What a Pub/Sub subscription refuses at mount (live and under ``app.test()``)."""
+    if window:
+        raise UnsupportedError(
+            f"{broker}: pipeline=True needs something to acknowledge, and a Pub/Sub message "
+            f"({source!r}) has nothing: there is no settle for the window to send its commands with"
+        )
+    if "block" in options:
+        raise UnsupportedError(
+            f"{broker}: block= bounds a blocking stream read; {source!r} is pushed by the "
+            "server and has none"
+        )
+
+
 def _block_option(options: Mapping[str, Any]) -> int:
     block = options.get("block", DEFAULT_BLOCK_MS)
     if isinstance(block, bool) or not isinstance(block, int) or not 1 <= block <= 60_000:
@@ -184,6 +221,18 @@ class RedisTransport(Transport):
         self.broker = broker
         self.client = client
 
+    async def publish_to(
+        self, destination: Destination, payload: bytes, headers: Mapping[str, str]
+    ) -> Any:
+        if destination.is_channel:
+            if not isinstance(payload, bytes):
+                raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
+            command = "SPUBLISH" if destination.kind is DestinationKind.SHARD_CHANNEL else "PUBLISH"
+            return await self.client.execute(
+                command, destination.name, encode_frame(payload, headers)
+            )
+        return await super().publish_to(destination, payload, headers)
+
     async def publish(
         self, destination: str, payload: bytes, headers: Mapping[str, str]
     ) -> Position:
@@ -197,6 +246,9 @@ class RedisTransport(Transport):
     def open_subscription(
         self, source: Source, options: Mapping[str, Any], *, label: str
     ) -> SubscriptionSource:
+        if isinstance(source, RedisChannel):
+            count = read_count_option(options, DEFAULT_COUNT)
+            return ChannelSubscription(self.client, source, label=label, count=count)
         if not isinstance(source, RedisStream):
             raise ConfigurationError(f"{label}: a Redis broker cannot read {source!r}")
         if source.mode is not Mode.GROUP:

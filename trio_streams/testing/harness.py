@@ -24,11 +24,13 @@ from trio.lowlevel import ParkingLot
 from ..broker import Broker
 from ..codec import decoder_for
 from ..depends import check_overrides
+from ..destinations import Destination, DestinationKind
 from ..dispatch import HandledMessage
 from ..errors import ConfigurationError, TrioStreamsError
 from ..groups import open_nursery
 from ..host import Fault, SubscriptionHost
 from ..memory.broker import MemoryBroker, MemoryTransport
+from ..memory.channels import channel_bus
 from ..memory.log import MemoryHub
 from ..outcome import Outcome
 from ..pipeline import Command, Segment
@@ -196,13 +198,16 @@ class TestClient:
 
     async def publish(
         self,
-        destination: str,
+        destination: str | Destination,
         message: Any,
         *,
         headers: Mapping[str, str] | None = None,
         broker: Broker | None = None,
     ) -> Any:
-        """Publish, then wait until the whole reaction has settled; returns the receipt."""
+        """Publish, then wait until the whole reaction has settled; returns the receipt.
+
+        ``destination`` is a stream (a ``str``), or a ``Destination`` (a Redis list or channel:
+        ``Destination.channel("news")``)."""
         target = self._broker_for(destination, broker)
         receipt = await target.publish(destination, message, headers=headers)
         await self.settled()
@@ -266,13 +271,21 @@ class TestClient:
         raise ConfigurationError(f"no running subscription runs {handler!r}; these do: {known}")
 
     def published(
-        self, destination: str, *, broker: Broker | None = None
+        self, destination: str | Destination, *, broker: Broker | None = None
     ) -> list[PublishedMessage]:
-        """Every message in ``destination``, from tests and handlers alike, in order."""
+        """Every message in ``destination``, from tests and handlers alike, in order (for a
+        channel, ``Destination.channel(name)``: what was published to it, heard or not)."""
         hub = self._hubs[self._broker_for(destination, broker)]
-        log = hub.log(destination)
+        target = Destination.of(destination)
+        if target.is_channel:
+            bus = channel_bus(hub, sharded=target.kind is DestinationKind.SHARD_CHANNEL)
+            return [
+                PublishedMessage(target.name, e.seq, e.payload, e.headers)
+                for e in bus.messages(target.name)
+            ]
+        log = hub.log(target.name)
         return [
-            PublishedMessage(destination, e.seq, e.payload, e.headers)
+            PublishedMessage(target.name, e.seq, e.payload, e.headers)
             for e in log.slice(log.first_seq, log.next_seq)
         ]
 
@@ -296,7 +309,7 @@ class TestClient:
 
     # ---- internals ---------------------------------------------------------------------------
 
-    def _broker_for(self, destination: str, broker: Broker | None) -> Broker:
+    def _broker_for(self, destination: str | Destination, broker: Broker | None) -> Broker:
         if broker is not None:
             if broker not in self._hubs:
                 raise ConfigurationError(f"{broker!r} is not a broker of app {self.app.name!r}")
@@ -304,9 +317,8 @@ class TestClient:
         brokers = list(self._hubs)
         if len(brokers) == 1:
             return brokers[0]
-        reading = [
-            b for b in brokers if any(destination in s.source.streams for s in b.subscriptions)
-        ]
+        name = Destination.of(destination).name
+        reading = [b for b in brokers if any(name in s.source.streams for s in b.subscriptions)]
         if len(reading) == 1:
             return reading[0]
         raise ConfigurationError(

@@ -286,3 +286,50 @@ def test_health_check_options_come_from_the_url_and_are_checked() -> None:
         parse_url("redis://h", health_check_timeout=0)
     with pytest.raises(ConfigurationError, match="health_check_interval must be"):
         parse_url("redis://h", health_check_interval=True)
+
+
+@pytest.mark.parametrize("protocol", [3, 2])
+async def test_take_buffered_hands_out_what_already_arrived_in_order_without_waiting(
+    redis_server: RedisServer, protocol: int
+) -> None:
+    async with connect(redis_server.url, protocol=protocol) as client:
+        async with client.subscribe(["news"]) as subscription:
+            assert subscription.take_buffered(10) == []  # nothing yet: returns, never waits
+            pipeline = client.pipeline()
+            for n in range(50):
+                pipeline.add("PUBLISH", "news", str(n))
+            await pipeline.execute()
+            received: list[Message | Gap] = []
+            with trio.fail_after(5):
+                while len(received) < 50:
+                    received.append(await anext(subscription))
+                    burst = subscription.take_buffered(50 - len(received))
+                    assert len(burst) <= 50 - len(received)  # never more than asked
+                    received += burst
+        assert received == [Message("message", b"news", str(n).encode()) for n in range(50)]
+
+
+async def test_on_lost_is_told_once_per_loss_with_its_cause(redis_server: RedisServer) -> None:
+    lost: list[Exception] = []
+    async with (
+        connect(redis_server.url, backoff_initial=0.01, backoff_cap=0.05) as client,
+        client.subscribe(["news"], on_lost=lost.append) as subscription,
+    ):
+        await trio.to_thread.run_sync(redis_server.kill)
+        async with trio.open_nursery() as nursery:
+            got: list[Message | Gap] = []
+
+            async def read() -> None:
+                got.append(await anext(subscription))
+
+            nursery.start_soon(read)
+
+            async def retried_twice() -> bool:  # no event announces a failed attempt
+                await trio.lowlevel.checkpoint()
+                return subscription._backoff.failures >= 2
+
+            await eventually(retried_twice, within=10, what="two failed reconnects")
+            await trio.to_thread.run_sync(redis_server.start)
+        [gap] = got
+    assert isinstance(gap, Gap) and gap.attempts > 1
+    assert len(lost) == 1 and isinstance(lost[0], RedisConnectionError)

@@ -15,7 +15,7 @@ A cancelled command closes its connection, which is then dropped from the pool.
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from types import TracebackType
 from typing import Any, Self
@@ -27,6 +27,7 @@ from .errors import (
     Address,
     ReadOnlyError,
     RedisConnectionError,
+    RedisError,
     RedisTimeoutError,
     format_address,
 )
@@ -74,8 +75,13 @@ class RedisClient(abc.ABC):
         *,
         patterns: Iterable[str | bytes] = (),
         shard_channels: Iterable[str | bytes] = (),
+        on_lost: Callable[[RedisError], None] | None = None,
     ) -> Subscription:
-        """A Pub/Sub subscription on its own connection; use as ``async with`` and iterate."""
+        """A Pub/Sub subscription on its own connection; use as ``async with`` and iterate.
+
+        ``on_lost(error)`` is called (synchronously) once per loss of the connection, when it
+        begins; the :class:`~.subscriber.Gap` the iteration yields after the reconnect ends it.
+        """
 
     @abc.abstractmethod
     def connection(self, key: Arg | None = None) -> AbstractAsyncContextManager[Connection]:
@@ -221,6 +227,7 @@ class Redis(RedisClient):
         *,
         patterns: Iterable[str | bytes] = (),
         shard_channels: Iterable[str | bytes] = (),
+        on_lost: Callable[[RedisError], None] | None = None,
     ) -> Subscription:
         return Subscription(
             self._pool.open_unpooled,
@@ -229,6 +236,7 @@ class Redis(RedisClient):
             shard_channels=shard_channels,
             backoff=Backoff(self.config.backoff_initial, self.config.backoff_cap),
             on_connection_lost=self._node_failed,
+            on_lost=on_lost,
             health_check_interval=self.config.health_check_interval,
             health_check_timeout=self.config.health_check_timeout,
         )

@@ -15,7 +15,7 @@ of its node's batch.
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -37,6 +37,7 @@ from .errors import (
     ExecAbortError,
     MovedError,
     RedisConnectionError,
+    RedisError,
     ReplyError,
     describe_command,
     format_address,
@@ -435,6 +436,7 @@ class RedisCluster(RedisClient):
         *,
         patterns: Iterable[str | bytes] = (),
         shard_channels: Iterable[str | bytes] = (),
+        on_lost: Callable[[RedisError], None] | None = None,
     ) -> Subscription:
         shard = list(shard_channels)
         if shard and (channels or patterns):
@@ -464,6 +466,7 @@ class RedisCluster(RedisClient):
             shard_channels=shard,
             backoff=Backoff(self.config.backoff_initial, self.config.backoff_cap),
             on_connection_lost=lost,
+            on_lost=on_lost,
             health_check_interval=self.config.health_check_interval,
             health_check_timeout=self.config.health_check_timeout,
         )

@@ -210,6 +210,16 @@ class Connection:
         self._busy = False
         return frame
 
+    def buffered_frame(self) -> Any:
+        """The next frame already received, or ``NEED_DATA``: never waits, never reads the
+        socket (a Pub/Sub reader takes what one receive brought in at once)."""
+        if self._busy:
+            raise trio.BusyResourceError("another task is reading this Redis connection")
+        frame = self._parser.next_reply()
+        if frame is not NEED_DATA:
+            self._parser.settled()
+        return frame
+
     # -- state ------------------------------------------------------------------------------
 
     def is_in_sync(self) -> bool:

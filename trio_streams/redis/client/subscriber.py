@@ -36,7 +36,7 @@ from .errors import (
     RedisTimeoutError,
     ReplyError,
 )
-from .protocol import PushFrame, pack_command
+from .protocol import NEED_DATA, PushFrame, pack_command
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,10 +138,14 @@ class Subscription:
         shard_channels: Iterable[str | bytes] = (),
         backoff: Backoff,
         on_connection_lost: Callable[[], None] | None = None,
+        on_lost: Callable[[RedisError], None] | None = None,
         health_check_interval: float = 5.0,
         health_check_timeout: float = 5.0,
     ) -> None:
         self._opener = opener
+        #: Told once per loss, when it begins, with its cause (the :class:`Gap` that ends it
+        #: follows in the iteration): a caller that must show it is deaf while reconnecting.
+        self._on_lost = on_lost
         self._wanted: dict[str, set[bytes]] = {
             "channels": {_as_bytes(c) for c in channels},
             "patterns": {_as_bytes(p) for p in patterns},
@@ -308,6 +312,28 @@ class Subscription:
 
     # -- iteration --------------------------------------------------------------------------
 
+    def take_buffered(self, limit: int) -> list[Message | Gap]:
+        """Up to ``limit`` items available without waiting: those already read, then the
+        frames already received on the connection (never a socket read, never a reconnect).
+        Empty while another task reads the connection. With ``anext`` this reads a burst
+        in one wake-up."""
+        out: list[Message | Gap] = []
+        ready = self._ready
+        while ready and len(out) < limit:
+            out.append(ready.popleft())
+        connection = self._connection
+        if self._reading or connection is None or self._closed:
+            return out
+        while len(out) < limit and self._connection is connection:
+            frame = connection.buffered_frame()
+            if frame is NEED_DATA:
+                break
+            self._silence = 0.0
+            message = self._handle(frame)
+            if message is not None:
+                out.append(message)
+        return out
+
     def __aiter__(self) -> Self:
         return self
 
@@ -467,6 +493,8 @@ class Subscription:
         self._connection = None
         if self._lost is None:
             self._lost = (error, trio.current_time())
+            if self._on_lost is not None:
+                self._on_lost(error)
         if isinstance(error, RedisConnectionError):
             self._fail_requests(error)
         else:

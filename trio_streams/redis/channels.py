@@ -1,0 +1,107 @@
+"""``RedisChannel``: what a Redis Pub/Sub subscription reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Self
+
+from ..errors import ConfigurationError
+from ..memory.channels import MemoryChannel
+from ..transport import Source
+
+__all__ = ["RedisChannel"]
+
+_GLOB_SPECIALS = frozenset("*?[]\\")
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class RedisChannel(Source):
+    """One or more Redis Pub/Sub channels: ``SUBSCRIBE``, ``PSUBSCRIBE`` or ``SSUBSCRIBE``.
+
+    - ``RedisChannel("news")`` — classic channels (``SUBSCRIBE``); several names, one
+      subscription: ``RedisChannel("news", "sport")``.
+    - ``RedisChannel("news.*", pattern=True)`` — glob patterns (``PSUBSCRIBE``): ``*``, ``?``,
+      ``[a-z]``, ``[^...]``, ``\\`` escapes. A delivery's stream is the channel the message was
+      published to, and a retry copy goes back to that channel.
+    - ``RedisChannel("orders", sharded=True)`` — sharded channels (``SSUBSCRIBE``, Redis 7): in
+      a cluster each lives on the node owning its slot, and the subscription keeps one reader per
+      node that owns some of its channels. Published with
+      ``Destination.channel("orders", sharded=True)`` (``SPUBLISH``); classic and sharded
+      channels are apart on the server, so one never sees the other's messages.
+
+    **At most once, by nature.** Redis keeps nothing for a channel: a message reaches whoever is
+    subscribed when it is published, once. A message published while a subscriber is
+    disconnected (a restart, a network cut, an output buffer the server gave up on) is gone for
+    it; the subscription reports each such gap as the fault ``gap`` (when, how long, counted) and
+    goes on. Nothing is acknowledged: ``ack`` and ``drop`` settle nothing; ``retry`` publishes a
+    copy to the channel (every subscriber gets it, the others pass over it); ``retry_after`` is
+    held by this process and lost if it dies. For work that must not be lost, use a stream
+    (``RedisStream``) or a reliable list.
+
+    No seeking and no start position (there is nothing to go back to). Under ``app.test()`` it
+    runs on the in-process Pub/Sub bus, patterns matched by the server's rules.
+    """
+
+    names: tuple[str, ...]
+    pattern: bool
+    sharded: bool
+
+    def __init__(self, *names: str, pattern: bool = False, sharded: bool = False) -> None:
+        if not names:
+            raise ConfigurationError("RedisChannel needs at least one channel name (or pattern)")
+        for name in names:
+            if not isinstance(name, str) or not name:
+                raise ConfigurationError(f"channel names are non-empty strings, not {name!r}")
+        if len(set(names)) != len(names):
+            raise ConfigurationError(f"channel names repeat: {names!r}")
+        for what, value in (("pattern", pattern), ("sharded", sharded)):
+            if not isinstance(value, bool):
+                raise ConfigurationError(f"{what} is True or False, not {value!r}")
+        if pattern and sharded:
+            raise ConfigurationError(
+                f"RedisChannel{names!r}: Redis has no sharded patterns (there is no "
+                "SPSUBSCRIBE): subscribe to the sharded channels by name, or use classic "
+                "channels with a pattern"
+            )
+        object.__setattr__(self, "names", tuple(names))
+        object.__setattr__(self, "pattern", pattern)
+        object.__setattr__(self, "sharded", sharded)
+
+    @property
+    def name(self) -> str:
+        return ",".join(self.names)
+
+    @property
+    def streams(self) -> tuple[str, ...]:
+        return self.names
+
+    @property
+    def command(self) -> str:
+        """The subscribing command: ``SUBSCRIBE``, ``PSUBSCRIBE`` or ``SSUBSCRIBE``."""
+        return "PSUBSCRIBE" if self.pattern else "SSUBSCRIBE" if self.sharded else "SUBSCRIBE"
+
+    def describe(self) -> str:
+        """``channel 'news'``, ``patterns 'a.*', 'b.*'``, ``shard channel 'orders'``."""
+        kind = "pattern" if self.pattern else "shard channel" if self.sharded else "channel"
+        plural = "s" if len(self.names) > 1 else ""
+        return f"{kind}{plural} {', '.join(repr(n) for n in self.names)}"
+
+    def with_prefix(self, prefix: str) -> Self:
+        if not prefix:
+            return self
+        if self.pattern:  # the prefix is literal: escape what a glob would read
+            prefix = "".join(f"\\{c}" if c in _GLOB_SPECIALS else c for c in prefix)
+        return type(self)(
+            *(prefix + n for n in self.names), pattern=self.pattern, sharded=self.sharded
+        )
+
+    def in_process(self) -> MemoryChannel:
+        return MemoryChannel(self.names, pattern=self.pattern, sharded=self.sharded)
+
+    def __repr__(self) -> str:
+        parts = [repr(n) for n in self.names]
+        if self.pattern:
+            parts.append("pattern=True")
+        if self.sharded:
+            parts.append("sharded=True")
+        return f"RedisChannel({', '.join(parts)})"
