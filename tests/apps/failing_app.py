@@ -20,7 +20,9 @@ class BrokenTransport(MemoryTransport):
     def open_subscription(
         self, source: Source, options: Mapping[str, Any], *, label: str
     ) -> SubscriptionSource:
-        return BrokenReader(self.hub, source.in_process(), label=label, count=1)
+        stream = source.in_process()
+        assert isinstance(stream, MemoryStream)
+        return BrokenReader(self.hub, stream, label=label, count=1)
 
 
 class BrokenBroker(MemoryBroker):

@@ -279,7 +279,9 @@ class _CrashingBroker(MemoryBroker):
             def open_subscription(
                 self, source: Source, options: Mapping[str, Any], *, label: str
             ) -> _Crashing:
-                crashing = _Crashing(self.hub, source.in_process(), label=label, count=4)
+                stream = source.in_process()
+                assert isinstance(stream, MemoryStream)
+                crashing = _Crashing(self.hub, stream, label=label, count=4)
                 crashing.error = error
                 return crashing
 

@@ -11,7 +11,7 @@ from trio.lowlevel import cancel_shielded_checkpoint, checkpoint, checkpoint_if_
 from .._schedule import FairShare
 from ..broker import Broker
 from ..delivery import RETRY_COUNT_HEADER, Delivery, attempt_from_headers, retry_headers
-from ..destinations import Destination
+from ..destinations import Destination, DestinationKind
 from ..errors import ConfigurationError, UnsupportedError
 from ..host import SubscriptionHost
 from ..outcome import Outcome, OutcomeKind
@@ -26,6 +26,7 @@ from ..transport import (
     read_count_option,
 )
 from .log import Cursor, Entry, MemoryHub
+from .queues import MemoryList, MemoryListSubscription, queue_of
 from .sources import MemoryStream
 
 __all__ = ["MemoryBroker", "MemorySubscription", "MemoryTransport"]
@@ -121,10 +122,18 @@ class MemoryTransport(Transport):
 
     async def publish_to(
         self, destination: Destination, payload: bytes, headers: Mapping[str, str]
-    ) -> Position:
-        """A list or a channel, under ``app.test()`` for a broker that has them: an in-process
-        stream of the same name, which the in-process form of that broker's list and channel
-        sources reads. (A ``MemoryBroker`` of its own has streams only and refuses them.)"""
+    ) -> Any:
+        """A list or a channel, under ``app.test()`` for a broker that has them: a list is an
+        in-process work queue of that name (apart from the streams; the receipt is its length,
+        as ``RPUSH`` answers), a channel an in-process stream of the same name, which the
+        in-process form of that broker's channel sources reads. (A ``MemoryBroker`` of its own
+        has streams only and refuses them.)"""
+        if destination.kind is DestinationKind.LIST:
+            await checkpoint_if_cancelled()  # a cancelled publish publishes nothing
+            length = queue_of(self.hub, destination.name).push(payload, dict(headers))
+            self.hub.wake()
+            await self._share.after_progress()
+            return length
         return await self.publish(destination.name, payload, headers)
 
     def open_subscription(
@@ -139,6 +148,11 @@ class MemoryTransport(Transport):
         check = None
         if window and self._segment_check is not None:
             check = self._segment_check(source, options, label=label)
+        if isinstance(stream, MemoryList):
+            return MemoryListSubscription(
+                self.hub, stream, label=label, count=count, window=window, segment_check=check
+            )
+        assert isinstance(stream, MemoryStream), stream
         return MemorySubscription(
             self.hub,
             stream,

@@ -21,7 +21,7 @@ from ..positions import Position, PositionKind
 from ..transport import SeekRefused
 
 if TYPE_CHECKING:
-    pass
+    from .queues import WorkQueue
 
 __all__ = ["Cursor", "Entry", "Group", "MemoryHub", "StreamLog"]
 
@@ -106,6 +106,9 @@ class MemoryHub:
         #: Pipeline-window segments decided in-process (``pipeline=True``), oldest first; the
         #: last ``max_len`` are kept.
         self.segments: deque[Segment] = deque(maxlen=max_len)
+        #: In-process work queues (the in-process form of Redis lists), by name: apart from the
+        #: streams, so a list and a stream of the same name never meet.
+        self.queues: dict[str, WorkQueue] = {}
 
     def log(self, stream: str) -> StreamLog:
         log = self._logs.get(stream)

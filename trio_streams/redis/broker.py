@@ -9,9 +9,13 @@
 - **The pipeline window** (``pipeline=True``, ``atomic=True``) on group subscriptions: a
   handler's ``ctx.pipeline`` commands leave with the read's ``XACK`` in one round trip
   (:mod:`.window`, :mod:`.segments`).
+- **Lists** (``RedisList``, :mod:`.lists`): work queues, simple (at-most-once) or reliable
+  (a processing list per consumer); publishing to ``Destination.list(key)`` pushes one frame
+  (:mod:`.frames`) at the end the list's consumers do not take from.
 - **Refused at mount**: ``pipeline=True`` on a plain stream (no group: nothing to
-  acknowledge), ``atomic=True`` without ``pipeline=True``, and, on a cluster, a dead letter whose
-  key does not share the stream's hash slot (its copy and the acknowledgement could not be one
+  acknowledge) or on a simple list (popped entries: nothing to acknowledge), ``atomic=True``
+  without ``pipeline=True``, and, on a cluster, a stream's dead letter whose key does not
+  share the stream's hash slot (its copy and the acknowledgement could not be one
   transaction): name both with one hash tag, ``{orders}`` and ``{orders}.dead``.
 """
 
@@ -22,16 +26,23 @@ import secrets
 import socket
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, ClassVar
 
 from ..broker import Broker
+from ..destinations import Destination, DestinationKind
 from ..errors import ConfigurationError, UnsupportedError
 from ..pipeline import CommandCheck
 from ..positions import Position
 from ..routing import _Declared
 from ..transport import Source, SubscriptionSource, Transport, read_count_option
 from .client import RedisClient, connect, key_slot, parse_url
+from .client.errors import ReplyError
+from .frames import encode_frame
 from .group import GroupSubscription
+from .list_base import wrong_type
+from .list_reliable import ReliableListSubscription
+from .list_simple import SimpleListSubscription
+from .lists import ListEnd, RedisList
 from .plain import PlainSubscription
 from .segments import segment_check
 from .streams import Mode, RedisStream
@@ -71,7 +82,10 @@ class RedisBroker(Broker):
     each delivery's commands and its ``XACK`` in one ``MULTI``/``EXEC``.
     """
 
-    source_types = (RedisStream,)
+    source_types: ClassVar[tuple[type[Source], ...]] = (RedisStream, RedisList)
+    destination_kinds: ClassVar[frozenset[DestinationKind]] = frozenset(
+        {DestinationKind.STREAM, DestinationKind.LIST}
+    )
     subscriber_options = frozenset({"count", "block", "pipeline", "atomic"})
 
     def __init__(
@@ -139,13 +153,19 @@ class RedisBroker(Broker):
                 f"{self.name}: pipeline=True needs a consumer group: a plain stream read "
                 f"({source!r}) acknowledges nothing for the window to send its commands with"
             )
+        if window and isinstance(source, RedisList) and not source.reliable:
+            raise UnsupportedError(
+                f"{self.name}: pipeline=True needs a reliable list: a simple list ({source!r}) "
+                "pops its entries, so there is nothing to acknowledge for the window to send "
+                "its commands with; use RedisList(key, reliable=True)"
+            )
 
     def segment_check(
         self, source: Source, options: Mapping[str, Any], *, label: str
     ) -> CommandCheck | None:
         """What a window segment of this subscription may hold (:mod:`.segments`): the same
         check live and under ``app.test()``."""
-        if not options.get("pipeline") or not isinstance(source, RedisStream):
+        if not options.get("pipeline") or not isinstance(source, RedisStream | RedisList):
             return None
         atomic = bool(options.get("atomic"))
         return segment_check(
@@ -194,9 +214,38 @@ class RedisTransport(Transport):
         )
         return Position.entry(text(entry_id), stream=destination)
 
+    async def publish_to(
+        self, destination: Destination, payload: bytes, headers: Mapping[str, str]
+    ) -> Any:
+        if destination.kind is not DestinationKind.LIST:
+            return await super().publish_to(destination, payload, headers)
+        if not isinstance(payload, bytes):
+            raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
+        # The list's consumers take from the left unless it says otherwise: push at the right.
+        end = self._list_ends.get(destination.name, ListEnd.LEFT)
+        try:
+            return await self.client.execute(
+                end.push, destination.name, encode_frame(payload, headers)
+            )
+        except ReplyError as exc:
+            if exc.code == "WRONGTYPE":
+                raise wrong_type(f"publish to {destination}", destination.name, exc) from exc
+            raise
+
+    @property
+    def _list_ends(self) -> dict[str, ListEnd]:
+        """The end consumers take from, of each list a subscription of this broker reads."""
+        return {
+            s.source.key: s.source.pop
+            for s in self.broker.subscriptions
+            if isinstance(s.source, RedisList)
+        }
+
     def open_subscription(
         self, source: Source, options: Mapping[str, Any], *, label: str
     ) -> SubscriptionSource:
+        if isinstance(source, RedisList):
+            return self._open_list(source, options, label=label)
         if not isinstance(source, RedisStream):
             raise ConfigurationError(f"{label}: a Redis broker cannot read {source!r}")
         if source.mode is not Mode.GROUP:
@@ -215,6 +264,33 @@ class RedisTransport(Transport):
             block_ms=_block_option(options),
             consumer=source.consumer or default_consumer(),
             atomic_dead_letter=lambda destination: self.broker.same_slot(source.key, destination),
+            window=bool(options.get("pipeline")),
+            atomic=bool(options.get("atomic")),
+            segment_check=self.broker.segment_check(source, options, label=label),
+        )
+
+    def _open_list(
+        self, source: RedisList, options: Mapping[str, Any], *, label: str
+    ) -> SubscriptionSource:
+        count = read_count_option(options, DEFAULT_COUNT)
+        block_ms = _block_option(options)
+
+        def same_slot(destination: str) -> bool:
+            return self.broker.same_slot(source.key, destination)
+
+        if not source.reliable:
+            return SimpleListSubscription(
+                self.client, source, label=label, count=count, block_ms=block_ms,
+                same_slot=same_slot,
+            )  # fmt: skip
+        return ReliableListSubscription(
+            self.client,
+            source,
+            label=label,
+            count=count,
+            block_ms=block_ms,
+            consumer=source.consumer or default_consumer(),
+            same_slot=same_slot,
             window=bool(options.get("pipeline")),
             atomic=bool(options.get("atomic")),
             segment_check=self.broker.segment_check(source, options, label=label),

@@ -24,12 +24,14 @@ from trio.lowlevel import ParkingLot
 from ..broker import Broker
 from ..codec import decoder_for
 from ..depends import check_overrides
+from ..destinations import Destination, DestinationKind
 from ..dispatch import HandledMessage
 from ..errors import ConfigurationError, TrioStreamsError
 from ..groups import open_nursery
 from ..host import Fault, SubscriptionHost
 from ..memory.broker import MemoryBroker, MemoryTransport
 from ..memory.log import MemoryHub
+from ..memory.queues import MemoryListSubscription, queue_of
 from ..outcome import Outcome
 from ..pipeline import Command, Segment
 from ..transport import Transport
@@ -196,14 +198,15 @@ class TestClient:
 
     async def publish(
         self,
-        destination: str,
+        destination: str | Destination,
         message: Any,
         *,
         headers: Mapping[str, str] | None = None,
         broker: Broker | None = None,
     ) -> Any:
-        """Publish, then wait until the whole reaction has settled; returns the receipt."""
-        target = self._broker_for(destination, broker)
+        """Publish, then wait until the whole reaction has settled; returns the receipt.
+        ``destination``: a stream's name, or a ``Destination`` (``Destination.list("jobs")``)."""
+        target = self._broker_for(Destination.of(destination).name, broker)
         receipt = await target.publish(destination, message, headers=headers)
         await self.settled()
         return receipt
@@ -258,6 +261,23 @@ class TestClient:
         """The fault :meth:`report_fault` began is over."""
         self._host(handler).clear_fault(kind)
 
+    def kill_consumer(self, handler: Callable[..., Any] | str) -> int:
+        """The consumer of ``handler``'s list subscription dies, and a reaper runs: what a
+        reliable list's consumer holds (taken, not yet settled) goes back to the front of the
+        list and is delivered again; its handlers' later settles remove nothing. A simple list's
+        consumer loses what it holds (nothing goes back). Returns how many entries went back.
+        The subscription itself keeps reading, as a restarted consumer would."""
+        for runner in self._runners:
+            if handler in (runner.label, runner.subscription.handler.fn):
+                source = runner.source
+                if isinstance(source, MemoryListSubscription):
+                    return source.kill()
+                raise ConfigurationError(
+                    f"{runner.label} does not read a list, so it has no consumer to kill"
+                )
+        known = [runner.label for runner in self._runners]
+        raise ConfigurationError(f"no running subscription runs {handler!r}; these do: {known}")
+
     def _host(self, handler: Callable[..., Any] | str) -> SubscriptionHost:
         for runner in self._runners:
             if handler in (runner.label, runner.subscription.handler.fn) and runner.host:
@@ -266,10 +286,20 @@ class TestClient:
         raise ConfigurationError(f"no running subscription runs {handler!r}; these do: {known}")
 
     def published(
-        self, destination: str, *, broker: Broker | None = None
+        self, destination: str | Destination, *, broker: Broker | None = None
     ) -> list[PublishedMessage]:
-        """Every message in ``destination``, from tests and handlers alike, in order."""
-        hub = self._hubs[self._broker_for(destination, broker)]
+        """Every message in ``destination``, from tests and handlers alike, in order (for a
+        list, ``Destination.list(name)``: every entry ever pushed, retry copies included,
+        taken or not; ``seq`` counts them from 1)."""
+        target = Destination.of(destination)
+        hub = self._hubs[self._broker_for(target.name, broker)]
+        if target.kind is DestinationKind.LIST:
+            queue = queue_of(hub, target.name)
+            return [
+                PublishedMessage(target.name, n, e.payload, e.headers)
+                for n, e in enumerate(queue.pushed, 1)
+            ]
+        destination = target.name
         log = hub.log(destination)
         return [
             PublishedMessage(destination, e.seq, e.payload, e.headers)
