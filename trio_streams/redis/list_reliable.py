@@ -30,7 +30,9 @@ How it keeps its promises:
   heartbeat: nothing waits for a reaper.
 - **Faults.** A lost connection is the fault ``connection`` while the reader reconnects
   (paced); a failed heartbeat, reaper pass or flush is reported as ``heartbeat``, ``reap`` or
-  ``flush`` and retried. A key of another type is :class:`~.lists.WrongKeyType`.
+  ``flush`` and retried. An entry whose settle or flush failed stays in the processing list,
+  and the reader delivers it again from there on its next read. A key of another type is
+  :class:`~.lists.WrongKeyType`.
 """
 
 from __future__ import annotations
@@ -297,6 +299,7 @@ class ReliableListSubscription(ListSubscriptionBase):
             yield
             removed = True
         except RedisError as exc:
+            self._rescan = True  # the entry is delivered again from the processing list
             raise SourceFault(
                 "settle",
                 f"{what} of an entry of list {self._key!r} failed (it stays in processing list "
@@ -345,6 +348,7 @@ class ReliableListSubscription(ListSubscriptionBase):
         except RedisError as exc:
             for token in plan.tokens:
                 self._release(token, removed=False)
+            self._rescan = True  # the reader takes them back from the processing list
             raise SourceFault(
                 "flush",
                 f"flush of {len(plan.tokens)} settles and {len(plan.segments)} segments of list "
@@ -367,6 +371,7 @@ class ReliableListSubscription(ListSubscriptionBase):
         for token in plan.tokens:
             self._release(token, removed=not failures)
         if failures:
+            self._rescan = True  # what is still in the processing list is delivered again
             raise SourceFault("flush", f"flush of {len(items)} items: {'; '.join(failures)}")
 
     async def _flush_loop(self) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-import trio
 
 from tests.redis.client.redis_waits import eventually
 from tests.redis.streams.procs import Consumer

@@ -296,7 +296,7 @@ async def test_a_dead_letter_carries_the_reason_headers_and_the_original_is_remo
 
     async def dead_lettered() -> bool:
         found = await redis.execute("TYPE", "jobs.dead")
-        return found == (b"list" if kind == "list" else b"stream")
+        return bool(found == (b"list" if kind == "list" else b"stream"))
 
     async with serving(app):
         await broker.publish(Destination.list("jobs"), 5, headers={"trace": "t"})
