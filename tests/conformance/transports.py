@@ -29,13 +29,15 @@ from tests.file.apps import write_at_instants, write_numbers
 from tests.redis_servers import RedisServer
 from tests.redis_servers import redis_server as start_redis_server
 from trio_streams import App, Broker, MemoryBroker, MemoryStream, Position
+from trio_streams.destinations import Destination
 from trio_streams.file import FileBroker, FileStream
 from trio_streams.file.envelope import open_envelope
 from trio_streams.file.reader import FileReader
 from trio_streams.file.writer import StreamWriter
 from trio_streams.memory.log import MemoryHub
 from trio_streams.positions import PositionKind
-from trio_streams.redis import RedisBroker, RedisStream
+from trio_streams.redis import RedisBroker, RedisList, RedisStream
+from trio_streams.redis.frames import decode_frame, encode_frame
 from trio_streams.redis.wire import decode_fields, encode_fields
 from trio_streams.transport import Source
 
@@ -44,6 +46,7 @@ __all__ = [
     "Capability",
     "FileTransport",
     "MemoryTransport",
+    "RedisListTransport",
     "RedisTransport",
     "Transport",
     "needs",
@@ -62,6 +65,13 @@ class Capability(enum.Enum):
     #: Run on Trio's ``autojump_clock``: every wait of the transport is on Trio's clock or
     #: local (a file's fsync), so jumping the clock while all tasks wait skips nothing real.
     VIRTUAL_TIME = "run on an autojump clock"
+    #: Every subscription of a stream gets every message (a work queue gives each to one).
+    FAN_OUT = "give every subscription of a stream every message"
+    #: A live subscription starts at the tip (what was there before is never delivered) or at a
+    #: position it names.
+    POSITIONS = "start a live subscription at the tip or at a position"
+    #: A message stays in its stream once handled, for ``messages`` to find.
+    RETAIN = "keep a message in its stream once it is handled"
 
 
 def needs(*capabilities: Capability) -> pytest.MarkDecorator:
@@ -332,9 +342,74 @@ class RedisTransport(Transport):
         raise NotImplementedError("a Redis group subscription cannot seek")
 
 
+class _ListBroker(RedisBroker):
+    """A Redis broker whose stream names are lists: the suite publishes to ``"s"``, and here
+    that is ``Destination.list("s")``."""
+
+    async def publish(
+        self,
+        destination: str | Destination,
+        message: Any,
+        *,
+        headers: Mapping[str, str] | None = None,
+    ) -> Any:
+        if isinstance(destination, str):
+            destination = Destination.list(destination)
+        return await super().publish(destination, message, headers=headers)
+
+
+class RedisListTransport(RedisTransport):
+    """Reliable Redis lists (a processing list per consumer), on a server of the test's own:
+    a work queue, so what a stream does for every subscription it does for one."""
+
+    name = "redis-list"
+    reliable = True
+    cannot: ClassVar[Mapping[Capability, str]] = {
+        Capability.SEEK: "a list has no positions to seek to",
+        Capability.REPLAY: "a handled list entry is gone: there is nothing to replay",
+        Capability.PIN_INSTANTS: "a list entry records no instant",
+        Capability.VIRTUAL_TIME: RedisTransport.cannot[Capability.VIRTUAL_TIME],
+        Capability.FAN_OUT: "a list is a work queue: each entry goes to one of its consumers",
+        Capability.POSITIONS: "a list has no tip and no positions: its consumers take whatever "
+        "it holds, from the front, preloaded or not",
+        Capability.RETAIN: "a list entry is gone once handled",
+    }
+
+    def broker(self) -> Broker:
+        return _ListBroker(self.server.url)
+
+    def broker_like(self, broker: Broker) -> Broker:
+        assert isinstance(broker, RedisBroker)
+        return _ListBroker(broker.url)
+
+    def _append(self, broker: Broker, stream: str, payload: bytes) -> None:
+        self.server.command("RPUSH", stream, encode_frame(payload, {}))
+
+    def messages(self, broker: Broker, stream: str) -> list[tuple[bytes, dict[str, str]]]:
+        return [decode_frame(value) for value in self.server.command("LRANGE", stream, 0, -1)]
+
+    def preload(self, broker: Broker, count: int, *, stream: str = "s") -> None:
+        for n in range(1, count + 1):
+            self._append(broker, stream, str(n).encode())
+
+    def live(self, *streams: str, start_at: Position | None = None) -> Source:
+        (stream,) = streams or ("s",)
+        assert start_at is None, "a list has no positions (the test needs POSITIONS)"
+        return RedisList(stream, reliable=self.reliable)
+
+
+class RedisSimpleListTransport(RedisListTransport):
+    """Simple Redis lists (popped: at-most-once)."""
+
+    name = "redis-list-simple"
+    reliable = False
+
+
 #: Every transport the suite runs on, by parameter id.
 TRANSPORTS: dict[str, type[Transport]] = {
     "memory": MemoryTransport,
     "file": FileTransport,
     "redis": RedisTransport,
+    "redis-list": RedisListTransport,
+    "redis-list-simple": RedisSimpleListTransport,
 }

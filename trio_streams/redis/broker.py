@@ -21,6 +21,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import secrets
 import socket
@@ -57,6 +58,8 @@ DEFAULT_COUNT = 100
 DEFAULT_BLOCK_MS = 1000
 
 _process_consumer: tuple[int, str] | None = None
+#: Numbers the reliable list subscriptions of this process that name no consumer.
+_list_consumers = itertools.count(1)
 
 
 def default_consumer() -> str:
@@ -289,7 +292,8 @@ class RedisTransport(Transport):
             label=label,
             count=count,
             block_ms=block_ms,
-            consumer=source.consumer or default_consumer(),
+            # Its own name by default: a processing list is one subscription's, never shared.
+            consumer=source.consumer or f"{default_consumer()}-{next(_list_consumers)}",
             same_slot=same_slot,
             window=bool(options.get("pipeline")),
             atomic=bool(options.get("atomic")),

@@ -119,7 +119,8 @@ class RedisList(Source):
       entry popped by a process that dies before settling it is **gone**. Use
       ``reliable=True`` when losing an entry matters. True — at-least-once: entries wait in
       this consumer's processing list until settled, and come back to the list if it dies.
-    - ``consumer`` (reliable): this consumer's name (default: unique per process). Give a stable
+    - ``consumer`` (reliable): this consumer's name (default: unique per subscription and
+      process: ``host-pid-random-n``). Give a stable
       name and a restart takes back its own processing list first, at once, instead of waiting
       for a reaper.
     - ``pop``: ``"left"`` (default) or ``"right"``: the end consumers take entries from;
