@@ -60,7 +60,7 @@ async def prefill(redis: RedisClient, key: str, entries: int, value: bytes) -> N
 
 async def raw(url: str, key: str, entries: int) -> float:
     processing = f"{{{key}}}:processing:raw"
-    moves = [("BLMOVE", key, processing, "LEFT", "LEFT", 1)]
+    moves: list[tuple[str | int, ...]] = [("BLMOVE", key, processing, "LEFT", "LEFT", 1)]
     moves += [("LMOVE", key, processing, "LEFT", "LEFT")] * (COUNT - 1)
     async with connect(url) as redis:
         await prefill(redis, key, entries, encode_frame(PAYLOAD, {}))
