@@ -201,3 +201,32 @@ async def test_a_reconnect_takes_back_what_a_cut_move_left_in_the_processing_lis
             await done.wait()
     assert sorted(seen) == [1, 2, 3]
     assert await length(redis, processing_key("jobs", "w1")) == 0
+
+
+async def test_the_subscription_renews_its_heartbeat_while_it_runs(
+    redis_server: RedisServer, redis: RedisClient
+) -> None:
+    app = App("svc")
+    broker = app.broker(RedisBroker(redis_server.url))
+
+    @broker.subscriber(RedisList("jobs", reliable=True, consumer="w1", heartbeat=0.3))
+    async def handle(n: int) -> None: ...
+
+    key = heartbeat_key("jobs", "w1")
+    async with serving(app):
+        first = int(await redis.execute("PTTL", key))
+        assert 0 < first <= 300
+        lowest = first
+
+        async def renewed() -> bool:
+            nonlocal lowest
+            ttl = int(await redis.execute("PTTL", key))
+            assert ttl > 0, "the heartbeat expired while its subscription ran"
+            if ttl > lowest:
+                return True  # it went up: renewed
+            lowest = ttl
+            return False
+
+        for _ in range(3):  # renewed again and again, never expiring
+            lowest = int(await redis.execute("PTTL", key))
+            await eventually(renewed, within=5, what="the heartbeat renewed")
