@@ -21,7 +21,7 @@ import enum
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Self, final
+from typing import Any, Self, final
 
 import trio
 
@@ -32,10 +32,6 @@ from .host import SubscriptionHost
 from .outcome import Outcome
 from .pipeline import Pipeline
 from .positions import Position, PositionKind
-
-if TYPE_CHECKING:
-    from .memory.channels import MemoryChannel
-    from .memory.sources import MemoryStream
 
 __all__ = [
     "DEAD_LETTER_HEADERS",
@@ -191,9 +187,11 @@ class Source(ABC):
         """This source with every stream name prefixed (``Router(prefix=...)``)."""
 
     @abstractmethod
-    def in_process(self) -> MemoryStream | MemoryChannel:
-        """The in-process source with the same semantics, for ``app.test()`` (a Pub/Sub
-        channel's is a :class:`~trio_streams.memory.channels.MemoryChannel`)."""
+    def in_process(self) -> Source:
+        """The in-process source with the same semantics, for ``app.test()``: a
+        ``MemoryStream``, or another source the in-process transport reads (a
+        :class:`~trio_streams.memory.channels.MemoryChannel` for a Pub/Sub channel, a
+        ``MemoryList``, the work queue a Redis list runs on)."""
 
     @property
     def seekable(self) -> bool:

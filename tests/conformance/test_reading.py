@@ -33,6 +33,7 @@ async def test_a_replay_delivers_every_message_in_order_then_the_app_stops_by_it
     assert running.subscriptions["replay"].value == "ended"
 
 
+@needs(Capability.POSITIONS)
 async def test_a_live_subscription_starts_at_the_tip_and_gets_what_is_published_after(
     transport: Transport,
 ) -> None:
@@ -73,7 +74,7 @@ async def test_start_at_a_sequence_starts_a_replay_there(transport: Transport) -
     assert seen == [(n, Position.sequence(n, stream="s")) for n in (8, 9, 10)]
 
 
-@needs(Capability.RETAIN)
+@needs(Capability.POSITIONS, Capability.RETAIN)
 async def test_a_live_subscription_started_at_a_sequence_reads_from_there_then_follows(
     transport: Transport,
 ) -> None:

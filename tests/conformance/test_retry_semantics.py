@@ -36,6 +36,7 @@ from .transports import Capability, Transport, needs
 @pytest.mark.parametrize(
     "shape", [{}, {"workers": 3}, {"workers": 2, "by_key": "k"}, {"batch": 2, "max_wait": 0.01}]
 )
+@needs(Capability.FAN_OUT)
 async def test_other_subscriptions_pass_over_a_retry_copy_whatever_their_shape(
     transport: Transport, shape: dict[str, Any]
 ) -> None:
@@ -77,7 +78,7 @@ async def test_other_subscriptions_pass_over_a_retry_copy_whatever_their_shape(
     assert other == [(1, 1), (2, 1)]
 
 
-@needs(Capability.RETAIN)
+@needs(Capability.FAN_OUT, Capability.POSITIONS, Capability.RETAIN)
 async def test_a_subscription_of_the_same_name_in_another_app_passes_over_the_copy(
     transport: Transport,
 ) -> None:
@@ -227,6 +228,7 @@ async def test_shutdown_cuts_a_lanes_delay_short_and_settles_a_retry_copy(
     assert [(payload, h[RETRY_COUNT_HEADER]) for payload, h in copies] == [(b"1", "1")]
 
 
+@needs(Capability.RETAIN)
 async def test_a_dead_letter_reader_handles_a_spent_letter_with_its_own_attempts(
     transport: Transport,
 ) -> None:

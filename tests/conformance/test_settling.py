@@ -82,6 +82,7 @@ async def test_retry_delivers_a_copy_with_attempt_2_to_that_subscription(
     assert seen == [(1, 1), (2, 1), (1, 2)]
 
 
+@needs(Capability.FAN_OUT)
 async def test_a_retry_copy_reaches_only_the_subscription_that_asked_for_it(
     transport: Transport,
 ) -> None:

@@ -35,8 +35,8 @@ from trio_streams.file.reader import FileReader
 from trio_streams.file.writer import StreamWriter
 from trio_streams.memory.log import MemoryHub
 from trio_streams.positions import PositionKind
-from trio_streams.redis import RedisBroker, RedisChannel, RedisStream
-from trio_streams.redis.frames import encode_frame
+from trio_streams.redis import RedisBroker, RedisChannel, RedisList, RedisStream
+from trio_streams.redis.frames import decode_frame, encode_frame
 from trio_streams.redis.wire import decode_fields, encode_fields
 from trio_streams.transport import Source
 
@@ -45,7 +45,9 @@ __all__ = [
     "Capability",
     "FileTransport",
     "MemoryTransport",
+    "RedisListTransport",
     "RedisPubSubTransport",
+    "RedisSimpleListTransport",
     "RedisTransport",
     "Transport",
     "needs",
@@ -61,12 +63,18 @@ class Capability(enum.Enum):
     REPLAY = "replay a stream from its beginning"
     #: Preload messages written at instants the test chooses (for timestamp seeks).
     PIN_INSTANTS = "write messages at chosen instants"
-    #: Keep what was published: start a live subscription before the tip, or read messages
-    #: back (``messages``). Pub/Sub keeps nothing.
-    RETAIN = "keep what was published"
     #: Run on Trio's ``autojump_clock``: every wait of the transport is on Trio's clock or
     #: local (a file's fsync), so jumping the clock while all tasks wait skips nothing real.
     VIRTUAL_TIME = "run on an autojump clock"
+    #: Every subscription of a stream gets every message (a work queue gives each to one).
+    FAN_OUT = "give every subscription of a stream every message"
+    #: A live subscription starts at the tip (what was there before is never delivered) or at a
+    #: position it names.
+    POSITIONS = "start a live subscription at the tip or at a position"
+    #: Keep what was published: a message stays once handled, for ``messages`` to read back,
+    #: and a live subscription can start before the tip. Pub/Sub keeps nothing; a list entry
+    #: is gone once handled.
+    RETAIN = "keep what was published, handled or not"
 
 
 def needs(*capabilities: Capability) -> pytest.MarkDecorator:
@@ -395,10 +403,75 @@ class RedisPubSubTransport(RedisTransport):
         return RedisChannel(*(streams or ("s",)))
 
 
+class _ListBroker(RedisBroker):
+    """A Redis broker whose stream names are lists: the suite publishes to ``"s"``, and here
+    that is ``Destination.list("s")``."""
+
+    async def publish(
+        self,
+        destination: str | Destination,
+        message: Any,
+        *,
+        headers: Mapping[str, str] | None = None,
+    ) -> Any:
+        if isinstance(destination, str):
+            destination = Destination.list(destination)
+        return await super().publish(destination, message, headers=headers)
+
+
+class RedisListTransport(RedisTransport):
+    """Reliable Redis lists (a processing list per consumer), on a server of the test's own:
+    a work queue, so what a stream does for every subscription it does for one."""
+
+    name = "redis-list"
+    reliable = True
+    cannot: ClassVar[Mapping[Capability, str]] = {
+        Capability.SEEK: "a list has no positions to seek to",
+        Capability.REPLAY: "a handled list entry is gone: there is nothing to replay",
+        Capability.PIN_INSTANTS: "a list entry records no instant",
+        Capability.VIRTUAL_TIME: RedisTransport.cannot[Capability.VIRTUAL_TIME],
+        Capability.FAN_OUT: "a list is a work queue: each entry goes to one of its consumers",
+        Capability.POSITIONS: "a list has no tip and no positions: its consumers take whatever "
+        "it holds, from the front, preloaded or not",
+        Capability.RETAIN: "a list entry is gone once handled",
+    }
+
+    def broker(self) -> Broker:
+        return _ListBroker(self.server.url)
+
+    def broker_like(self, broker: Broker) -> Broker:
+        assert isinstance(broker, RedisBroker)
+        return _ListBroker(broker.url)
+
+    def _append(self, broker: Broker, stream: str, payload: bytes) -> None:
+        self.server.command("RPUSH", stream, encode_frame(payload, {}))
+
+    def messages(self, broker: Broker, stream: str) -> list[tuple[bytes, dict[str, str]]]:
+        return [decode_frame(value) for value in self.server.command("LRANGE", stream, 0, -1)]
+
+    def preload(self, broker: Broker, count: int, *, stream: str = "s") -> None:
+        for n in range(1, count + 1):
+            self._append(broker, stream, str(n).encode())
+
+    def live(self, *streams: str, start_at: Position | None = None) -> Source:
+        (stream,) = streams or ("s",)
+        assert start_at is None, "a list has no positions (the test needs POSITIONS)"
+        return RedisList(stream, reliable=self.reliable)
+
+
+class RedisSimpleListTransport(RedisListTransport):
+    """Simple Redis lists (popped: at-most-once)."""
+
+    name = "redis-list-simple"
+    reliable = False
+
+
 #: Every transport the suite runs on, by parameter id.
 TRANSPORTS: dict[str, type[Transport]] = {
     "memory": MemoryTransport,
     "file": FileTransport,
     "redis": RedisTransport,
     "redis-pubsub": RedisPubSubTransport,
+    "redis-list": RedisListTransport,
+    "redis-list-simple": RedisSimpleListTransport,
 }

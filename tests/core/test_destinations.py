@@ -112,7 +112,7 @@ def test_a_routers_publisher_is_refused_when_mounted_on_a_broker_without_its_kin
         MemoryBroker().include_router(outer)
 
 
-async def test_under_app_test_a_list_is_an_in_process_stream_and_a_channel_is_apart() -> None:
+async def test_under_app_test_a_list_is_an_in_process_work_queue_and_a_channel_is_apart() -> None:
     class QueueBroker(MemoryBroker):
         destination_kinds: ClassVar[frozenset[DestinationKind]] = frozenset(DestinationKind)
 
@@ -128,6 +128,9 @@ async def test_under_app_test_a_list_is_an_in_process_stream_and_a_channel_is_ap
     async with app.test() as t:
         await t.publish("orders", 4)
         await broker.publish(Destination.channel("news"), "hi")
-        assert [m.json() for m in t.published("jobs")] == [40]
+        # A list is a work queue of its own, and a channel a bus of its own, each apart from
+        # any stream of the same name.
+        assert [m.json() for m in t.published(Destination.list("jobs"))] == [40]
+        assert t.published("jobs") == []
         assert [m.decode(str) for m in t.published(Destination.channel("news"))] == ["hi"]
-        assert t.published("news") == []  # a channel is not the stream of the same name
+        assert t.published("news") == []

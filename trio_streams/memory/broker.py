@@ -27,6 +27,7 @@ from ..transport import (
 )
 from .channels import MemoryChannel, MemoryChannelSubscription, channel_bus
 from .log import Cursor, Entry, MemoryHub
+from .queues import MemoryList, MemoryListSubscription, queue_of
 from .sources import MemoryStream
 
 __all__ = ["MemoryBroker", "MemorySubscription", "MemoryTransport"]
@@ -124,20 +125,26 @@ class MemoryTransport(Transport):
         self, destination: Destination, payload: bytes, headers: Mapping[str, str]
     ) -> Position | int:
         """A list or a channel, under ``app.test()`` for a broker that has them. A list is an
-        in-process stream of the same name, which the in-process form of that broker's list
-        sources reads; a channel goes to the in-process Pub/Sub bus (:mod:`.channels`), apart
-        from every stream, to whoever is subscribed now, and the receipt is how many
+        in-process work queue of that name (apart from the streams; the receipt is its length,
+        as ``RPUSH`` answers); a channel goes to the in-process Pub/Sub bus (:mod:`.channels`),
+        apart from every stream, to whoever is subscribed now, and the receipt is how many
         subscriptions received it, as ``PUBLISH`` answers. (A ``MemoryBroker`` of its own has
         streams only and refuses them.)"""
+        if not isinstance(payload, bytes):
+            raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
         if destination.is_channel:
-            if not isinstance(payload, bytes):
-                raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
             await checkpoint_if_cancelled()  # a cancelled publish publishes nothing
             sharded = destination.kind is DestinationKind.SHARD_CHANNEL
             bus = channel_bus(self.hub, sharded=sharded)
             receivers = bus.publish(destination.name, payload, dict(headers) if headers else {})
             await self._share.after_progress()
             return receivers
+        if destination.kind is DestinationKind.LIST:
+            await checkpoint_if_cancelled()  # a cancelled publish publishes nothing
+            length = queue_of(self.hub, destination.name).push(payload, dict(headers))
+            self.hub.wake()
+            await self._share.after_progress()
+            return length
         return await self.publish(destination.name, payload, headers)
 
     def open_subscription(
@@ -155,6 +162,11 @@ class MemoryTransport(Transport):
         check = None
         if window and self._segment_check is not None:
             check = self._segment_check(source, options, label=label)
+        if isinstance(stream, MemoryList):
+            return MemoryListSubscription(
+                self.hub, stream, label=label, count=count, window=window, segment_check=check
+            )
+        assert isinstance(stream, MemoryStream), stream
         return MemorySubscription(
             self.hub,
             stream,

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Self
 
 from trio.lowlevel import checkpoint, checkpoint_if_cancelled
 
 from ..delivery import RETRY_COUNT_HEADER, Delivery, attempt_from_headers, retry_headers
 from ..host import SubscriptionHost
 from ..outcome import Outcome
-from ..transport import SubscriptionSource
+from ..transport import Source, SubscriptionSource
 from .log import Entry, MemoryHub, StreamLog
 
 __all__ = ["ChannelBus", "MemoryChannel", "MemoryChannelSubscription", "glob_match"]
@@ -111,7 +112,7 @@ def _receivers(source: MemoryChannel, channel: str) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class MemoryChannel:
+class MemoryChannel(Source):
     """What an in-process channel subscription reads: the in-process form of a Redis channel
     source (``RedisChannel.in_process()``). Not mounted directly: in-process brokers have
     streams only; under ``app.test()`` a Redis broker's channels run on this."""
@@ -121,6 +122,22 @@ class MemoryChannel:
     pattern: bool = False
     #: Sharded channels (``SSUBSCRIBE`` / ``SPUBLISH``): a bus of their own.
     sharded: bool = False
+
+    @property
+    def name(self) -> str:
+        return ",".join(self.names)
+
+    @property
+    def streams(self) -> tuple[str, ...]:
+        return self.names
+
+    def with_prefix(self, prefix: str) -> Self:
+        """Prefixed already: ``RedisChannel.with_prefix`` escapes a prefix inside patterns."""
+        del prefix
+        return self
+
+    def in_process(self) -> MemoryChannel:
+        return self
 
     def matches(self, channel: str) -> bool:
         if self.pattern:

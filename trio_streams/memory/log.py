@@ -21,7 +21,7 @@ from ..positions import Position, PositionKind
 from ..transport import SeekRefused
 
 if TYPE_CHECKING:
-    pass
+    from .queues import WorkQueue
 
 __all__ = ["Cursor", "Entry", "Group", "MemoryHub", "StreamLog"]
 
@@ -109,6 +109,9 @@ class MemoryHub:
         #: In-process Pub/Sub (:mod:`.channels`): a bus per kind of channel, made at first use,
         #: apart from the streams (a channel and a stream of the same name never meet).
         self.buses: dict[str, object] = {}
+        #: In-process work queues (the in-process form of Redis lists), by name: apart from the
+        #: streams, so a list and a stream of the same name never meet.
+        self.queues: dict[str, WorkQueue] = {}
 
     def log(self, stream: str) -> StreamLog:
         log = self._logs.get(stream)

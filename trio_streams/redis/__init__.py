@@ -1,21 +1,26 @@
-"""Redis: ``RedisBroker``, ``RedisStream`` (consumer groups, the pipeline window) and
-``RedisChannel`` (Pub/Sub),
-over the Trio-native connection layer in :mod:`trio_streams.redis.client`."""
+"""Redis: ``RedisBroker``; ``RedisStream`` (consumer groups, the pipeline window),
+``RedisList`` (work queues, simple or reliable) and ``RedisChannel`` (Pub/Sub), over the
+Trio-native connection layer in :mod:`trio_streams.redis.client`."""
 
 from .broker import RedisBroker, RedisTransport
 from .channels import RedisChannel
 from .group import GroupVanished
+from .lists import DeadLetterKind, ListEnd, RedisList, WrongKeyType
 from .pubsub import PubSubFailed
 from .segments import SegmentRefused
 from .streams import NoGroup, RedisStream
 
 __all__ = [
+    "DeadLetterKind",
     "GroupVanished",
+    "ListEnd",
     "NoGroup",
     "PubSubFailed",
     "RedisBroker",
     "RedisChannel",
+    "RedisList",
     "RedisStream",
     "RedisTransport",
     "SegmentRefused",
+    "WrongKeyType",
 ]

@@ -9,25 +9,30 @@
 - **The pipeline window** (``pipeline=True``, ``atomic=True``) on group subscriptions: a
   handler's ``ctx.pipeline`` commands leave with the read's ``XACK`` in one round trip
   (:mod:`.window`, :mod:`.segments`).
+- **Lists** (``RedisList``, :mod:`.lists`): work queues, simple (at-most-once) or reliable
+  (a processing list per consumer); publishing to ``Destination.list(key)`` pushes one frame
+  (:mod:`.frames`) at the end the list's consumers do not take from.
 - **Pub/Sub** (``RedisChannel``: channels, patterns, sharded channels) is at most once; see
   :mod:`.pubsub`. ``broker.publish(Destination.channel("news"), msg)`` is one ``PUBLISH``
   (``SPUBLISH`` for ``Destination.channel("news", sharded=True)``) of the list/Pub/Sub frame
   (:mod:`.frames`); the receipt is the number of subscribers that received it (in a cluster,
   a classic channel's count is of the node that took the ``PUBLISH``).
 - **Refused at mount**: ``pipeline=True`` on a plain stream (no group: nothing to
-  acknowledge), ``atomic=True`` without ``pipeline=True``, and, on a cluster, a dead letter whose
-  key does not share the stream's hash slot (its copy and the acknowledgement could not be one
+  acknowledge) or on a simple list (popped entries: nothing to acknowledge), ``atomic=True``
+  without ``pipeline=True``, and, on a cluster, a stream's dead letter whose key does not
+  share the stream's hash slot (its copy and the acknowledgement could not be one
   transaction): name both with one hash tag, ``{orders}`` and ``{orders}.dead``.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import secrets
 import socket
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, ClassVar
 
 from ..broker import Broker
 from ..destinations import Destination, DestinationKind
@@ -38,8 +43,13 @@ from ..routing import _Declared
 from ..transport import Source, SubscriptionSource, Transport, read_count_option
 from .channels import RedisChannel
 from .client import RedisClient, connect, key_slot, parse_url
+from .client.errors import ReplyError
 from .frames import encode_frame
 from .group import GroupSubscription
+from .list_base import wrong_type
+from .list_reliable import ReliableListSubscription
+from .list_simple import SimpleListSubscription
+from .lists import ListEnd, RedisList
 from .plain import PlainSubscription
 from .pubsub import ChannelSubscription
 from .segments import segment_check
@@ -55,6 +65,8 @@ DEFAULT_COUNT = 100
 DEFAULT_BLOCK_MS = 1000
 
 _process_consumer: tuple[int, str] | None = None
+#: Numbers the reliable list subscriptions of this process that name no consumer.
+_list_consumers = itertools.count(1)
 
 
 def default_consumer() -> str:
@@ -80,13 +92,15 @@ class RedisBroker(Broker):
     each delivery's commands and its ``XACK`` in one ``MULTI``/``EXEC``.
     """
 
-    source_types = (
+    source_types: ClassVar[tuple[type[Source], ...]] = (
         RedisStream,
+        RedisList,
         RedisChannel,
     )
-    destination_kinds = frozenset(
+    destination_kinds: ClassVar[frozenset[DestinationKind]] = frozenset(
         {
             DestinationKind.STREAM,
+            DestinationKind.LIST,
             DestinationKind.CHANNEL,
             DestinationKind.SHARD_CHANNEL,
         }
@@ -160,13 +174,19 @@ class RedisBroker(Broker):
                 f"{self.name}: pipeline=True needs a consumer group: a plain stream read "
                 f"({source!r}) acknowledges nothing for the window to send its commands with"
             )
+        if window and isinstance(source, RedisList) and not source.reliable:
+            raise UnsupportedError(
+                f"{self.name}: pipeline=True needs a reliable list: a simple list ({source!r}) "
+                "pops its entries, so there is nothing to acknowledge for the window to send "
+                "its commands with; use RedisList(key, reliable=True)"
+            )
 
     def segment_check(
         self, source: Source, options: Mapping[str, Any], *, label: str
     ) -> CommandCheck | None:
         """What a window segment of this subscription may hold (:mod:`.segments`): the same
         check live and under ``app.test()``."""
-        if not options.get("pipeline") or not isinstance(source, RedisStream):
+        if not options.get("pipeline") or not isinstance(source, RedisStream | RedisList):
             return None
         atomic = bool(options.get("atomic"))
         return segment_check(
@@ -221,18 +241,6 @@ class RedisTransport(Transport):
         self.broker = broker
         self.client = client
 
-    async def publish_to(
-        self, destination: Destination, payload: bytes, headers: Mapping[str, str]
-    ) -> Any:
-        if destination.is_channel:
-            if not isinstance(payload, bytes):
-                raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
-            command = "SPUBLISH" if destination.kind is DestinationKind.SHARD_CHANNEL else "PUBLISH"
-            return await self.client.execute(
-                command, destination.name, encode_frame(payload, headers)
-            )
-        return await super().publish_to(destination, payload, headers)
-
     async def publish(
         self, destination: str, payload: bytes, headers: Mapping[str, str]
     ) -> Position:
@@ -243,9 +251,43 @@ class RedisTransport(Transport):
         )
         return Position.entry(text(entry_id), stream=destination)
 
+    async def publish_to(
+        self, destination: Destination, payload: bytes, headers: Mapping[str, str]
+    ) -> Any:
+        if not isinstance(payload, bytes):
+            raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
+        if destination.is_channel:
+            command = "SPUBLISH" if destination.kind is DestinationKind.SHARD_CHANNEL else "PUBLISH"
+            return await self.client.execute(
+                command, destination.name, encode_frame(payload, headers)
+            )
+        if destination.kind is not DestinationKind.LIST:
+            return await super().publish_to(destination, payload, headers)
+        # The list's consumers take from the left unless it says otherwise: push at the right.
+        end = self._list_ends.get(destination.name, ListEnd.LEFT)
+        try:
+            return await self.client.execute(
+                end.push, destination.name, encode_frame(payload, headers)
+            )
+        except ReplyError as exc:
+            if exc.code == "WRONGTYPE":
+                raise wrong_type(f"publish to {destination}", destination.name, exc) from exc
+            raise
+
+    @property
+    def _list_ends(self) -> dict[str, ListEnd]:
+        """The end consumers take from, of each list a subscription of this broker reads."""
+        return {
+            s.source.key: s.source.pop
+            for s in self.broker.subscriptions
+            if isinstance(s.source, RedisList)
+        }
+
     def open_subscription(
         self, source: Source, options: Mapping[str, Any], *, label: str
     ) -> SubscriptionSource:
+        if isinstance(source, RedisList):
+            return self._open_list(source, options, label=label)
         if isinstance(source, RedisChannel):
             count = read_count_option(options, DEFAULT_COUNT)
             return ChannelSubscription(self.client, source, label=label, count=count)
@@ -267,6 +309,34 @@ class RedisTransport(Transport):
             block_ms=_block_option(options),
             consumer=source.consumer or default_consumer(),
             atomic_dead_letter=lambda destination: self.broker.same_slot(source.key, destination),
+            window=bool(options.get("pipeline")),
+            atomic=bool(options.get("atomic")),
+            segment_check=self.broker.segment_check(source, options, label=label),
+        )
+
+    def _open_list(
+        self, source: RedisList, options: Mapping[str, Any], *, label: str
+    ) -> SubscriptionSource:
+        count = read_count_option(options, DEFAULT_COUNT)
+        block_ms = _block_option(options)
+
+        def same_slot(destination: str) -> bool:
+            return self.broker.same_slot(source.key, destination)
+
+        if not source.reliable:
+            return SimpleListSubscription(
+                self.client, source, label=label, count=count, block_ms=block_ms,
+                same_slot=same_slot,
+            )  # fmt: skip
+        return ReliableListSubscription(
+            self.client,
+            source,
+            label=label,
+            count=count,
+            block_ms=block_ms,
+            # Its own name by default: a processing list is one subscription's, never shared.
+            consumer=source.consumer or f"{default_consumer()}-{next(_list_consumers)}",
+            same_slot=same_slot,
             window=bool(options.get("pipeline")),
             atomic=bool(options.get("atomic")),
             segment_check=self.broker.segment_check(source, options, label=label),

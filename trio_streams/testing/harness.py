@@ -32,6 +32,7 @@ from ..host import Fault, SubscriptionHost
 from ..memory.broker import MemoryBroker, MemoryTransport
 from ..memory.channels import channel_bus
 from ..memory.log import MemoryHub
+from ..memory.queues import MemoryListSubscription, queue_of
 from ..outcome import Outcome
 from ..pipeline import Command, Segment
 from ..transport import Transport
@@ -207,7 +208,7 @@ class TestClient:
         """Publish, then wait until the whole reaction has settled; returns the receipt.
 
         ``destination`` is a stream (a ``str``), or a ``Destination`` (a Redis list or channel:
-        ``Destination.channel("news")``)."""
+        ``Destination.list("jobs")``, ``Destination.channel("news")``)."""
         target = self._broker_for(destination, broker)
         receipt = await target.publish(destination, message, headers=headers)
         await self.settled()
@@ -263,6 +264,23 @@ class TestClient:
         """The fault :meth:`report_fault` began is over."""
         self._host(handler).clear_fault(kind)
 
+    def kill_consumer(self, handler: Callable[..., Any] | str) -> int:
+        """The consumer of ``handler``'s list subscription dies, and a reaper runs: what a
+        reliable list's consumer holds (taken, not yet settled) goes back to the front of the
+        list and is delivered again; its handlers' later settles remove nothing. A simple list's
+        consumer loses what it holds (nothing goes back). Returns how many entries went back.
+        The subscription itself keeps reading, as a restarted consumer would."""
+        for runner in self._runners:
+            if handler in (runner.label, runner.subscription.handler.fn):
+                source = runner.source
+                if isinstance(source, MemoryListSubscription):
+                    return source.kill()
+                raise ConfigurationError(
+                    f"{runner.label} does not read a list, so it has no consumer to kill"
+                )
+        known = [runner.label for runner in self._runners]
+        raise ConfigurationError(f"no running subscription runs {handler!r}; these do: {known}")
+
     def _host(self, handler: Callable[..., Any] | str) -> SubscriptionHost:
         for runner in self._runners:
             if handler in (runner.label, runner.subscription.handler.fn) and runner.host:
@@ -274,14 +292,22 @@ class TestClient:
         self, destination: str | Destination, *, broker: Broker | None = None
     ) -> list[PublishedMessage]:
         """Every message in ``destination``, from tests and handlers alike, in order (for a
-        channel, ``Destination.channel(name)``: what was published to it, heard or not)."""
-        hub = self._hubs[self._broker_for(destination, broker)]
+        channel, ``Destination.channel(name)``: what was published to it, heard or not; for a
+        list, ``Destination.list(name)``: every entry ever pushed, retry copies included, taken
+        or not; ``seq`` counts them from 1)."""
         target = Destination.of(destination)
+        hub = self._hubs[self._broker_for(target, broker)]
         if target.is_channel:
             bus = channel_bus(hub, sharded=target.kind is DestinationKind.SHARD_CHANNEL)
             return [
                 PublishedMessage(target.name, e.seq, e.payload, e.headers)
                 for e in bus.messages(target.name)
+            ]
+        if target.kind is DestinationKind.LIST:
+            queue = queue_of(hub, target.name)
+            return [
+                PublishedMessage(target.name, n, e.payload, e.headers)
+                for n, e in enumerate(queue.pushed, 1)
             ]
         log = hub.log(target.name)
         return [

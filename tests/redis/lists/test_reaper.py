@@ -1,0 +1,232 @@
+"""The reliable list's recovery: heartbeats, the reaper script, taking back the own list."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import trio
+
+from tests.redis.client.redis_waits import eventually
+from tests.redis_servers import RedisServer
+from tests.support import serving
+from trio_streams import App, Destination
+from trio_streams.redis import RedisBroker, RedisList
+from trio_streams.redis.client import RedisClient, connect
+from trio_streams.redis.frames import encode_frame
+from trio_streams.redis.list_scripts import REAP
+from trio_streams.redis.lists import consumers_key, heartbeat_key, processing_key
+
+from .support import length, values
+
+
+def _frame(n: int) -> bytes:
+    return encode_frame(str(n).encode(), {})
+
+
+async def _plant(
+    redis: RedisClient, consumer: str, numbers: range, *, heartbeat_ms: int | None = None
+) -> None:
+    """A consumer that took ``numbers`` (oldest first) into its processing list, and has a live
+    heartbeat for ``heartbeat_ms`` (None: none, it is dead)."""
+    for n in numbers:  # moved in at the left, as BLMOVE ... LEFT does
+        await redis.execute("LPUSH", processing_key("jobs", consumer), _frame(n))
+    await redis.execute("SADD", consumers_key("jobs"), consumer)
+    if heartbeat_ms is not None:
+        await redis.execute("SET", heartbeat_key("jobs", consumer), consumer, "PX", heartbeat_ms)
+
+
+def _reap(consumer: str, *, force: bool = False) -> tuple[object, ...]:
+    return (
+        "EVAL", REAP, 4, "jobs", processing_key("jobs", consumer),
+        heartbeat_key("jobs", consumer), consumers_key("jobs"), consumer, "LPUSH",
+        "1" if force else "0",
+    )  # fmt: skip
+
+
+async def test_the_reaper_leaves_a_consumer_with_a_live_heartbeat_alone(
+    redis: RedisClient,
+) -> None:
+    await _plant(redis, "alive", range(1, 4), heartbeat_ms=60_000)
+    assert await redis.execute(*_reap("alive")) == -1
+    assert await length(redis, processing_key("jobs", "alive")) == 3
+    assert await length(redis, "jobs") == 0
+
+
+async def test_the_reaper_moves_a_dead_consumers_list_back_to_the_front_oldest_first(
+    redis: RedisClient,
+) -> None:
+    await redis.execute("RPUSH", "jobs", _frame(100))
+    await _plant(redis, "dead", range(1, 4))
+    assert await redis.execute(*_reap("dead")) == 3
+    assert await values(redis, "jobs") == [_frame(1), _frame(2), _frame(3), _frame(100)]
+    assert await redis.execute("EXISTS", processing_key("jobs", "dead")) == 0
+    assert await redis.execute("SMEMBERS", consumers_key("jobs")) == []
+
+
+async def test_two_reapers_racing_never_move_an_entry_twice(
+    redis_server: RedisServer, redis: RedisClient
+) -> None:
+    entries = 2000
+    await _plant(redis, "dead", range(entries))
+    moved: list[int] = []
+
+    async def reaper() -> None:
+        async with connect(redis_server.url) as own:
+            for _ in range(20):
+                reply = await own.execute(*_reap("dead"))
+                moved.append(int(reply))
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(8):
+            nursery.start_soon(reaper)
+    assert sum(m for m in moved if m > 0) == entries
+    assert sorted(m for m in moved if m > 0) == [entries]  # one pass moved all, the rest none
+    found = await values(redis, "jobs")
+    assert len(found) == entries and len(set(found)) == entries
+
+
+async def test_heartbeat_expiry_then_a_live_consumers_reaper_redelivers_the_entries(
+    redis_server: RedisServer, redis: RedisClient
+) -> None:
+    await _plant(redis, "dead", range(1, 6), heartbeat_ms=60_000)
+    app = App("svc")
+    broker = app.broker(RedisBroker(redis_server.url))
+    seen: list[int] = []
+    done = trio.Event()
+
+    source = RedisList("jobs", reliable=True, consumer="live", heartbeat=1.0, reap_every=0.05)
+
+    @broker.subscriber(source, count=10)
+    async def handle(n: int) -> None:
+        seen.append(n)
+        if len(seen) == 6:
+            done.set()
+
+    async with serving(app):
+        await broker.publish(Destination.list("jobs"), 0)
+
+        async def handled_the_new_one() -> bool:
+            return seen == [0]
+
+        await eventually(handled_the_new_one, what="the new entry handled")
+        # The heartbeat is alive: passes of the reaper leave the processing list alone.
+        assert await length(redis, processing_key("jobs", "dead")) == 5
+        await redis.execute("DEL", heartbeat_key("jobs", "dead"))  # it expires
+        with trio.fail_after(10):
+            await done.wait()
+    assert seen == [0, 1, 2, 3, 4, 5]
+    assert await redis.execute("EXISTS", processing_key("jobs", "dead")) == 0
+    assert await redis.execute("SMEMBERS", consumers_key("jobs")) == []
+
+
+async def test_two_live_reapers_on_one_dead_list_hand_every_entry_out_once(
+    redis_server: RedisServer, redis: RedisClient
+) -> None:
+    entries = 300
+    await _plant(redis, "dead", range(entries))
+    handled: Counter[int] = Counter()
+    done = trio.Event()
+
+    def app_for(name: str) -> App:
+        app = App(f"svc-{name}")
+        broker = app.broker(RedisBroker(redis_server.url))
+        source = RedisList("jobs", reliable=True, consumer=name, reap_every=0.01)
+
+        @broker.subscriber(source, count=20)
+        async def handle(n: int) -> None:
+            handled[n] += 1
+            if sum(handled.values()) == entries:
+                done.set()
+
+        return app
+
+    async with serving(app_for("a")), serving(app_for("b")):
+        with trio.fail_after(20):
+            await done.wait()
+    assert set(handled) == set(range(entries))
+    assert max(handled.values()) == 1
+
+
+async def test_a_restart_with_the_same_name_takes_back_its_processing_list_first(
+    redis_server: RedisServer, redis: RedisClient
+) -> None:
+    # w1 died holding 1, 2, 3 a moment ago: its heartbeat has not expired yet.
+    await _plant(redis, "w1", range(1, 4), heartbeat_ms=60_000)
+    for n in (10, 11):
+        await redis.execute("RPUSH", "jobs", _frame(n))
+    app = App("svc")
+    broker = app.broker(RedisBroker(redis_server.url))
+    seen: list[int] = []
+    done = trio.Event()
+
+    @broker.subscriber(RedisList("jobs", reliable=True, consumer="w1"), count=1)
+    async def handle(n: int) -> None:
+        seen.append(n)
+        if len(seen) == 5:
+            done.set()
+
+    async with serving(app):
+        with trio.fail_after(10):
+            await done.wait()
+    assert seen == [1, 2, 3, 10, 11]
+    assert await redis.execute("EXISTS", processing_key("jobs", "w1")) == 0
+
+
+async def test_a_reconnect_takes_back_what_a_cut_move_left_in_the_processing_list(
+    redis_server: RedisServer, redis: RedisClient
+) -> None:
+    app = App("svc")
+    broker = app.broker(RedisBroker(redis_server.url))
+    seen: list[int] = []
+    first = trio.Event()
+    done = trio.Event()
+
+    @broker.subscriber(RedisList("jobs", reliable=True, consumer="w1"), block=50)
+    async def handle(n: int) -> None:
+        seen.append(n)
+        first.set()
+        if len(seen) == 3:
+            done.set()
+
+    async with serving(app):
+        await broker.publish(Destination.list("jobs"), 1)
+        with trio.fail_after(10):
+            await first.wait()
+        # As if a move's reply was lost with its connection: the entry sits in the processing
+        # list, not held by the consumer. A reconnect finds it.
+        await redis.execute("LPUSH", processing_key("jobs", "w1"), _frame(2))
+        await redis.execute("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+        await broker.publish(Destination.list("jobs"), 3)
+        with trio.fail_after(10):
+            await done.wait()
+    assert sorted(seen) == [1, 2, 3]
+    assert await length(redis, processing_key("jobs", "w1")) == 0
+
+
+async def test_the_subscription_renews_its_heartbeat_while_it_runs(
+    redis_server: RedisServer, redis: RedisClient
+) -> None:
+    app = App("svc")
+    broker = app.broker(RedisBroker(redis_server.url))
+
+    @broker.subscriber(RedisList("jobs", reliable=True, consumer="w1", heartbeat=0.3))
+    async def handle(n: int) -> None: ...
+
+    key = heartbeat_key("jobs", "w1")
+    async with serving(app):
+        first = int(await redis.execute("PTTL", key))
+        assert 0 < first <= 300
+        lowest = first
+
+        async def renewed() -> bool:
+            nonlocal lowest
+            ttl = int(await redis.execute("PTTL", key))
+            assert ttl > 0, "the heartbeat expired while its subscription ran"
+            if ttl > lowest:
+                return True  # it went up: renewed
+            lowest = ttl
+            return False
+
+        for _ in range(3):  # renewed again and again, never expiring
+            lowest = int(await redis.execute("PTTL", key))
+            await eventually(renewed, within=5, what="the heartbeat renewed")

@@ -1,0 +1,171 @@
+"""What the two forms of a Redis list subscription share: opening, key checks, deliveries,
+copies (retries and dead letters), reconnecting and the durable-delay promoter."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from ..delivery import RETRY_COUNT_HEADER, Delivery, attempt_from_headers, retry_headers
+from ..host import SubscriptionHost
+from ..pipeline import Command
+from ..transport import DeadLetter, SubscriptionSource
+from .client import Backoff, ReadOnlyError, RedisClient, RedisConnectionError
+from .client.errors import RedisError, ReplyError
+from .dedicated import DedicatedConnection
+from .delays import delay_key, member
+from .frames import decode_frame, encode_frame
+from .list_scripts import PROMOTE, SCHEDULE
+from .lists import DeadLetterKind, ListEnd, RedisList, WrongKeyType
+from .wire import encode_fields, text
+
+__all__ = ["ListSubscriptionBase", "lost", "wrong_type"]
+
+#: The longest the promoter waits before looking for due copies again (seconds).
+_PROMOTE_EVERY = 1.0
+
+
+def lost(exc: BaseException) -> bool:
+    """Whether ``exc`` means the connection (or the primary) is gone: reconnect and go on."""
+    return isinstance(exc, RedisConnectionError | ReadOnlyError)
+
+
+def wrong_type(label: str, key: str, exc: ReplyError) -> WrongKeyType:
+    """The typed error for a ``WRONGTYPE`` reply about ``key``."""
+    return WrongKeyType(
+        f"{label}: key {key!r} does not hold a list, so it cannot be read as a work queue "
+        f"({exc.message}); use another key, or delete this one"
+    )
+
+
+class ListSubscriptionBase(SubscriptionSource):
+    """The parts of a list subscription that do not depend on its form."""
+
+    seekable = False
+    #: ``retry_after`` is kept by Redis (the delay ZSET, see :mod:`.list_scripts`).
+    durable_delay = True
+    live = True
+
+    def __init__(
+        self,
+        client: RedisClient,
+        source: RedisList,
+        *,
+        label: str,
+        count: int,
+        block_ms: int,
+        same_slot: Callable[[str], bool],
+    ) -> None:
+        self._client = client
+        self._source = source
+        self._key = source.key
+        self._end: ListEnd = source.pop
+        self._label = label
+        self._count = count
+        self.read_count = count
+        self._block_s = block_ms / 1000
+        self._same_slot = same_slot
+        self._host: SubscriptionHost | None = None
+        self._dedicated = DedicatedConnection(client, source.key)
+        self._backoff = Backoff(0.05, 2.0)
+        self._faulted = False
+        self._delays = delay_key(source.key)
+        self._promote_wanted = trio.Event()
+        #: Seconds until the promoter looks again.
+        self._promote_in = 0.0
+        self._closed = False
+
+    # ---- opening -----------------------------------------------------------------------------
+
+    async def open(self, host: SubscriptionHost) -> None:
+        self._host = host
+        # A list is a work queue: whichever consumer takes a retry copy handles it.
+        host.retry_target = f"list:{self._key}"
+        await self.check_type(self._key)
+        host.start_soon(self._promote_loop, name=f"{self._label}: delayed retries")
+
+    async def check_type(self, key: str) -> None:
+        """Refuse, with :class:`WrongKeyType`, a ``key`` that holds something else than a list."""
+        kind = text(await self._client.execute("TYPE", key))
+        if kind not in ("list", "none"):
+            raise WrongKeyType(
+                f"{self._label}: key {key!r} holds a {kind}, not a list, so it cannot be read "
+                "as a work queue; use another key, or delete this one"
+            )
+
+    # ---- deliveries and copies ---------------------------------------------------------------
+
+    def delivery(self, value: bytes, handle: Any) -> Delivery:
+        """The delivery of list entry ``value`` (a frame, or a plain value another producer
+        pushed: a headerless payload)."""
+        payload, headers = decode_frame(value)
+        attempt = attempt_from_headers(headers) if RETRY_COUNT_HEADER in headers else 1
+        return Delivery(self._key, payload, headers, attempt=attempt, handle=handle)
+
+    def retry_copy(self, delivery: Delivery) -> bytes:
+        assert self._host is not None
+        return encode_frame(delivery.payload, retry_headers(delivery, self._host.retry_target))
+
+    def push_copy(self, value: bytes) -> Command:
+        """Put ``value`` at the back of the list (a retry copy waits its turn)."""
+        return (self._end.push, self._key, value)
+
+    def dead_letter_command(self, delivery: Delivery, letter: DeadLetter) -> Command:
+        """The command that writes ``letter``: a push onto the dead-letter list (framed, at the
+        back as this list's publishers push), or an ``XADD`` onto the dead-letter stream."""
+        headers = letter.headers_for(delivery)
+        if self._source.dead_letter_kind is DeadLetterKind.STREAM:
+            return ("XADD", letter.destination, "*", *encode_fields(delivery.payload, headers))
+        return (self._end.push, letter.destination, encode_frame(delivery.payload, headers))
+
+    # ---- faults ------------------------------------------------------------------------------
+
+    async def connection_lost(self, exc: BaseException) -> None:
+        """Report the fault ``connection``, drop the connection, pause (paced)."""
+        assert self._host is not None
+        self._faulted = True
+        self._host.report_fault("connection", str(exc), error=exc)
+        await self._dedicated.drop(exc)
+        await trio.sleep(self._backoff.failed())
+
+    def read_succeeded(self) -> None:
+        if self._faulted:
+            self._faulted = False
+            self._backoff.succeeded()
+            assert self._host is not None
+            self._host.clear_fault("connection")
+
+    # ---- delayed retries ----------------------------------------------------------------------
+
+    async def schedule(self, copy: bytes, delay: float, processing: str, original: bytes) -> None:
+        """Put ``copy`` into the delay set, due in ``delay`` s; remove ``original`` from the
+        ``processing`` list in the same step (``original`` b"" for a simple list)."""
+        delay_ms = max(0, round(delay * 1000))
+        await self._client.execute(
+            "EVAL", SCHEDULE, 2, self._delays, processing, delay_ms, member([copy]), original
+        )
+        if delay < self._promote_in:
+            self._promote_wanted.set()  # sooner than the promoter planned to look
+
+    async def _promote_loop(self) -> None:
+        """Push due copies back onto the list, sleeping until the next is due, at most
+        ``_PROMOTE_EVERY`` (copies other consumers scheduled are due too). Cancelled with the
+        subscription: what is scheduled stays in Redis for the next promoter."""
+        assert self._host is not None
+        while True:
+            try:
+                wait_ms = await self._client.execute(
+                    "EVAL", PROMOTE, 2, self._delays, self._key, 100, self._end.push
+                )
+            except RedisError as exc:
+                self._host.report_fault("delayed", f"promoting delayed retries: {exc}", error=exc)
+                wait_ms = -1
+            else:
+                self._host.clear_fault("delayed")
+            wait = _PROMOTE_EVERY if wait_ms < 0 else min(_PROMOTE_EVERY, wait_ms / 1000)
+            self._promote_in = wait
+            with trio.move_on_after(wait):
+                await self._promote_wanted.wait()
+            self._promote_wanted = trio.Event()

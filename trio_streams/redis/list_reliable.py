@@ -1,0 +1,483 @@
+"""A reliable Redis list subscription: a processing list per consumer, heartbeats and a reaper.
+
+How it keeps its promises:
+
+- **Nothing lost.** One round trip on a dedicated connection moves up to ``count`` entries
+  into this consumer's processing list: a ``BLMOVE`` (waiting at most ``block`` ms) followed,
+  in the same write, by ``count - 1`` non-blocking ``LMOVE``s. An entry stays in the
+  processing list until its settle removes that exact value (``LREM key 1 value``).
+- **Its own list first.** At open, and after every reconnect (a blocking move cancelled with
+  its reply on the wire closes its connection), the consumer first reads its own processing
+  list (``LRANGE``) and delivers, oldest first, what it does not hold: a restart with the same
+  ``consumer`` name takes back what it had when it died.
+- **Heartbeat and reaper.** The consumer keeps ``{key}:heartbeat:<consumer>`` alive with a TTL
+  (``heartbeat`` s), renewed every third of it by a task of the subscription, and is listed in
+  ``{key}:consumers``. Every ``reap_every`` s each consumer's reaper runs one script per other
+  consumer (:data:`~.list_scripts.REAP`) that, only if that heartbeat has expired, moves the
+  whole processing list back to the front of the list, atomically: two reapers never move an
+  entry twice. A consumer that stalls longer than its heartbeat may find an entry reaped
+  under it: the entry is handled again (at-least-once), and its late ``LREM`` removes nothing.
+- **Settles.** ack and drop are collected by the pipeline window (:mod:`.window`) and sent as
+  one ``LREM`` per entry, in one pipeline per read (with ``pipeline=True``, after the kept
+  segments; with ``atomic=True`` each segment is a ``MULTI``/``EXEC`` holding its entry's
+  ``LREM``). A retry is the copy (with the retry-count header) pushed at the back of the list
+  and the ``LREM``, in one ``MULTI``/``EXEC``; ``retry_after`` is the copy scheduled in the
+  durable delay set and the ``LREM``, in one script; a dead letter is the copy (with the reason
+  headers) and the ``LREM`` in one ``MULTI``/``EXEC`` where the dead-letter key shares the
+  list's cluster slot, else one after the other (a crash between may write the letter twice).
+- **A graceful close** sends what the window holds, then moves whatever is left in the
+  processing list (deliveries abandoned at shutdown) back to the list at once, and removes the
+  heartbeat: nothing waits for a reaper.
+- **Faults.** A lost connection is the fault ``connection`` while the reader reconnects
+  (paced); a failed heartbeat, reaper pass or flush is reported as ``heartbeat``, ``reap`` or
+  ``flush`` and retried. An entry whose settle or flush failed stays in the processing list,
+  and the reader delivers it again from there on its next read. A key of another type is
+  :class:`~.lists.WrongKeyType`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections import Counter, deque
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import trio
+
+from ..delivery import Delivery
+from ..host import SubscriptionHost
+from ..outcome import Outcome, OutcomeKind
+from ..pipeline import Command, CommandCheck, Pipeline
+from ..transport import DeadLetter, SourceFault, Unsettled
+from .client import RedisClient
+from .client.connection import Connection
+from .client.errors import RedisConnectionError, RedisError, ReplyError
+from .list_base import ListSubscriptionBase, lost, wrong_type
+from .list_scripts import REAP
+from .lists import RedisList, WrongKeyType, consumers_key, heartbeat_key, processing_key
+from .window import FlushPlan, Window, plan_items
+
+__all__ = ["ReliableListSubscription"]
+
+_log = logging.getLogger("trio_streams.redis")
+
+
+class ReliableListSubscription(ListSubscriptionBase):
+    """A consumer of one list with its own processing list; see the module docstring."""
+
+    def __init__(
+        self,
+        client: RedisClient,
+        source: RedisList,
+        *,
+        label: str,
+        count: int,
+        block_ms: int,
+        consumer: str,
+        same_slot: Any,
+        window: bool = False,
+        atomic: bool = False,
+        segment_check: CommandCheck | None = None,
+    ) -> None:
+        super().__init__(
+            client, source, label=label, count=count, block_ms=block_ms, same_slot=same_slot
+        )
+        self.consumer = consumer
+        key = source.key
+        self.processing = processing_key(key, consumer)
+        self._heartbeat = heartbeat_key(key, consumer)
+        self._consumers = consumers_key(key)
+        self._ttl_ms = max(10, round(source.heartbeat * 1000))
+        end = self._end.word
+        first = ("BLMOVE", key, self.processing, end, "LEFT", self._block_s)
+        self._moves: list[tuple[Any, ...]] = [first]
+        self._moves += [("LMOVE", key, self.processing, end, "LEFT")] * (count - 1)
+        self._tokens = itertools.count(1)
+        #: The value of each delivery held (read, not yet settled or let go), by token.
+        self._values: dict[int, bytes] = {}
+        #: How many deliveries of each value are held (a list may hold equal values).
+        self._held: Counter[bytes] = Counter()
+        #: While this consumer reads its own processing list: what settles removed meanwhile.
+        self._removed_during: Counter[bytes] | None = None
+        #: Read the own processing list before moving new entries (at open, after reconnects).
+        self._rescan = True
+        #: Entries of the own processing list still to hand out.
+        self._backlog: deque[bytes] = deque()
+        self._windowed = window
+        self._window: Window[int] = Window(lambda: Pipeline(segment_check), atomic=atomic)
+        self._flush_lock = trio.Lock()
+        self._flush_wanted = trio.Event()
+        #: Entries of this consumer's own processing list delivered again (a restart, a
+        #: reconnect).
+        self.taken_back = 0
+        #: Entries this consumer's reaper moved back from dead consumers' processing lists.
+        self.reaped = 0
+        #: Settles that found their entry gone (a reaper moved it while it was handled).
+        self.vanished = 0
+
+    # ---- opening -----------------------------------------------------------------------------
+
+    async def open(self, host: SubscriptionHost) -> None:
+        await super().open(host)
+        await self.check_type(self.processing)
+        # Alive before anything is read: from now on no reaper takes this processing list.
+        await self._beat()
+        host.start_soon(self._heartbeat_loop, name=f"{self._label}: heartbeat")
+        host.start_soon(self._reap_loop, name=f"{self._label}: reaper")
+        host.start_soon(self._flush_loop, name=f"{self._label}: flush")
+
+    async def _beat(self) -> None:
+        await (
+            self._client.pipeline()
+            .add("SET", self._heartbeat, self.consumer, "PX", self._ttl_ms)
+            .add("SADD", self._consumers, self.consumer)
+            .execute(raise_on_error=True)
+        )
+
+    # ---- reading -----------------------------------------------------------------------------
+
+    async def read(self) -> Sequence[Delivery] | None:
+        while True:
+            try:
+                conn, new = await self._dedicated.get()
+                if new:
+                    self._rescan = True  # a new connection: the own processing list first
+                if self._rescan:
+                    await self._take_back(conn)
+                if self._backlog:
+                    take = min(self._count, len(self._backlog))
+                    batch = [self._backlog.popleft() for _ in range(take)]
+                    self.read_succeeded()
+                    return self._hand_out(batch)
+                replies = await conn.execute_many(self._moves)
+                values: list[bytes] = []
+                for reply in replies:
+                    if isinstance(reply, RedisError):
+                        raise reply
+                    if reply is not None:
+                        values.append(bytes(reply))
+            except ReplyError as exc:
+                if lost(exc):
+                    await self._reconnect(exc)
+                    continue
+                if exc.code == "WRONGTYPE":
+                    await self._wrong_type(exc)
+                raise
+            except RedisConnectionError as exc:
+                await self._reconnect(exc)
+                continue
+            self.read_succeeded()
+            if values:
+                return self._hand_out(values)
+
+    async def _reconnect(self, exc: BaseException) -> None:
+        self._rescan = True
+        await self.connection_lost(exc)
+
+    async def _wrong_type(self, exc: ReplyError) -> None:
+        """Raise :class:`WrongKeyType` naming which key holds another type."""
+        for key in (self._key, self.processing):
+            try:
+                await self.check_type(key)
+            except WrongKeyType as found:
+                raise found from exc
+        raise wrong_type(self._label, self._key, exc) from exc
+
+    async def _take_back(self, conn: Connection) -> None:
+        """Queue, oldest first, the entries of the own processing list that are not held.
+
+        Settles keep running meanwhile: an entry removed after the server answered (so the
+        reply still holds it) is noted in ``_removed_during`` and not queued. Cancelled, it
+        queues nothing (the entries stay in the processing list; the next read looks again)."""
+        self._removed_during = Counter()
+        try:
+            values = await conn.execute("LRANGE", self.processing, 0, -1)
+            removed = self._removed_during
+        finally:
+            self._removed_during = None
+        self._rescan = False
+        self._backlog.clear()
+        spare = Counter(bytes(v) for v in values)
+        spare.subtract(self._held)
+        spare.subtract(removed)
+        for raw in reversed(values):  # the newest first in the list: hand out the oldest first
+            value = bytes(raw)
+            if spare[value] > 0:
+                spare[value] -= 1
+                self._backlog.append(value)
+        if self._backlog:
+            self.taken_back += len(self._backlog)
+            _log.info(
+                "%s: taking back %d entries of processing list %r",
+                self._label, len(self._backlog), self.processing,
+            )  # fmt: skip
+
+    def _hand_out(self, values: list[bytes]) -> list[Delivery]:
+        out: list[Delivery] = []
+        tokens: list[int] = []
+        held, stored = self._held, self._values
+        for value in values:
+            token = next(self._tokens)
+            stored[token] = value
+            held[value] += 1
+            tokens.append(token)
+            out.append(self.delivery(value, token))
+        self._window.read(tokens)
+        return out
+
+    def _release(self, token: int, *, removed: bool) -> None:
+        """``token`` is no longer held (``removed``: its entry left the processing list)."""
+        value = self._values.pop(token, None)
+        if value is None:
+            return
+        held = self._held
+        held[value] -= 1
+        if held[value] <= 0:
+            del held[value]
+        if removed and self._removed_during is not None:
+            self._removed_during[value] += 1
+
+    # ---- settling ----------------------------------------------------------------------------
+
+    def pipeline(self, delivery: Delivery) -> Pipeline | None:
+        if not self._windowed:
+            return None
+        return self._window.segment(delivery.handle)
+
+    def deferred(self, delivery: Delivery, outcome: Outcome) -> None:
+        del outcome  # held for a retry: the handler's outcome discards its segment now
+        if self._window.holds(delivery.handle):
+            self._window.decide_segment(delivery.handle, keep=False)
+
+    async def settle(self, delivery: Delivery, outcome: Outcome) -> None:
+        token: int = delivery.handle
+        kind = outcome.kind
+        if kind is OutcomeKind.ACK or kind is OutcomeKind.DROP:
+            if self._window.consumed(token, keep=kind is OutcomeKind.ACK):
+                await self._flush()
+            return
+        value = self._values[token]
+        copy = self.retry_copy(delivery)
+        with self._settling(token, "retry"):
+            if kind is OutcomeKind.RETRY_AFTER:
+                await self.schedule(copy, outcome.delay, self.processing, value)
+            else:
+                replies = await (
+                    self._client.transaction()
+                    .add(*self.push_copy(copy))
+                    .add("LREM", self.processing, 1, value)
+                    .execute()
+                )
+                replies.raise_first()
+
+    async def dead_letter(self, delivery: Delivery, letter: DeadLetter) -> bool:
+        token: int = delivery.handle
+        value = self._values[token]
+        write = self.dead_letter_command(delivery, letter)
+        with self._settling(token, "dead letter"):
+            if self._same_slot(letter.destination):
+                replies = await (
+                    self._client.transaction()
+                    .add(*write)
+                    .add("LREM", self.processing, 1, value)
+                    .execute()
+                )
+                replies.raise_first()
+            else:  # two slots: the letter first, so a crash between never loses it
+                await self._client.execute(*write)
+                await self._client.execute("LREM", self.processing, 1, value)
+        return True
+
+    @contextmanager
+    def _settling(self, token: int, what: str) -> Iterator[None]:
+        """Around a settle that writes: a Redis error is a fault (the entry stays in the
+        processing list, delivered again), and either way the delivery is no longer held."""
+        removed = False
+        try:
+            yield
+            removed = True
+        except RedisError as exc:
+            self._rescan = True  # the entry is delivered again from the processing list
+            raise SourceFault(
+                "settle",
+                f"{what} of an entry of list {self._key!r} failed (it stays in processing list "
+                f"{self.processing!r}): {exc}",
+            ) from exc
+        finally:
+            self._release(token, removed=removed)
+            if self._window.settled_alone(token):
+                self._flush_wanted.set()
+
+    def unsettled(self, delivery: Delivery, why: Unsettled) -> None:
+        del why  # whatever the reason, the entry stays in the processing list
+        token: int = delivery.handle
+        self._release(token, removed=False)
+        if self._window.let_go(token):
+            self._flush_wanted.set()  # ``unsettled`` cannot wait: the flush task sends it
+
+    def _settle_commands(self, tokens: Sequence[int]) -> list[Command]:
+        processing, values = self.processing, self._values
+        return [("LREM", processing, "1", values[token]) for token in tokens]
+
+    async def _flush(self) -> None:
+        """Send what the window decided (one plan at a time, in commit order); a failure is a
+        :class:`SourceFault`: entries whose ``LREM`` failed stay in the processing list."""
+        async with self._flush_lock:
+            plan = self._window.take()
+            if plan is None:
+                await trio.lowlevel.checkpoint()
+                return
+            await self._send(plan)
+
+    async def _send(self, plan: FlushPlan[int]) -> None:
+        # One LREM per entry, each its own command (chunk=1): no MULTI/EXEC around a read.
+        items = plan_items(plan, settle=self._settle_commands, chunk=1)
+        try:
+            if len(items) == 1 and isinstance(items[0], tuple):
+                replies: list[Any] = [await self._client.execute(*items[0])]
+            else:
+                pipeline = self._client.pipeline()
+                for item in items:
+                    if isinstance(item, list):
+                        pipeline.add_transaction(item)
+                    else:
+                        pipeline.add(*item)
+                replies = await pipeline.execute()
+        except RedisError as exc:
+            for token in plan.tokens:
+                self._release(token, removed=False)
+            self._rescan = True  # the reader takes them back from the processing list
+            raise SourceFault(
+                "flush",
+                f"flush of {len(plan.tokens)} settles and {len(plan.segments)} segments of list "
+                f"{self._key!r} failed (the entries stay in processing list "
+                f"{self.processing!r}): {exc}",
+            ) from exc
+        failures: list[str] = []
+        for item, reply in zip(items, replies, strict=True):
+            if isinstance(reply, RedisError):
+                what = "MULTI/EXEC of a segment" if isinstance(item, list) else str(item[0])
+                failures.append(f"{what}: {reply}")
+            elif isinstance(item, list) and isinstance(reply, list):
+                failures += [
+                    f"{command[0]!s} inside MULTI/EXEC: {result}"
+                    for command, result in zip(item, reply, strict=False)
+                    if isinstance(result, RedisError)
+                ]
+            elif isinstance(item, tuple) and item[0] == "LREM" and reply == 0:
+                self.vanished += 1  # a reaper moved it back meanwhile: it is handled again
+        for token in plan.tokens:
+            self._release(token, removed=not failures)
+        if failures:
+            self._rescan = True  # what is still in the processing list is delivered again
+            raise SourceFault("flush", f"flush of {len(items)} items: {'; '.join(failures)}")
+
+    async def _flush_loop(self) -> None:
+        """Send the settles of reads whose last delivery was let go (``unsettled`` cannot
+        wait)."""
+        assert self._host is not None
+        while True:
+            await self._flush_wanted.wait()
+            self._flush_wanted = trio.Event()
+            try:
+                await self._flush()
+            except SourceFault as exc:
+                self._host.report_fault("flush", exc.message, error=exc)
+            else:
+                self._host.clear_fault("flush")
+
+    # ---- heartbeat and reaper ----------------------------------------------------------------
+
+    async def _heartbeat_loop(self) -> None:
+        """Renew the heartbeat every third of its TTL (and stay listed: a reaper that took this
+        consumer for dead removed it). Cancelled with the subscription: the heartbeat expires
+        by itself unless ``aclose`` removes it first."""
+        assert self._host is not None
+        while True:
+            await trio.sleep(self._ttl_ms / 3000)
+            try:
+                await self._beat()
+            except RedisError as exc:
+                message = f"renewing {self._heartbeat!r}: {exc}"
+                self._host.report_fault("heartbeat", message, error=exc)
+            else:
+                self._host.clear_fault("heartbeat")
+
+    async def _reap_loop(self) -> None:
+        """Every ``reap_every`` s, move the processing lists of consumers whose heartbeat
+        expired back to the list (:meth:`reap`)."""
+        assert self._host is not None
+        while True:
+            await trio.sleep(self._source.reap_every)
+            try:
+                await self.reap()
+            except RedisError as exc:
+                self._host.report_fault("reap", f"reaping list {self._key!r}: {exc}", error=exc)
+            else:
+                self._host.clear_fault("reap")
+
+    async def reap(self) -> int:
+        """One reaper pass: returns how many entries it moved back to the list."""
+        members = await self._client.execute("SMEMBERS", self._consumers)
+        others = sorted(
+            name
+            for name in (m.decode() if isinstance(m, bytes) else str(m) for m in members)
+            if name != self.consumer
+        )
+        if not others:
+            return 0
+        pipeline = self._client.pipeline()
+        for name in others:
+            pipeline.add(*self._reap_command(name, force=False))
+        replies = await pipeline.execute(raise_on_error=True)
+        moved = 0
+        for name, reply in zip(others, replies, strict=True):
+            if isinstance(reply, int) and reply > 0:
+                moved += reply
+                _log.warning(
+                    "%s: consumer %r of list %r is gone (its heartbeat expired): moved its %d "
+                    "entries back to the list", self._label, name, self._key, reply,
+                )  # fmt: skip
+        self.reaped += moved
+        return moved
+
+    def _reap_command(self, name: str, *, force: bool) -> tuple[Any, ...]:
+        return (
+            "EVAL", REAP, 4, self._key, processing_key(self._key, name),
+            heartbeat_key(self._key, name), self._consumers, name, self._end.push_front,
+            "1" if force else "0",
+        )  # fmt: skip
+
+    # ---- closing -----------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        if self._closed:
+            await trio.lowlevel.checkpoint()
+            return
+        self._closed = True
+        try:
+            async with self._flush_lock:
+                plan = self._window.stop()
+                if plan is None:
+                    await trio.lowlevel.checkpoint()
+                else:
+                    await self._send(plan)
+        finally:
+            try:
+                # What is left was not settled: back to the list now, and no heartbeat.
+                await self._client.execute(*self._reap_command(self.consumer, force=True))
+            except RedisError as exc:
+                _log.warning(
+                    "%s: could not return processing list %r at close (a reaper will, once "
+                    "its heartbeat expires): %s", self._label, self.processing, exc,
+                )  # fmt: skip
+            finally:
+                await self._dedicated.drop(None)
+
+    def __repr__(self) -> str:
+        return (
+            f"<ReliableListSubscription {self._label!r} list={self._key!r} "
+            f"consumer={self.consumer!r}>"
+        )

@@ -1,0 +1,68 @@
+"""The Lua scripts of Redis list subscriptions: the reaper, and durable ``retry_after``.
+
+Each runs atomically on the server, so what it checks and what it moves are one step:
+
+- :data:`REAP` moves a dead consumer's processing list back to the list, whole, only if its
+  heartbeat has expired (or, at a consumer's own graceful close, unconditionally). Two reapers
+  that race run one after the other: the second finds the processing list empty, so no entry is
+  moved twice.
+- :data:`SCHEDULE` puts a retry copy into the delay ZSET (the shape :mod:`.delays` gives
+  streams: scored by when it is due on the server's clock, member ``<32 hex>|<len>:<bytes>``)
+  and, for a reliable list, removes the original from the processing list, as one step.
+- :data:`PROMOTE` pushes every due copy back onto the list and removes it from the ZSET, and
+  answers how long until the next is due; every consumer's promoter runs it, each copy moves
+  once.
+"""
+
+from __future__ import annotations
+
+__all__ = ["PROMOTE", "REAP", "SCHEDULE"]
+
+#: A processing list holds its newest entry first (entries are moved in at its left), so the
+#: script takes it from the left and puts each back at the end consumers take from: the oldest
+#: ends up next to be taken, in the order they were first taken.
+#: KEYS: list, processing list, heartbeat, consumers set. ARGV: consumer name, the command that
+#: puts an entry back at the end consumers take from (LPUSH/RPUSH), "1" to reap even with a
+#: live heartbeat (the consumer's own close). Returns the entries moved, -1 if still alive.
+REAP = """
+if ARGV[3] ~= '1' and redis.call('EXISTS', KEYS[3]) == 1 then return -1 end
+local moved = 0
+local value = redis.call('LPOP', KEYS[2])
+while value do
+  redis.call(ARGV[2], KEYS[1], value)
+  moved = moved + 1
+  value = redis.call('LPOP', KEYS[2])
+end
+redis.call('SREM', KEYS[4], ARGV[1])
+if ARGV[3] == '1' then redis.call('DEL', KEYS[3]) end
+return moved
+"""
+
+#: KEYS: delay ZSET, processing list (ignored when ARGV[3] is empty). ARGV: delay ms, member,
+#: the original value to remove from the processing list ("" for a simple list: nothing to).
+SCHEDULE = """
+local now = redis.call('TIME')
+local at = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + tonumber(ARGV[1])
+redis.call('ZADD', KEYS[1], at, ARGV[2])
+if ARGV[3] ~= '' then return redis.call('LREM', KEYS[2], 1, ARGV[3]) end
+return 0
+"""
+
+#: KEYS: delay ZSET, list. ARGV: most copies to move, the push command (LPUSH/RPUSH). Returns
+#: ms until the next due copy (-1: none scheduled).
+PROMOTE = """
+local now = redis.call('TIME')
+local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ms, 'LIMIT', 0, tonumber(ARGV[1]))
+for _, m in ipairs(due) do
+  local colon = string.find(m, ':', 34, true)
+  local len = tonumber(string.sub(m, 34, colon - 1))
+  redis.call(ARGV[2], KEYS[2], string.sub(m, colon + 1, colon + len))
+  redis.call('ZREM', KEYS[1], m)
+end
+local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if #nxt == 0 then return -1 end
+local wait = tonumber(nxt[2]) - ms
+if wait < 0 then return 0 end
+return wait
+"""

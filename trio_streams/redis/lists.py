@@ -1,0 +1,235 @@
+"""``RedisList``: what a Redis list subscription reads (a work queue), and its keys.
+
+Two forms, one class:
+
+- ``RedisList("jobs")`` — **simple, at-most-once.** Entries are popped (``BLPOP``, or ``BLMPOP
+  ... COUNT n`` for a batch): once popped, an entry exists only in the process that popped it.
+  **An entry popped by a process that dies is gone.** A retry pushes a copy back; ack and drop
+  have nothing to do.
+- ``RedisList("jobs", reliable=True)`` — **at-least-once.** Entries are moved (``BLMOVE``) into
+  this consumer's processing list and removed from it (``LREM``) when settled; a consumer that
+  dies leaves them there, and any live consumer's reaper moves them back to the list once the
+  dead one's heartbeat has expired. Nothing is lost; an entry may be handled twice.
+
+The keys a reliable list uses share the list's hash slot (``{jobs}:...`` for ``jobs``; a key with
+a hash tag keeps it), so every script runs in a cluster too:
+
+- ``{jobs}:processing:<consumer>`` — the entries this consumer holds;
+- ``{jobs}:heartbeat:<consumer>`` — a key with a TTL its subscription renews while it lives;
+- ``{jobs}:consumers`` — the set of consumer names the reapers look at;
+- ``{jobs}:delayed`` — durable ``retry_after`` copies (the shape of :mod:`.delays`).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Self
+
+from ..errors import ConfigurationError, TrioStreamsError
+from ..transport import Source, check_source_args
+
+__all__ = [
+    "DEFAULT_HEARTBEAT",
+    "DeadLetterKind",
+    "ListEnd",
+    "RedisList",
+    "WrongKeyType",
+    "consumers_key",
+    "heartbeat_key",
+    "processing_key",
+    "tagged",
+]
+
+#: Seconds a reliable consumer's heartbeat lives without renewal: a consumer silent that long
+#: is taken for dead, and its processing list is moved back to the list.
+DEFAULT_HEARTBEAT = 10.0
+
+
+class WrongKeyType(TrioStreamsError):
+    """A key a list subscription (or a publish to a list) uses holds another type of value;
+    the message names the key and what it holds."""
+
+
+class ListEnd(enum.Enum):
+    """The end of the list consumers take entries from (publishers push at the other end, so
+    the list is first in, first out)."""
+
+    #: ``BLPOP`` / ``BLMOVE ... LEFT``; published with ``RPUSH`` (the default).
+    LEFT = "left"
+    #: ``BRPOP`` / ``BLMOVE ... RIGHT``; published with ``LPUSH``.
+    RIGHT = "right"
+
+    @property
+    def word(self) -> str:
+        """``LEFT`` or ``RIGHT``, as the commands spell it."""
+        return self.value.upper()
+
+    @property
+    def push(self) -> str:
+        """The command that adds an entry at the far end from this one."""
+        return "RPUSH" if self is ListEnd.LEFT else "LPUSH"
+
+    @property
+    def push_front(self) -> str:
+        """The command that puts an entry back at this end (next to be taken)."""
+        return "LPUSH" if self is ListEnd.LEFT else "RPUSH"
+
+
+class DeadLetterKind(enum.Enum):
+    """What ``dead_letter="name"`` names for a list subscription."""
+
+    #: A list: the copy is pushed there, framed like every list entry (the default).
+    LIST = "list"
+    #: A stream: the copy is ``XADD``ed, as a stream subscription's dead letters are.
+    STREAM = "stream"
+
+
+def tagged(key: str, suffix: str) -> str:
+    """A key next to ``key`` in its cluster slot: ``{key}:suffix``, or ``key:suffix`` when
+    ``key`` already has a hash tag."""
+    start = key.find("{")
+    if start >= 0:
+        end = key.find("}", start + 1)
+        if end > start + 1:
+            return f"{key}:{suffix}"
+    return f"{{{key}}}:{suffix}"
+
+
+def processing_key(key: str, consumer: str) -> str:
+    """The processing list of ``consumer`` on list ``key``."""
+    return tagged(key, f"processing:{consumer}")
+
+
+def heartbeat_key(key: str, consumer: str) -> str:
+    """The heartbeat of ``consumer`` on list ``key`` (exists while the consumer lives)."""
+    return tagged(key, f"heartbeat:{consumer}")
+
+
+def consumers_key(key: str) -> str:
+    """The set of reliable consumers of list ``key``."""
+    return tagged(key, "consumers")
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class RedisList(Source):
+    """One Redis list, read as a work queue: each entry goes to one consumer.
+
+    - ``reliable``: False (default) — simple and **at-most-once**: an entry is popped, and an
+      entry popped by a process that dies before settling it is **gone**. Use
+      ``reliable=True`` when losing an entry matters. True — at-least-once: entries wait in
+      this consumer's processing list until settled, and come back to the list if it dies.
+    - ``consumer`` (reliable): this consumer's name (default: unique per subscription and
+      process: ``host-pid-random-n``). Give a stable
+      name and a restart takes back its own processing list first, at once, instead of waiting
+      for a reaper.
+    - ``pop``: ``"left"`` (default) or ``"right"``: the end consumers take entries from;
+      publishing pushes at the other end (``RPUSH`` / ``LPUSH``).
+    - ``heartbeat`` (reliable): seconds a consumer's heartbeat key lives; renewed every third of
+      it. A consumer silent that long is taken for dead.
+    - ``reap_every`` (reliable): seconds between reaper passes (default: half ``heartbeat``).
+    - ``dead_letter_kind``: ``"list"`` (default) or ``"stream"``: what the subscription's
+      ``dead_letter="name"`` names.
+
+    Under ``app.test()`` it runs as an in-process work queue of the same name, kept apart from
+    in-process streams (``TestClient.kill_consumer`` shows a reliable list's crash recovery).
+    """
+
+    key: str
+    reliable: bool
+    consumer: str | None
+    pop: ListEnd
+    heartbeat: float
+    reap_every: float
+    dead_letter_kind: DeadLetterKind
+
+    def __init__(
+        self,
+        key: str,
+        *,
+        reliable: bool = False,
+        consumer: str | None = None,
+        pop: ListEnd | str = ListEnd.LEFT,
+        heartbeat: float = DEFAULT_HEARTBEAT,
+        reap_every: float | None = None,
+        dead_letter_kind: DeadLetterKind | str = DeadLetterKind.LIST,
+    ) -> None:
+        check_source_args("RedisList", (key,), None)
+        if not isinstance(reliable, bool):
+            raise ConfigurationError(f"reliable is True or False, not {reliable!r}")
+        if consumer is not None:
+            if not reliable:
+                raise ConfigurationError(
+                    f"RedisList({key!r}): a consumer name belongs to a reliable list (it names "
+                    "the processing list); a simple list pops entries and keeps nothing"
+                )
+            if not isinstance(consumer, str) or not consumer:
+                raise ConfigurationError(f"consumer must be a non-empty string, not {consumer!r}")
+        try:
+            end = ListEnd(pop)
+        except ValueError:
+            raise ConfigurationError(f"pop is 'left' or 'right', not {pop!r}") from None
+        try:
+            dead = DeadLetterKind(dead_letter_kind)
+        except ValueError:
+            raise ConfigurationError(
+                f"dead_letter_kind is 'list' or 'stream', not {dead_letter_kind!r}"
+            ) from None
+        for what, value in (("heartbeat", heartbeat), ("reap_every", reap_every)):
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ConfigurationError(f"{what} takes seconds, not {value!r}")
+            if not 0.01 <= value < float("inf"):
+                raise ConfigurationError(f"{what} must be at least 0.01 s, got {value!r}")
+        object.__setattr__(self, "key", key)
+        object.__setattr__(self, "reliable", reliable)
+        object.__setattr__(self, "consumer", consumer)
+        object.__setattr__(self, "pop", end)
+        object.__setattr__(self, "heartbeat", float(heartbeat))
+        object.__setattr__(
+            self, "reap_every", float(heartbeat) / 2 if reap_every is None else float(reap_every)
+        )
+        object.__setattr__(self, "dead_letter_kind", dead)
+
+    @property
+    def name(self) -> str:
+        return self.key
+
+    @property
+    def streams(self) -> tuple[str, ...]:
+        return (self.key,)
+
+    def with_prefix(self, prefix: str) -> Self:
+        if not prefix:
+            return self
+        return type(self)(
+            prefix + self.key,
+            reliable=self.reliable,
+            consumer=self.consumer,
+            pop=self.pop,
+            heartbeat=self.heartbeat,
+            reap_every=self.reap_every,
+            dead_letter_kind=self.dead_letter_kind,
+        )
+
+    def in_process(self) -> Source:
+        from ..memory.queues import MemoryList
+
+        return MemoryList(
+            self.key, reliable=self.reliable, dead_letter_to_list=self._dead_letters_to_list
+        )
+
+    @property
+    def _dead_letters_to_list(self) -> bool:
+        return self.dead_letter_kind is DeadLetterKind.LIST
+
+    def __repr__(self) -> str:
+        parts = [repr(self.key)]
+        if self.reliable:
+            parts.append("reliable=True")
+        if self.consumer is not None:
+            parts.append(f"consumer={self.consumer!r}")
+        if self.pop is not ListEnd.LEFT:
+            parts.append(f"pop={self.pop.value!r}")
+        return f"RedisList({', '.join(parts)})"
