@@ -54,7 +54,7 @@ from .dedicated import DedicatedConnection
 from .delays import PROMOTE, SCHEDULE, delay_key, member
 from .deliveries import EntryDelivery
 from .streams import NoGroup, RedisStream
-from .window import FlushPlan, Window, plan_items
+from .window import FlushPlan, Window, plan_items, send_items
 from .wire import (
     PAYLOAD_FIELD,
     Entry,
@@ -504,16 +504,7 @@ class GroupSubscription(SubscriptionSource):
     async def _send(self, plan: FlushPlan[str]) -> None:
         items = plan_items(plan, settle=self._settle_commands, chunk=_CHUNK)
         try:
-            if len(items) == 1 and isinstance(items[0], tuple):
-                replies: list[Any] = [await self._client.execute(*items[0])]
-            else:
-                pipeline = self._client.pipeline()
-                for item in items:
-                    if isinstance(item, list):
-                        pipeline.add_transaction(item)
-                    else:
-                        pipeline.add(*item)
-                replies = await pipeline.execute()
+            replies = await send_items(self._client, items)
         except RedisError as exc:
             raise SourceFault(
                 "flush",

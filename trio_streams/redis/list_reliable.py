@@ -57,7 +57,7 @@ from .client.errors import RedisConnectionError, RedisError, ReplyError
 from .list_base import ListSubscriptionBase, lost, wrong_type
 from .list_scripts import REAP
 from .lists import RedisList, WrongKeyType, consumers_key, heartbeat_key, processing_key
-from .window import FlushPlan, Window, plan_items
+from .window import FlushPlan, Window, plan_items, send_items
 
 __all__ = ["ReliableListSubscription"]
 
@@ -335,16 +335,7 @@ class ReliableListSubscription(ListSubscriptionBase):
         # One LREM per entry, each its own command (chunk=1): no MULTI/EXEC around a read.
         items = plan_items(plan, settle=self._settle_commands, chunk=1)
         try:
-            if len(items) == 1 and isinstance(items[0], tuple):
-                replies: list[Any] = [await self._client.execute(*items[0])]
-            else:
-                pipeline = self._client.pipeline()
-                for item in items:
-                    if isinstance(item, list):
-                        pipeline.add_transaction(item)
-                    else:
-                        pipeline.add(*item)
-                replies = await pipeline.execute()
+            replies = await send_items(self._client, items)
         except RedisError as exc:
             for token in plan.tokens:
                 self._release(token, removed=False)

@@ -1,7 +1,8 @@
 """The pipeline window as a pure state machine: slots, segments, commit order, the flush plan.
 
-No I/O happens here, so every rule can be checked without a server; the group subscription
-(:mod:`.group`) is the thin shell that feeds it reads and outcomes and sends the plans it makes.
+No I/O happens here but in :func:`send_items`, so every rule can be checked without a server;
+the group subscription (:mod:`.group`) and the reliable list (:mod:`.list_reliable`) are the
+thin shells that feed it reads and outcomes and send the plans it makes.
 
 The rules (DESIGN.md, "The Redis pipeline window"):
 
@@ -30,11 +31,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar, final
+from typing import Any, Generic, Protocol, TypeVar, final
 
 from ..pipeline import Command, Pipeline, SegmentClosed
 
-__all__ = ["FlushPlan", "KeptSegment", "Window", "plan_items"]
+__all__ = ["FlushPlan", "KeptSegment", "Window", "plan_items", "send_items"]
 
 Token = TypeVar("Token", bound=Hashable)
 
@@ -251,3 +252,27 @@ def plan_items(
             commands = list(settle(read[i : i + chunk]))
             items.append(commands if len(commands) > 1 else commands[0])
     return items
+
+
+class _Sender(Protocol):
+    """What :func:`send_items` needs of a client: ``execute`` and ``pipeline``."""
+
+    async def execute(self, *args: Any) -> Any: ...
+
+    def pipeline(self) -> Any: ...
+
+
+async def send_items(client: _Sender, items: Sequence[Command | list[Command]]) -> list[Any]:
+    """Send what :func:`plan_items` made in one exchange; one reply per item (a transaction's
+    is the list of its replies, errors in place). A lone command goes as itself. Raises the
+    client's ``RedisError`` when the exchange itself failed (nothing is known to have run).
+    The one I/O step of the window, shared by every shell."""
+    if len(items) == 1 and isinstance(items[0], tuple):
+        return [await client.execute(*items[0])]
+    pipeline = client.pipeline()
+    for item in items:
+        if isinstance(item, list):
+            pipeline.add_transaction(item)
+        else:
+            pipeline.add(*item)
+    return list(await pipeline.execute())
