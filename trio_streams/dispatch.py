@@ -358,9 +358,9 @@ class Dispatcher:
         never settled it, or the cap was lowered): not handled again, dead-lettered or dropped.
         True if a delayed retry now owns it (never)."""
         self._log.warning(
-            "%s: message at %r delivered %d times, more than max_attempts=%d: not handled again",
+            "%s: message %s delivered %d times, more than max_attempts=%d: not handled again",
             self._runner.label,
-            delivery.position,
+            _where(delivery),
             delivery.attempt,
             self._policy.max_attempts,
         )
@@ -371,9 +371,9 @@ class Dispatcher:
     async def _undecodable(self, delivery: Delivery, exc: DecodeError) -> bool:
         """Run the decode policy; True if a delayed retry now owns the delivery."""
         self._log.warning(
-            "%s: cannot decode the message at %r: %s",
+            "%s: cannot decode the message %s: %s",
             self._runner.label,
-            delivery.position,
+            _where(delivery),
             exc.reason,
         )
         verdict = self._policy.on_undecodable()
@@ -387,10 +387,10 @@ class Dispatcher:
         verdict = self._policy.on_unencodable()
         if verdict.dead_letter is None:
             self._log.error(
-                "%s: message at %r dropped: the handler's return value cannot be published "
+                "%s: message %s dropped: the handler's return value cannot be published "
                 "(%s); the handler is not run again",
                 self._runner.label,
-                delivery.position,
+                _where(delivery),
                 exc,
             )
         self._observe(delivery, message, verdict.outcome, verdict, exc)
@@ -403,21 +403,21 @@ class Dispatcher:
         label, attempt, cap = self._runner.label, delivery.attempt, self._policy.max_attempts
         if attempt >= cap:
             self._log.error(
-                "%s: handler failed on attempt %d of %d, the last (message at %r): %s",
+                "%s: handler failed on attempt %d of %d, the last (message %s): %s",
                 label,
                 attempt,
                 cap,
-                delivery.position,
+                _where(delivery),
                 describe(exc),
                 exc_info=exc,
             )
         else:
             self._log.warning(
-                "%s: handler failed on attempt %d of %d (message at %r): %s; retrying%s",
+                "%s: handler failed on attempt %d of %d (message %s): %s; retrying%s",
                 label,
                 attempt,
                 cap,
-                delivery.position,
+                _where(delivery),
                 describe(exc),
                 f" in {outcome.delay:g}s" if outcome.kind is OutcomeKind.RETRY_AFTER else "",
             )
@@ -581,9 +581,9 @@ class Dispatcher:
                 time.time_ns() // 1_000_000,
             )
             self._log.warning(
-                "%s: message at %r dead-lettered to %r after %d attempt(s): %s%s",
+                "%s: message %s dead-lettered to %r after %d attempt(s): %s%s",
                 runner.label,
-                delivery.position,
+                _where(delivery),
                 verdict.dead_letter,
                 delivery.attempt,
                 reason,
@@ -596,9 +596,9 @@ class Dispatcher:
             and delivery.attempt >= self._policy.max_attempts
         ):
             self._log.warning(
-                "%s: message at %r dropped after %d attempt(s): %s%s",
+                "%s: message %s dropped after %d attempt(s): %s%s",
                 runner.label,
-                delivery.position,
+                _where(delivery),
                 delivery.attempt,
                 reason,
                 f" ({describe(error)})" if error is not None else "",
@@ -650,3 +650,11 @@ def _batch_outcomes(result: Any, size: int) -> list[Outcome]:
     raise TypeError(
         f"a batch handler returns None, an outcome, or one outcome per message; got {result!r}"
     )
+
+
+def _where(delivery: Delivery) -> str:
+    """Where a logged message was: its position, or, on a source without positions (a list,
+    a channel), the stream it came from."""
+    if delivery.position is None:
+        return f"from {delivery.stream!r}"
+    return f"at {delivery.position!r}"

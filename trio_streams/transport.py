@@ -281,8 +281,8 @@ class SubscriptionSource(ABC):
 
     async def dead_letter(self, delivery: Delivery, letter: DeadLetter) -> bool:
         """Write ``letter`` (a copy of ``delivery`` with ``letter.headers_for(delivery)``) and
-        settle ``delivery`` as one step, where the transport can (a Redis stream: XADD and XACK
-        in one MULTI/EXEC). Return False, the default, to have the core do it in two steps:
+        settle ``delivery`` as one step, where the transport can (a Redis stream: XADD, then
+        XACK, in one script). Return False, the default, to have the core do it in two steps:
         publish the copy through the transport, then settle the delivery with ``drop()``.
 
         Cancelled: as ``settle`` — the transport decides what a half-done step leaves (an entry

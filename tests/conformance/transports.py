@@ -364,7 +364,9 @@ class RedisPubSubTransport(RedisTransport):
     it (``to``). Live only and at most once: a channel keeps nothing, so nothing can be
     replayed, sought, started before the tip or read back; "preloading" publishes to a channel
     nobody hears yet (the messages are gone, which is what a live subscription must show).
-    Dead letters go to a stream, which is kept, and are read as a stream's.
+    Its subscriptions dead-letter to a stream (``dead_letter_kind="stream"``), which is kept,
+    and the letters are read as a stream's (the default, a copy published to a channel, is
+    tested with the Pub/Sub tests).
     """
 
     name = "redis-pubsub"
@@ -400,7 +402,7 @@ class RedisPubSubTransport(RedisTransport):
     def live(self, *streams: str, start_at: Position | None = None) -> Source:
         if start_at is not None:
             self.require(Capability.RETAIN)
-        return RedisChannel(*(streams or ("s",)))
+        return RedisChannel(*(streams or ("s",)), dead_letter_kind="stream")
 
 
 class _ListBroker(RedisBroker):

@@ -24,7 +24,7 @@ from trio.lowlevel import checkpoint, checkpoint_if_cancelled
 from ..delivery import RETRY_COUNT_HEADER, Delivery, attempt_from_headers, retry_headers
 from ..host import SubscriptionHost
 from ..outcome import Outcome
-from ..transport import Source, SubscriptionSource
+from ..transport import DeadLetter, Source, SubscriptionSource
 from .log import Entry, MemoryHub, StreamLog
 
 __all__ = ["ChannelBus", "MemoryChannel", "MemoryChannelSubscription", "glob_match"]
@@ -122,6 +122,8 @@ class MemoryChannel(Source):
     pattern: bool = False
     #: Sharded channels (``SSUBSCRIBE`` / ``SPUBLISH``): a bus of their own.
     sharded: bool = False
+    #: ``dead_letter="name"`` names a channel of the same bus (else a stream).
+    dead_letter_to_channel: bool = True
 
     @property
     def name(self) -> str:
@@ -185,7 +187,9 @@ class MemoryChannelSubscription(SubscriptionSource):
 
     Settles as the Redis channel does: ack and drop have nothing to settle; a retry publishes a
     copy to the channel the message came on, carrying the retry count and this subscription as
-    its target (every subscriber of the channel receives it; the others pass over it).
+    its target (every subscriber of the channel receives it; the others pass over it); a dead
+    letter is published to its channel (or, with ``dead_letter_kind="stream"``, appended to the
+    in-process stream by the core).
     """
 
     seekable = False
@@ -251,6 +255,14 @@ class MemoryChannelSubscription(SubscriptionSource):
                 delivery.stream, delivery.payload, retry_headers(delivery, self._retry_target)
             )
         await checkpoint()
+
+    async def dead_letter(self, delivery: Delivery, letter: DeadLetter) -> bool:
+        if self._channel.dead_letter_to_channel:
+            self._bus.publish(letter.destination, delivery.payload, letter.headers_for(delivery))
+            await checkpoint()
+            return True
+        await checkpoint()
+        return False  # the core appends it to the in-process stream
 
 
 def _deliver(entry: Entry) -> Delivery:

@@ -12,6 +12,7 @@ from ..transport import Source
 __all__ = ["RedisChannel"]
 
 _GLOB_SPECIALS = frozenset("*?[]\\")
+_DEAD_LETTER_KINDS = ("channel", "stream")
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -38,6 +39,12 @@ class RedisChannel(Source):
     held by this process and lost if it dies. For work that must not be lost, use a stream
     (``RedisStream``) or a reliable list.
 
+    ``dead_letter_kind`` says what the subscription's ``dead_letter="name"`` names:
+    ``"channel"`` (the default) publishes the letter, with its ``x-dead-letter-*`` headers, to
+    that channel (``SPUBLISH`` for a sharded source), where only its subscribers of the moment
+    receive it, at most once like everything on a channel; ``"stream"`` appends it to that
+    stream, where it is kept until read.
+
     No seeking and no start position (there is nothing to go back to). Under ``app.test()`` it
     runs on the in-process Pub/Sub bus, patterns matched by the server's rules.
     """
@@ -45,8 +52,15 @@ class RedisChannel(Source):
     names: tuple[str, ...]
     pattern: bool
     sharded: bool
+    dead_letter_kind: str
 
-    def __init__(self, *names: str, pattern: bool = False, sharded: bool = False) -> None:
+    def __init__(
+        self,
+        *names: str,
+        pattern: bool = False,
+        sharded: bool = False,
+        dead_letter_kind: str = "channel",
+    ) -> None:
         if not names:
             raise ConfigurationError("RedisChannel needs at least one channel name (or pattern)")
         for name in names:
@@ -63,9 +77,14 @@ class RedisChannel(Source):
                 "SPSUBSCRIBE): subscribe to the sharded channels by name, or use classic "
                 "channels with a pattern"
             )
+        if dead_letter_kind not in _DEAD_LETTER_KINDS:
+            raise ConfigurationError(
+                f"dead_letter_kind is 'channel' or 'stream', not {dead_letter_kind!r}"
+            )
         object.__setattr__(self, "names", tuple(names))
         object.__setattr__(self, "pattern", pattern)
         object.__setattr__(self, "sharded", sharded)
+        object.__setattr__(self, "dead_letter_kind", dead_letter_kind)
 
     @property
     def name(self) -> str:
@@ -92,11 +111,24 @@ class RedisChannel(Source):
         if self.pattern:  # the prefix is literal: escape what a glob would read
             prefix = "".join(f"\\{c}" if c in _GLOB_SPECIALS else c for c in prefix)
         return type(self)(
-            *(prefix + n for n in self.names), pattern=self.pattern, sharded=self.sharded
+            *(prefix + n for n in self.names),
+            pattern=self.pattern,
+            sharded=self.sharded,
+            dead_letter_kind=self.dead_letter_kind,
         )
 
+    @property
+    def dead_letters_to_channel(self) -> bool:
+        """``dead_letter="name"`` names a channel (published), not a stream (kept)."""
+        return self.dead_letter_kind == "channel"
+
     def in_process(self) -> MemoryChannel:
-        return MemoryChannel(self.names, pattern=self.pattern, sharded=self.sharded)
+        return MemoryChannel(
+            self.names,
+            pattern=self.pattern,
+            sharded=self.sharded,
+            dead_letter_to_channel=self.dead_letters_to_channel,
+        )
 
     def __repr__(self) -> str:
         parts = [repr(n) for n in self.names]
@@ -104,4 +136,6 @@ class RedisChannel(Source):
             parts.append("pattern=True")
         if self.sharded:
             parts.append("sharded=True")
+        if not self.dead_letters_to_channel:
+            parts.append(f"dead_letter_kind={self.dead_letter_kind!r}")
         return f"RedisChannel({', '.join(parts)})"

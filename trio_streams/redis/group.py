@@ -13,11 +13,11 @@ How it keeps its promises:
   (:mod:`.window`); one ``XACK`` sends them when every delivery of the read has been settled or
   let go (``unsettled``), or at ``aclose``. With ``pipeline=True`` the same flush carries the
   kept segments first, in commit order, in one pipeline (with ``atomic=True`` each segment is a
-  ``MULTI``/``EXEC`` holding its own ``XACK``). A retry is the copy ``XADD`` and the ``XACK`` in
-  one ``MULTI``/``EXEC``; ``retry_after`` is
-  durable (the copy scheduled in a ZSET and the ``XACK``, in one script; :mod:`.delays`); a
-  dead letter is the copy and the ``XACK`` in one ``MULTI``/``EXEC`` too
-  (in a cluster, where the dead-letter key shares the stream's slot). A failed ``XACK`` is a
+  ``MULTI``/``EXEC`` holding its own ``XACK``). A retry is the copy ``XADD`` and then the
+  ``XACK``, in one script that stops at a failed ``XADD`` (:mod:`.group_scripts`);
+  ``retry_after`` is durable (the copy scheduled in a ZSET and the ``XACK``, in one script;
+  :mod:`.delays`); a dead letter is the copy and the ``XACK`` in that same script too (in a
+  cluster, where the dead-letter key shares the stream's slot). A failed ``XACK`` is a
   fault: the entries stay pending and are delivered again, never lost.
 - **Leases.** While the subscription holds an entry (queued, in a handler, waiting out a delay,
   or acknowledged but not yet flushed) a task renews it with ``XCLAIM ... JUSTID`` every third
@@ -53,6 +53,7 @@ from .client.errors import RedisError, ReplyError
 from .dedicated import DedicatedConnection
 from .delays import PROMOTE, SCHEDULE, delay_key, member
 from .deliveries import EntryDelivery
+from .group_scripts import COPY_THEN_ACK
 from .streams import NoGroup, RedisStream
 from .window import FlushPlan, Window, plan_items, send_items
 from .wire import (
@@ -459,15 +460,11 @@ class GroupSubscription(SubscriptionSource):
                 self._flush_wanted.set()
 
     async def _copy_and_ack(self, stream: str, fields: Sequence[Any], entry_id: str) -> None:
-        """XADD ``fields`` to ``stream`` and XACK ``entry_id`` in one MULTI/EXEC: both or
-        neither take effect (an error inside EXEC is raised: Redis has no rollback)."""
-        replies = await (
-            self._client.transaction()
-            .add("XADD", stream, "*", *fields)
-            .add("XACK", self._key, self.group, entry_id)
-            .execute()
+        """XADD ``fields`` to ``stream``, then XACK ``entry_id``, in one script: an ``XADD``
+        that fails stops it before the ``XACK`` (:data:`~.group_scripts.COPY_THEN_ACK`)."""
+        await self._client.execute(
+            "EVAL", COPY_THEN_ACK, 2, stream, self._key, self.group, entry_id, *fields
         )
-        replies.raise_first()
 
     async def dead_letter(self, delivery: Delivery, letter: DeadLetter) -> bool:
         if not self._atomic_dead_letter(letter.destination):

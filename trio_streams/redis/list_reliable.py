@@ -21,10 +21,13 @@ How it keeps its promises:
   one ``LREM`` per entry, in one pipeline per read (with ``pipeline=True``, after the kept
   segments; with ``atomic=True`` each segment is a ``MULTI``/``EXEC`` holding its entry's
   ``LREM``). A retry is the copy (with the retry-count header) pushed at the back of the list
-  and the ``LREM``, in one ``MULTI``/``EXEC``; ``retry_after`` is the copy scheduled in the
-  durable delay set and the ``LREM``, in one script; a dead letter is the copy (with the reason
-  headers) and the ``LREM`` in one ``MULTI``/``EXEC`` where the dead-letter key shares the
-  list's cluster slot, else one after the other (a crash between may write the letter twice).
+  and then the ``LREM``, in one script (:data:`~.list_scripts.COPY_THEN_REMOVE`: a push that
+  fails, onto a key turned into another type, stops it before the ``LREM``, so the original
+  stays); ``retry_after`` is the copy scheduled in the durable delay set and the ``LREM``, in
+  one script; a dead letter is the copy (with the reason headers) and the ``LREM`` in that
+  same script where the dead-letter key shares the list's cluster slot, else one after the
+  other (a crash between may write the letter twice; a failed write never reaches the
+  ``LREM``).
 - **A graceful close** sends what the window holds, then moves whatever is left in the
   processing list (deliveries abandoned at shutdown) back to the list at once, and removes the
   heartbeat: nothing waits for a reaper.
@@ -55,7 +58,7 @@ from .client import RedisClient
 from .client.connection import Connection
 from .client.errors import RedisConnectionError, RedisError, ReplyError
 from .list_base import ListSubscriptionBase, lost, wrong_type
-from .list_scripts import REAP
+from .list_scripts import COPY_THEN_REMOVE, REAP
 from .lists import RedisList, WrongKeyType, consumers_key, heartbeat_key, processing_key
 from .window import FlushPlan, Window, plan_items, send_items
 
@@ -264,13 +267,7 @@ class ReliableListSubscription(ListSubscriptionBase):
             if kind is OutcomeKind.RETRY_AFTER:
                 await self.schedule(copy, outcome.delay, self.processing, value)
             else:
-                replies = await (
-                    self._client.transaction()
-                    .add(*self.push_copy(copy))
-                    .add("LREM", self.processing, 1, value)
-                    .execute()
-                )
-                replies.raise_first()
+                await self._copy_then_remove(self.push_copy(copy), value)
 
     async def dead_letter(self, delivery: Delivery, letter: DeadLetter) -> bool:
         token: int = delivery.handle
@@ -278,17 +275,19 @@ class ReliableListSubscription(ListSubscriptionBase):
         write = self.dead_letter_command(delivery, letter)
         with self._settling(token, "dead letter"):
             if self._same_slot(letter.destination):
-                replies = await (
-                    self._client.transaction()
-                    .add(*write)
-                    .add("LREM", self.processing, 1, value)
-                    .execute()
-                )
-                replies.raise_first()
+                await self._copy_then_remove(write, value)
             else:  # two slots: the letter first, so a crash between never loses it
                 await self._client.execute(*write)
                 await self._client.execute("LREM", self.processing, 1, value)
         return True
+
+    async def _copy_then_remove(self, write: Command, value: bytes) -> None:
+        """Run ``write`` and then the ``LREM`` of ``value``, as one script: a write that fails
+        leaves the original in the processing list (:data:`~.list_scripts.COPY_THEN_REMOVE`)."""
+        command, key, *args = write
+        await self._client.execute(
+            "EVAL", COPY_THEN_REMOVE, 2, key, self.processing, value, command, *args
+        )
 
     @contextmanager
     def _settling(self, token: int, what: str) -> Iterator[None]:

@@ -21,7 +21,10 @@ is published while it is subscribed, once, and nothing else.
   publishes a copy to the channel the message came on, with the retry-count header and this
   subscription as its target; every subscriber of the channel receives it, the others pass over
   it. A copy that cannot be published is the fault ``retry`` (the copy is lost). A dead letter
-  goes to the ``dead_letter=`` stream, where it is kept.
+  is published to the ``dead_letter=`` channel (``SPUBLISH`` for a sharded source) with its
+  reason headers; one that cannot be published is the fault ``dead letter`` (lost, as a
+  message on a channel may be). With ``dead_letter_kind="stream"`` the core appends it to that
+  stream instead, where it is kept.
 - **Wire format.** The list/Pub/Sub frame (:mod:`.frames`); a message that is not a frame (a
   plain ``PUBLISH news hello`` from another client) is a headerless payload.
 """
@@ -38,7 +41,7 @@ from ..delivery import Delivery, attempt_from_headers, retry_headers
 from ..errors import TrioStreamsError
 from ..host import SubscriptionHost
 from ..outcome import Outcome
-from ..transport import SourceFault, SubscriptionSource
+from ..transport import DeadLetter, SourceFault, SubscriptionSource
 from .channels import RedisChannel
 from .client import Gap, Message, RedisClient, RedisCluster, RedisError, Subscription, key_slot
 from .client.errors import ClusterError, format_address
@@ -249,6 +252,21 @@ class ChannelSubscription(SubscriptionSource):
                 f"{self._publish} of a retry copy to {delivery.stream!r} failed, the copy is "
                 f"lost: {exc}",
             ) from exc
+
+    async def dead_letter(self, delivery: Delivery, letter: DeadLetter) -> bool:
+        if not self._channel.dead_letters_to_channel:
+            await trio.lowlevel.checkpoint()
+            return False  # the core appends it to the dead-letter stream
+        copy = encode_frame(delivery.payload, letter.headers_for(delivery))
+        try:
+            await self._client.execute(self._publish, letter.destination, copy)
+        except RedisError as exc:
+            raise SourceFault(
+                "dead letter",
+                f"{self._publish} of a dead letter to {letter.destination!r} failed, the letter "
+                f"is lost: {exc}",
+            ) from exc
+        return True
 
     async def aclose(self) -> None:
         subscriptions, self._subscriptions = self._subscriptions, []

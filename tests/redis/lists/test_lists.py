@@ -9,7 +9,7 @@ import trio
 from tests.redis.client.redis_waits import eventually
 from tests.redis_servers import RedisServer
 from tests.support import serving
-from trio_streams import App, AppFailed, Context, Destination, drop, retry, retry_after
+from trio_streams import App, AppFailed, Context, Destination, Outcome, drop, retry, retry_after
 from trio_streams.delivery import RETRY_COUNT_HEADER, RETRY_TARGET_HEADER
 from trio_streams.errors import ConfigurationError, UnsupportedError
 from trio_streams.redis import RedisBroker, RedisList, WrongKeyType
@@ -368,3 +368,59 @@ async def test_a_graceful_stop_puts_what_was_not_settled_back_at_the_front_of_th
         await redis.execute("RPUSH", "jobs", encode_frame(b"4", {}))
     assert [p for p, _ in await frames(redis, "jobs")] == [b"1", b"2", b"3", b"4"]
     assert await length(redis, processing_key("jobs", "w1")) == 0
+
+
+@pytest.mark.parametrize("kind", ["list", "stream"])
+async def test_a_dead_letter_whose_write_fails_leaves_the_original_in_the_processing_list(
+    redis_server: RedisServer, redis: RedisClient, kind: str
+) -> None:
+    # MULTI/EXEC would run the LREM after the failed write (Redis has no rollback): the entry
+    # would be gone while its letter was never written.
+    await redis.execute("SET", "jobs.dead", "another type")
+    app = App("svc")
+    broker = app.broker(RedisBroker(redis_server.url))
+    tried = trio.Event()
+
+    @broker.subscriber(
+        RedisList("jobs", reliable=True, consumer="w1", dead_letter_kind=kind),
+        name="sub",
+        max_attempts=1,
+        dead_letter="jobs.dead",
+    )
+    async def handle(n: int) -> None:
+        tried.set()
+        raise ValueError("nope")
+
+    async with serving(app) as running:
+        await broker.publish(Destination.list("jobs"), 5)
+        with trio.fail_after(10):
+            await tried.wait()
+
+        async def faulted() -> bool:
+            return running.stats()["sub"].faults >= 1
+
+        await eventually(faulted, what="the failed dead letter reported as a fault")
+        assert await values(redis, processing_key("jobs", "w1")) == [bytes(4) + b"5"]
+    assert await redis.execute("GET", "jobs.dead") == b"another type"
+    # Nothing lost: the graceful close put the entry back on the list.
+    assert await values(redis, "jobs") == [bytes(4) + b"5"]
+
+
+async def test_a_retry_whose_push_fails_leaves_the_original_in_the_processing_list(
+    redis_server: RedisServer, redis: RedisClient
+) -> None:
+    app = App("svc")
+    broker = app.broker(RedisBroker(redis_server.url))
+
+    @broker.subscriber(RedisList("jobs", reliable=True, consumer="w1"), block=20)
+    async def handle(n: int) -> Outcome:
+        # The list turns into another type under the handler: the copy cannot be pushed.
+        await redis.execute("SET", "jobs", "another type")
+        return retry()
+
+    await redis.execute("RPUSH", "jobs", bytes(4) + b"5")
+    with pytest.RaisesGroup(pytest.RaisesExc(AppFailed)), trio.fail_after(10):
+        async with serving(app):
+            await trio.sleep_forever()
+    assert await values(redis, processing_key("jobs", "w1")) == [bytes(4) + b"5"]
+    assert await redis.execute("GET", "jobs") == b"another type"

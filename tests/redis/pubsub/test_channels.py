@@ -8,6 +8,7 @@ import trio
 
 from tests.redis.client.redis_waits import eventually
 from tests.redis_servers import RedisServer
+from tests.redis_servers import redis_server as start_redis_server
 from tests.support import serving
 from trio_streams import (
     RETRY_COUNT_HEADER,
@@ -207,14 +208,54 @@ async def test_retry_after_is_held_by_the_process_then_republished(
     assert attempts == [1, 2]
 
 
-async def test_a_spent_message_is_dead_lettered_to_a_stream_with_why(
+@pytest.mark.parametrize("sharded", [False, True], ids=["PUBLISH", "SPUBLISH"])
+async def test_a_spent_message_is_dead_lettered_as_a_copy_published_to_the_dead_letter_channel(
+    redis_server: RedisServer, redis: RedisClient, sharded: bool
+) -> None:
+    app = App("svc")
+    broker = app.broker(RedisBroker(redis_server.url))
+    spent = trio.Event()
+
+    @broker.subscriber(
+        RedisChannel("news", sharded=sharded), name="sub", max_attempts=2, dead_letter="news.dead"
+    )
+    async def handle(n: int, ctx: Context) -> None:
+        if ctx.attempt == 2:
+            spent.set()
+        raise ValueError(f"cannot handle {n}")
+
+    subscribing = (
+        redis.subscribe(shard_channels=["news.dead"]) if sharded else redis.subscribe(["news.dead"])
+    )
+    async with subscribing as letters, serving(app):
+        await broker.publish(Destination.channel("news", sharded=sharded), 7, headers={"t": "7"})
+        with trio.fail_after(10):
+            await spent.wait()
+            letter = await anext(letters)
+    assert isinstance(letter, Message) and letter.channel == b"news.dead"
+    payload, headers = decode_frame(letter.data)
+    assert payload == b"7"
+    assert headers["t"] == "7"
+    assert headers["x-dead-letter-reason"] == "max-attempts"
+    assert headers["x-dead-letter-stream"] == "news"
+    assert headers["x-dead-letter-error"] == "ValueError: cannot handle 7"
+    assert RETRY_TARGET_HEADER not in headers and RETRY_COUNT_HEADER not in headers
+    assert await redis.execute("EXISTS", "news.dead") == 0  # nothing kept: a channel
+
+
+async def test_with_dead_letter_kind_stream_a_spent_message_is_kept_in_that_stream_with_why(
     redis_server: RedisServer, redis: RedisClient
 ) -> None:
     app = App("svc")
     broker = app.broker(RedisBroker(redis_server.url))
     spent = trio.Event()
 
-    @broker.subscriber(RedisChannel("news"), name="sub", max_attempts=2, dead_letter="news.dead")
+    @broker.subscriber(
+        RedisChannel("news", dead_letter_kind="stream"),
+        name="sub",
+        max_attempts=2,
+        dead_letter="news.dead",
+    )
     async def handle(n: int, ctx: Context) -> None:
         if ctx.attempt == 2:
             spent.set()
@@ -332,3 +373,38 @@ async def test_refused_at_mount_pipeline_block_and_seeking(redis_server: RedisSe
 
 
 async def _noop(n: int) -> None: ...
+
+
+async def test_a_dead_letter_that_cannot_be_published_is_the_fault_dead_letter_and_goes_on() -> (
+    None
+):
+    # The user may publish to "news" (retries) but not to "news.dead".
+    rules = ("app", "on", ">pw", "~*", "resetchannels", "&news", "+@all")
+    with start_redis_server("--user", *rules) as server:
+        app = App("svc")
+        broker = app.broker(RedisBroker(f"redis://app:pw@{server.host}:{server.port}"))
+        seen: list[int] = []
+        second = trio.Event()
+
+        @broker.subscriber(
+            RedisChannel("news"), name="sub", max_attempts=1, dead_letter="news.dead"
+        )
+        async def handle(n: int) -> None:
+            seen.append(n)
+            if n == 2:
+                second.set()
+                return
+            raise ValueError("nope")
+
+        async with serving(app) as running:
+            await broker.publish(NEWS, 1)
+
+            async def faulted() -> bool:
+                await trio.lowlevel.checkpoint()
+                return running.stats()["sub"].faults >= 1
+
+            await eventually(faulted, what="the failed dead letter reported")
+            await broker.publish(NEWS, 2)
+            with trio.fail_after(10):
+                await second.wait()
+    assert seen == [1, 2]

@@ -14,6 +14,7 @@ from trio_streams import (
     App,
     Context,
     Destination,
+    Headers,
     Outcome,
     ack,
     retry,
@@ -205,3 +206,40 @@ def test_what_the_live_transport_refuses_is_refused_before_any_test_runs() -> No
         async def windowed(n: int) -> None: ...
 
     assert broker.subscriptions == []  # the mount was refused, live or in-process
+
+
+async def test_under_app_test_a_dead_letter_is_published_to_its_channel_or_kept_in_a_stream() -> (
+    None
+):
+    app, broker = sub_app()
+    letters: list[tuple[int, str]] = []
+    kept: list[int] = []
+
+    @broker.subscriber(RedisChannel("news"), name="sub", max_attempts=1, dead_letter="news.dead")
+    async def handle(n: int) -> None:
+        raise ValueError(f"cannot handle {n}")
+
+    @broker.subscriber(
+        RedisChannel("jobs", dead_letter_kind="stream"),
+        name="kept",
+        max_attempts=1,
+        dead_letter="jobs.dead",
+    )
+    async def handle_job(n: int) -> None:
+        raise ValueError(f"cannot handle {n}")
+
+    @broker.subscriber(RedisChannel("news.dead"), name="letters")
+    async def letter(n: int, headers: Headers) -> None:
+        letters.append((n, headers["x-dead-letter-reason"]))
+
+    @broker.subscriber(RedisStream("jobs.dead"), name="kept letters")
+    async def kept_letter(n: int) -> None:
+        kept.append(n)
+
+    async with app.test() as t:
+        await t.publish(Destination.channel("news"), 7)
+        await t.publish(Destination.channel("jobs"), 8)
+        [published] = t.published(Destination.channel("news.dead"))
+    assert published.headers["x-dead-letter-stream"] == "news"
+    assert letters == [(7, "max-attempts")]
+    assert kept == [8]
