@@ -39,11 +39,14 @@ __all__ = ["MemoryList", "MemoryListSubscription", "QueueEntry", "WorkQueue"]
 class QueueEntry:
     """One entry of an in-process work queue."""
 
-    __slots__ = ("headers", "payload")
+    __slots__ = ("headers", "payload", "redelivered")
 
     def __init__(self, payload: bytes, headers: Mapping[str, str]) -> None:
         self.payload = payload
         self.headers = headers
+        #: Times it went back to the queue from a consumer that died holding it (the live
+        #: reaper's count): its attempt counts them.
+        self.redelivered = 0
 
 
 class WorkQueue:
@@ -184,6 +187,7 @@ class MemoryListSubscription(SubscriptionSource):
                 self._holding[token] = entry
             headers = entry.headers
             attempt = attempt_from_headers(headers) if RETRY_COUNT_HEADER in headers else 1
+            attempt += entry.redelivered
             out.append(
                 Delivery(self._source.key, entry.payload, headers, attempt=attempt, handle=token)
             )
@@ -191,10 +195,13 @@ class MemoryListSubscription(SubscriptionSource):
 
     def kill(self) -> int:
         """This consumer dies: a reliable one's held entries go back to the front of the queue
-        (the reaper's move), to be delivered again; its later settles remove nothing. A simple
+        (the reaper's move), to be delivered again, each counted as delivered once more (its
+        attempt is one higher, as live); its later settles remove nothing. A simple
         one loses what it holds. Returns how many entries went back."""
         held = list(self._holding.values())
         self._holding.clear()
+        for entry in held:
+            entry.redelivered += 1
         if held:
             self._queue.put_back(held)
             self.killed += len(held)

@@ -8,6 +8,10 @@ A value that is not a well-formed frame (shorter than its counts say, a count pa
 header that is not UTF-8) is a headerless payload: a plain value another producer pushed
 (``LPUSH jobs '{"id": 1}'``) still delivers, whole. A message without headers is framed too
 (a zero count), so a payload that happens to look like a frame is never misread.
+
+A reliable list's entry that went back to the list because the consumer holding it died
+carries :data:`REDELIVERED_HEADER`, how many times that happened (the reaper's script writes
+it, :data:`~.list_scripts.COUNTED`): the delivery's attempt counts it, and handlers never see it.
 """
 
 from __future__ import annotations
@@ -15,7 +19,11 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping
 
-__all__ = ["decode_frame", "encode_frame"]
+__all__ = ["REDELIVERED_HEADER", "decode_frame", "encode_frame", "take_redeliveries"]
+
+#: How many times a reliable list's entry went back to the list from a consumer that died
+#: holding it (decimal digits).
+REDELIVERED_HEADER = "x-trio-streams-redelivered"
 
 _U32 = struct.Struct(">I")
 _NO_HEADERS = b"\x00\x00\x00\x00"
@@ -62,3 +70,12 @@ def decode_frame(value: bytes) -> tuple[bytes, dict[str, str]]:
     except (struct.error, UnicodeDecodeError):
         return bytes(value), {}
     return bytes(value[at:]), headers
+
+
+def take_redeliveries(headers: dict[str, str]) -> int:
+    """Remove :data:`REDELIVERED_HEADER` from ``headers``; return its count (0 when absent or
+    not decimal digits)."""
+    raw = headers.pop(REDELIVERED_HEADER, None)
+    if raw is None or not (raw.isascii() and raw.isdigit()):
+        return 0
+    return int(raw)

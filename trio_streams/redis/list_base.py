@@ -16,7 +16,7 @@ from .client import Backoff, ReadOnlyError, RedisClient, RedisConnectionError
 from .client.errors import RedisError, ReplyError
 from .dedicated import DedicatedConnection
 from .delays import delay_key, member
-from .frames import decode_frame, encode_frame
+from .frames import REDELIVERED_HEADER, decode_frame, encode_frame, take_redeliveries
 from .list_scripts import PROMOTE, SCHEDULE
 from .lists import DeadLetterKind, ListEnd, RedisList, WrongKeyType
 from .wire import encode_fields, text
@@ -99,10 +99,12 @@ class ListSubscriptionBase(SubscriptionSource):
 
     def delivery(self, value: bytes, handle: Any) -> Delivery:
         """The delivery of list entry ``value`` (a frame, or a plain value another producer
-        pushed: a headerless payload)."""
+        pushed: a headerless payload). Its attempt counts the tries its retry copies carry and
+        the times it went back to the list from a consumer that died holding it."""
         payload, headers = decode_frame(value)
+        again = take_redeliveries(headers) if REDELIVERED_HEADER in headers else 0
         attempt = attempt_from_headers(headers) if RETRY_COUNT_HEADER in headers else 1
-        return Delivery(self._key, payload, headers, attempt=attempt, handle=handle)
+        return Delivery(self._key, payload, headers, attempt=attempt + again, handle=handle)
 
     def retry_copy(self, delivery: Delivery) -> bytes:
         assert self._host is not None

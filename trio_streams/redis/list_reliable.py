@@ -9,7 +9,15 @@ How it keeps its promises:
 - **Its own list first.** At open, and after every reconnect (a blocking move cancelled with
   its reply on the wire closes its connection), the consumer first reads its own processing
   list (``LRANGE``) and delivers, oldest first, what it does not hold: a restart with the same
-  ``consumer`` name takes back what it had when it died.
+  ``consumer`` name takes back what it had when it died (at open, counting each entry as
+  delivered again: :data:`~.list_scripts.TAKE_BACK`).
+- **Delivery counts.** An entry's attempt is 1, plus the tries its retry copy carries, plus
+  the times it went back from a consumer that died holding it (the reaper's and the
+  take-back's count, in the entry itself: :data:`~.frames.REDELIVERED_HEADER`), so
+  ``max_attempts`` stops an entry that kills every consumer that takes it (it is then
+  dead-lettered or dropped without being handled again), as a stream's delivery count does.
+  As with a stream, the count is of entries read: one still waiting in the dead consumer's
+  buffer counts too.
 - **Heartbeat and reaper.** The consumer keeps ``{key}:heartbeat:<consumer>`` alive with a TTL
   (``heartbeat`` s), renewed every third of it by a task of the subscription, and is listed in
   ``{key}:consumers``. Every ``reap_every`` s each consumer's reaper runs one script per other
@@ -57,8 +65,9 @@ from ..transport import DeadLetter, SourceFault, Unsettled
 from .client import RedisClient
 from .client.connection import Connection
 from .client.errors import RedisConnectionError, RedisError, ReplyError
+from .frames import REDELIVERED_HEADER
 from .list_base import ListSubscriptionBase, lost, wrong_type
-from .list_scripts import COPY_THEN_REMOVE, REAP
+from .list_scripts import COPY_THEN_REMOVE, REAP, TAKE_BACK
 from .lists import RedisList, WrongKeyType, consumers_key, heartbeat_key, processing_key
 from .window import FlushPlan, Window, plan_items, send_items
 
@@ -100,6 +109,9 @@ class ReliableListSubscription(ListSubscriptionBase):
         self._tokens = itertools.count(1)
         #: The value of each delivery held (read, not yet settled or let go), by token.
         self._values: dict[int, bytes] = {}
+        #: The next take-back is the first since open: what it finds, this consumer held when
+        #: it died (a restart under its name), so each entry is counted as delivered again.
+        self._first_take_back = True
         #: How many deliveries of each value are held (a list may hold equal values).
         self._held: Counter[bytes] = Counter()
         #: While this consumer reads its own processing list: what settles removed meanwhile.
@@ -196,7 +208,13 @@ class ReliableListSubscription(ListSubscriptionBase):
         queues nothing (the entries stay in the processing list; the next read looks again)."""
         self._removed_during = Counter()
         try:
-            values = await conn.execute("LRANGE", self.processing, 0, -1)
+            if self._first_take_back:  # nothing is held yet: count them all, in place
+                values = await conn.execute(
+                    "EVAL", TAKE_BACK, 1, self.processing, REDELIVERED_HEADER
+                )
+                self._first_take_back = False
+            else:
+                values = await conn.execute("LRANGE", self.processing, 0, -1)
             removed = self._removed_during
         finally:
             self._removed_during = None
@@ -437,7 +455,7 @@ class ReliableListSubscription(ListSubscriptionBase):
         return (
             "EVAL", REAP, 4, self._key, processing_key(self._key, name),
             heartbeat_key(self._key, name), self._consumers, name, self._end.push_front,
-            "1" if force else "0",
+            "1" if force else "0", REDELIVERED_HEADER,
         )  # fmt: skip
 
     # ---- closing -----------------------------------------------------------------------------

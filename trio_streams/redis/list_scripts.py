@@ -5,7 +5,9 @@ Each runs atomically on the server, so what it checks and what it moves are one 
 - :data:`REAP` moves a dead consumer's processing list back to the list, whole, only if its
   heartbeat has expired (or, at a consumer's own graceful close, unconditionally). Two reapers
   that race run one after the other: the second finds the processing list empty, so no entry is
-  moved twice.
+  moved twice. Each entry a dead consumer held goes back with its redelivery count one higher.
+- :data:`TAKE_BACK` counts, in place, the entries a consumer restarting under its name finds in
+  its own processing list.
 - :data:`SCHEDULE` puts a retry copy into the delay ZSET (the shape :mod:`.delays` gives
   streams: scored by when it is due on the server's clock, member ``<32 hex>|<len>:<bytes>``)
   and, for a reliable list, removes the original from the processing list, as one step.
@@ -20,28 +22,135 @@ Each runs atomically on the server, so what it checks and what it moves are one 
 
 from __future__ import annotations
 
-__all__ = ["COPY_THEN_REMOVE", "PROMOTE", "REAP", "SCHEDULE"]
+__all__ = ["COPY_THEN_REMOVE", "COUNTED", "PROMOTE", "REAP", "SCHEDULE", "TAKE_BACK"]
+
+#: ``counted(v)``: list entry ``v`` with its redelivery header (``REDELIVERED_HEADER``) one
+#: higher. It reads ``v`` exactly as :func:`~.frames.decode_frame` does (the same structural
+#: checks, strict UTF-8 names and values, the last of equal names wins), keeps every other
+#: header in order and puts the count last; a value that is not a frame becomes the payload
+#: of a frame whose one header is the count, so the payload delivered is unchanged.
+COUNTED = r"""
+local function utf8_ok(s, i, j)
+  while i <= j do
+    local c = string.byte(s, i)
+    if c < 0x80 then
+      i = i + 1
+    else
+      local n, lo, hi = 0, 0x80, 0xBF
+      if c >= 0xC2 and c <= 0xDF then n = 1
+      elseif c == 0xE0 then n = 2; lo = 0xA0
+      elseif c == 0xED then n = 2; hi = 0x9F
+      elseif c >= 0xE1 and c <= 0xEF then n = 2
+      elseif c == 0xF0 then n = 3; lo = 0x90
+      elseif c >= 0xF1 and c <= 0xF3 then n = 3
+      elseif c == 0xF4 then n = 3; hi = 0x8F
+      else return false end
+      if i + n > j then return false end
+      local c2 = string.byte(s, i + 1)
+      if c2 < lo or c2 > hi then return false end
+      for k = i + 2, i + n do
+        local ck = string.byte(s, k)
+        if ck < 0x80 or ck > 0xBF then return false end
+      end
+      i = i + n + 1
+    end
+  end
+  return true
+end
+
+local function headers_of(v)
+  local size = #v
+  if size < 4 then return nil end
+  local count = struct.unpack('>I4', v)
+  if count == 0 then return {}, {}, 5 end
+  if count * 8 > size - 4 then return nil end
+  local names, values, at = {}, {}, 5
+  for h = 1, count do
+    if at + 3 > size then return nil end
+    local len = struct.unpack('>I4', v, at)
+    local name_at = at + 4
+    at = name_at + len
+    if at + 3 > size then return nil end
+    local vlen = struct.unpack('>I4', v, at)
+    local value_at = at + 4
+    at = value_at + vlen
+    if at > size + 1 then return nil end
+    if not utf8_ok(v, name_at, name_at + len - 1) then return nil end
+    if not utf8_ok(v, value_at, value_at + vlen - 1) then return nil end
+    names[h] = string.sub(v, name_at, name_at + len - 1)
+    values[h] = string.sub(v, value_at, value_at + vlen - 1)
+  end
+  return names, values, at
+end
+
+local function counted(v, header)
+  local names, values, payload_at = headers_of(v)
+  local payload = v
+  if names then payload = string.sub(v, payload_at) else names, values = {}, {} end
+  local seen = 0
+  local parts = {}
+  local kept = 0
+  for h = 1, #names do
+    if names[h] == header then
+      seen = 0
+      if string.match(values[h], '^[0-9]+$') then seen = tonumber(values[h]) end
+    else
+      kept = kept + 1
+      parts[#parts + 1] = struct.pack('>I4', #names[h]) .. names[h]
+      parts[#parts + 1] = struct.pack('>I4', #values[h]) .. values[h]
+    end
+  end
+  local n = tostring(seen + 1)
+  parts[#parts + 1] = struct.pack('>I4', #header) .. header .. struct.pack('>I4', #n) .. n
+  return struct.pack('>I4', kept + 1) .. table.concat(parts) .. payload
+end
+"""
 
 #: A processing list holds its newest entry first (entries are moved in at its left), so the
 #: script takes it from the left and puts each back at the end consumers take from: the oldest
-#: ends up next to be taken, in the order they were first taken. Each entry moves with one
-#: ``LMOVE``, never a pop and then a push: a list turned into another type stops the script
-#: with the entry still in the processing list (a script has no rollback).
+#: ends up next to be taken, in the order they were first taken. A consumer whose heartbeat
+#: expired had its entries delivered: each goes back counted once more (``counted``), so
+#: ``max_attempts`` stops an entry that kills every consumer that takes it. Each entry is
+#: pushed first and only then removed from the processing list: a list turned into another
+#: type stops the script with the entry still in the processing list (a script has no
+#: rollback). A consumer's own graceful close puts back, uncounted, what it never handed on.
 #: KEYS: list, processing list, heartbeat, consumers set. ARGV: consumer name, the command that
 #: puts an entry back at the end consumers take from (LPUSH/RPUSH), "1" to reap even with a
-#: live heartbeat (the consumer's own close). Returns the entries moved, -1 if still alive.
-REAP = """
+#: live heartbeat (the consumer's own close), the redelivery header. Returns the entries moved,
+#: -1 if still alive.
+REAP = (
+    COUNTED
+    + """
 if ARGV[3] ~= '1' and redis.call('EXISTS', KEYS[3]) == 1 then return -1 end
-local to = 'RIGHT'
-if ARGV[2] == 'LPUSH' then to = 'LEFT' end
 local moved = 0
-while redis.call('LMOVE', KEYS[2], KEYS[1], 'LEFT', to) do
+local value = redis.call('LINDEX', KEYS[2], 0)
+while value do
+  if ARGV[3] ~= '1' then value = counted(value, ARGV[4]) end
+  redis.call(ARGV[2], KEYS[1], value)
+  redis.call('LPOP', KEYS[2])
   moved = moved + 1
+  value = redis.call('LINDEX', KEYS[2], 0)
 end
 redis.call('SREM', KEYS[4], ARGV[1])
 if ARGV[3] == '1' then redis.call('DEL', KEYS[3]) end
 return moved
 """
+)
+
+#: What a consumer finds in its own processing list when it opens (it died holding them, and
+#: restarts under the same name): every entry, counted once more in place (``LSET``), newest
+#: first. KEYS: processing list. ARGV: the redelivery header.
+TAKE_BACK = (
+    COUNTED
+    + """
+local values = redis.call('LRANGE', KEYS[1], 0, -1)
+for i, v in ipairs(values) do
+  values[i] = counted(v, ARGV[1])
+  redis.call('LSET', KEYS[1], i - 1, values[i])
+end
+return values
+"""
+)
 
 #: KEYS: delay ZSET, processing list (ignored when ARGV[3] is empty). ARGV: delay ms, member,
 #: the original value to remove from the processing list ("" for a simple list: nothing to).

@@ -3,12 +3,16 @@ FORM CONSUMER HEARTBEAT BEHAVIOUR``.
 
 ``FORM`` is ``simple`` or ``reliable`` (``CONSUMER`` names a reliable one). Each handled message
 prints ``handled <n>`` (flushed) once its handler is done; ``ok`` handles at once, ``slow``
-after a millisecond of work. Reads of 50 entries (``count=50``), ``workers=8``, so a kill lands
-mid-batch. SIGTERM stops it gracefully.
+after a millisecond of work, ``poison`` (one entry per read, one worker) handles at once
+except ``0``, which kills its process (SIGKILL, as a segfault or the OOM killer would). Every
+form has ``max_attempts=3`` and the dead letter ``<KEY>.dead`` (a list). Otherwise reads of 50
+entries (``count=50``), ``workers=8``, so a kill lands mid-batch. SIGTERM stops it gracefully.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 
 import trio
@@ -25,10 +29,22 @@ def build(url: str, key: str, form: str, consumer: str, heartbeat: float, behavi
     else:
         source = RedisList(key)
 
-    @broker.subscriber(source, count=50, workers=8, block=50)
+    count, workers = (1, 1) if behaviour == "poison" else (50, 8)
+
+    @broker.subscriber(
+        source,
+        count=count,
+        workers=workers,
+        block=50,
+        max_attempts=3,
+        dead_letter=f"{key}.dead",
+    )
     async def handle(n: int) -> None:
         if behaviour == "slow":
             await trio.sleep(0.001)  # a millisecond of work
+        elif behaviour == "poison" and n == 0:
+            print("poisoned", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
         print(f"handled {n}", flush=True)
 
     return app

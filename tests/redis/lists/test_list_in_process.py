@@ -117,11 +117,11 @@ async def test_a_killed_reliable_consumer_gives_back_what_it_held_and_it_is_deli
     broker = app.broker(RedisBroker(URL))
     holding = trio.Event()
     again = trio.Event()
-    seen: list[int] = []
+    seen: list[tuple[int, int]] = []
 
     @broker.subscriber(RedisList("jobs", reliable=True), count=10, workers=2)
-    async def handle(n: int) -> None:
-        seen.append(n)
+    async def handle(n: int, ctx: Context) -> None:
+        seen.append((n, ctx.attempt))
         if len(seen) == 1:
             holding.set()
             await trio.sleep_forever()  # the consumer dies while this runs
@@ -134,7 +134,7 @@ async def test_a_killed_reliable_consumer_gives_back_what_it_held_and_it_is_deli
         assert t.kill_consumer(handle) == 1  # the reaper moves entry 1 back
         with trio.fail_after(5):
             await again.wait()
-    assert seen == [1, 1]
+    assert seen == [(1, 1), (1, 2)]  # the death counted as a delivery, as live
 
 
 async def test_a_killed_simple_consumer_loses_what_it_held() -> None:

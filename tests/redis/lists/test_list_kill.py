@@ -11,7 +11,7 @@ from tests.redis.client.redis_waits import eventually
 from tests.redis.streams.procs import Consumer
 from tests.redis_servers import RedisServer
 from trio_streams.redis.client import RedisClient
-from trio_streams.redis.frames import encode_frame
+from trio_streams.redis.frames import REDELIVERED_HEADER, decode_frame, encode_frame
 from trio_streams.redis.lists import processing_key
 
 from .support import length
@@ -105,3 +105,51 @@ async def test_kill_9_of_a_simple_consumer_mid_batch_loses_what_it_had_popped(
     # What was lost is exactly what the dead process had popped and not handled.
     assert lost == ENTRIES - left - len(_handled(first))
     assert lost > 0
+
+
+@pytest.mark.parametrize("restart", ["same-name", "another-consumer"])
+async def test_an_entry_that_kills_every_consumer_is_dead_lettered_after_max_attempts(
+    redis_server: RedisServer, redis: RedisClient, restart: str
+) -> None:
+    # Each death counts as a delivery (the take-back of a restart under the same name, or the
+    # reaper of another consumer), so max_attempts=3 stops the entry at its fourth delivery
+    # instead of letting it kill consumers for ever.
+    await redis.execute("RPUSH", "jobs", encode_frame(b"0", {"trace": "t0"}))
+    for n in range(1, 10):
+        await redis.execute("RPUSH", "jobs", encode_frame(str(n).encode(), {}))
+    handled: set[int] = set()
+    for run in range(1, 4):
+        name = "w1" if restart == "same-name" else f"w{run}"
+        victim = Consumer(redis_server.url, "jobs", "reliable", name, 1.0, "poison", module=MODULE)
+        try:
+            await victim.wait_line("poisoned")
+            assert await victim.wait_exit() == -9
+        finally:
+            victim.kill()
+        handled |= set(_handled(victim))
+    name = "w1" if restart == "same-name" else "w4"
+    last = Consumer(redis_server.url, "jobs", "reliable", name, 1.0, "poison", module=MODULE)
+    letters: list[tuple[bytes, dict[str, str]]] = []
+    try:
+
+        async def all_accounted_for() -> bool:
+            letters[:] = [
+                decode_frame(v) for v in await redis.execute("LRANGE", "jobs.dead", 0, -1)
+            ]
+            return handled | set(_handled(last)) | {int(p) for p, _ in letters} == set(range(10))
+
+        await eventually(all_accounted_for, within=30, what="every entry handled or dead-lettered")
+    finally:
+        last.stop()
+    assert "poisoned" not in last.lines  # not handled a fourth time
+    by_payload = dict(letters)
+    headers = by_payload[b"0"]
+    assert headers["trace"] == "t0"
+    assert headers["x-dead-letter-reason"] == "max-attempts"
+    assert headers["x-dead-letter-attempts"] == "4"
+    assert REDELIVERED_HEADER not in headers
+    # Entries read ahead while it was handled died with it each time, and may share its fate
+    # (as a stream's delivery count does); never more than what one consumer holds.
+    assert len(letters) <= 1 + 4
+    assert await length(redis, "jobs") == 0
+    assert await length(redis, processing_key("jobs", name)) == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 
 import trio
@@ -9,11 +10,16 @@ import trio
 from tests.redis.client.redis_waits import eventually
 from tests.redis_servers import RedisServer
 from tests.support import serving
-from trio_streams import App, Destination
+from trio_streams import App, Context, Destination
 from trio_streams.redis import RedisBroker, RedisList
 from trio_streams.redis.client import RedisClient, connect
-from trio_streams.redis.frames import encode_frame
-from trio_streams.redis.list_scripts import REAP
+from trio_streams.redis.frames import (
+    REDELIVERED_HEADER,
+    decode_frame,
+    encode_frame,
+    take_redeliveries,
+)
+from trio_streams.redis.list_scripts import REAP, TAKE_BACK
 from trio_streams.redis.lists import consumers_key, heartbeat_key, processing_key
 
 from .support import length, values
@@ -39,8 +45,13 @@ def _reap(consumer: str, *, force: bool = False) -> tuple[object, ...]:
     return (
         "EVAL", REAP, 4, "jobs", processing_key("jobs", consumer),
         heartbeat_key("jobs", consumer), consumers_key("jobs"), consumer, "LPUSH",
-        "1" if force else "0",
+        "1" if force else "0", REDELIVERED_HEADER,
     )  # fmt: skip
+
+
+def _counted(n: int, times: int = 1) -> bytes:
+    """``_frame(n)`` as it comes back from a consumer that died holding it ``times`` times."""
+    return encode_frame(str(n).encode(), {REDELIVERED_HEADER: str(times)})
 
 
 async def test_the_reaper_leaves_a_consumer_with_a_live_heartbeat_alone(
@@ -58,7 +69,8 @@ async def test_the_reaper_moves_a_dead_consumers_list_back_to_the_front_oldest_f
     await redis.execute("RPUSH", "jobs", _frame(100))
     await _plant(redis, "dead", range(1, 4))
     assert await redis.execute(*_reap("dead")) == 3
-    assert await values(redis, "jobs") == [_frame(1), _frame(2), _frame(3), _frame(100)]
+    # Each counted as delivered once more, so max_attempts sees the crash.
+    assert await values(redis, "jobs") == [_counted(1), _counted(2), _counted(3), _frame(100)]
     assert await redis.execute("EXISTS", processing_key("jobs", "dead")) == 0
     assert await redis.execute("SMEMBERS", consumers_key("jobs")) == []
 
@@ -92,13 +104,15 @@ async def test_heartbeat_expiry_then_a_live_consumers_reaper_redelivers_the_entr
     app = App("svc")
     broker = app.broker(RedisBroker(redis_server.url))
     seen: list[int] = []
+    attempts: list[int] = []
     done = trio.Event()
 
     source = RedisList("jobs", reliable=True, consumer="live", heartbeat=1.0, reap_every=0.05)
 
     @broker.subscriber(source, count=10)
-    async def handle(n: int) -> None:
+    async def handle(n: int, ctx: Context) -> None:
         seen.append(n)
+        attempts.append(ctx.attempt)
         if len(seen) == 6:
             done.set()
 
@@ -115,6 +129,7 @@ async def test_heartbeat_expiry_then_a_live_consumers_reaper_redelivers_the_entr
         with trio.fail_after(10):
             await done.wait()
     assert seen == [0, 1, 2, 3, 4, 5]
+    assert attempts == [1, 2, 2, 2, 2, 2]  # the dead consumer's entries: a second delivery
     assert await redis.execute("EXISTS", processing_key("jobs", "dead")) == 0
     assert await redis.execute("SMEMBERS", consumers_key("jobs")) == []
 
@@ -230,3 +245,99 @@ async def test_the_subscription_renews_its_heartbeat_while_it_runs(
         for _ in range(3):  # renewed again and again, never expiring
             lowest = int(await redis.execute("PTTL", key))
             await eventually(renewed, within=5, what="the heartbeat renewed")
+
+
+def _cases() -> list[bytes]:
+    """List entries of every shape: frames with and without headers, UTF-8 of every width,
+    invalid UTF-8, counts that lie, truncations, a count already there (valid or not), equal
+    names, and random bytes."""
+    rng = random.Random(20261202)
+    names = ["trace", "é", "名前", "😀", "", REDELIVERED_HEADER, "x"]
+    values_ = ["", "1", "42", "x1", "٣", "💥", "a" * 300]
+    cases = [b"", b"\x00", b"\x00\x00\x00", b"plain", b'{"id": 1}', bytes(4), bytes(4) + b"p"]
+    for _ in range(400):
+        headers = {rng.choice(names): rng.choice(values_) for _ in range(rng.randrange(4))}
+        frame = encode_frame(rng.randbytes(rng.randrange(12)), headers)
+        cases.append(frame)
+        cases.append(frame[: rng.randrange(len(frame) + 1)])  # cut anywhere
+        mangled = bytearray(frame)
+        if len(mangled) > 4:
+            mangled[rng.randrange(4, len(mangled))] = rng.choice([0x80, 0xC0, 0xED, 0xF5, 0xFF])
+        cases.append(bytes(mangled))
+        cases.append(rng.randbytes(rng.randrange(40)))
+    # Equal names: the last wins, in Python's reading and in the script's.
+    cases.append(
+        b"".join([b"\x00\x00\x00\x02", *(_header(REDELIVERED_HEADER, v) for v in ("7", "2"))])
+    )
+    cases.append(b"".join([b"\x00\x00\x00\x02", _header("a", "1"), _header("a", "2"), b"p"]))
+    # What strict UTF-8 refuses at each width, and its nearest valid neighbours.
+    for raw in (b"\xed\xa0\x80", b"\xed\x9f\xbf", b"\xc0\x80", b"\xc2\x80", b"\xe0\x80\x80",
+                b"\xe0\xa0\x80", b"\xf0\x80\x80\x80", b"\xf0\x90\x80\x80", b"\xf4\x90\x80\x80",
+                b"\xf4\x8f\xbf\xbf", b"\xf5\x80\x80\x80", b"\xe1\x80", b"\x80"):  # fmt: skip
+        field = len(raw).to_bytes(4, "big") + raw
+        cases.append(b"\x00\x00\x00\x01" + field + _header("v", "1")[5:] + b"p")  # as a name
+        cases.append(b"\x00\x00\x00\x01" + len(b"n").to_bytes(4, "big") + b"n" + field + b"p")
+    return cases
+
+
+def _header(name: str, value: str) -> bytes:
+    raw_name, raw_value = name.encode(), value.encode()
+    return (
+        len(raw_name).to_bytes(4, "big") + raw_name + len(raw_value).to_bytes(4, "big") + raw_value
+    )
+
+
+async def test_the_count_the_script_writes_reads_back_as_the_same_entry_counted_once_more(
+    redis: RedisClient,
+) -> None:
+    cases = _cases()
+    processing = processing_key("jobs", "w1")
+    for value in reversed(cases):  # LRANGE answers newest first: the first case at the left
+        await redis.execute("LPUSH", processing, value)
+    counted = [
+        bytes(v) for v in await redis.execute("EVAL", TAKE_BACK, 1, processing, REDELIVERED_HEADER)
+    ]
+    assert await values(redis, processing) == counted  # counted in place
+    for before, after in zip(cases, counted, strict=True):
+        payload, headers = decode_frame(before)
+        again = take_redeliveries(headers)
+        payload_after, headers_after = decode_frame(after)
+        assert payload_after == payload, before
+        assert take_redeliveries(headers_after) == again + 1, before
+        assert headers_after == headers, before
+
+
+async def test_a_graceful_close_puts_back_what_it_held_uncounted(
+    redis_server: RedisServer, redis: RedisClient
+) -> None:
+    for n in range(1, 6):
+        await redis.execute("RPUSH", "jobs", _frame(n))
+    handled: dict[int, int] = {}
+    first = trio.Event()
+    release = trio.Event()
+
+    def app_for(*, hold: bool) -> App:
+        app = App("svc")
+        broker = app.broker(RedisBroker(redis_server.url))
+
+        @broker.subscriber(RedisList("jobs", reliable=True, consumer="w1"), count=5)
+        async def handle(n: int, ctx: Context) -> None:
+            if hold and n == 1:
+                first.set()
+                await release.wait()
+            handled[n] = ctx.attempt
+
+        return app
+
+    async with serving(app_for(hold=True)):
+        with trio.fail_after(10):
+            await first.wait()
+        assert await length(redis, processing_key("jobs", "w1")) == 5
+        release.set()  # the close drains entry 1; what it never handed on goes back
+    async with serving(app_for(hold=False)):
+
+        async def all_handled() -> bool:
+            return sorted(handled) == [1, 2, 3, 4, 5]
+
+        await eventually(all_handled, what="every entry handled")
+    assert set(handled.values()) == {1}  # nobody died: no entry counted as delivered again
