@@ -20,7 +20,7 @@ from .outcome import Outcome, ack, drop, retry, retry_after
 from .pipeline import Pipeline, SegmentClosed
 from .positions import InvalidPosition, Position
 from .routing import Publisher, Router
-from .transport import SeekRefused
+from .transport import SeekRefused, Sharing
 
 __all__ = [
     "RETRY_COUNT_HEADER",
@@ -52,6 +52,7 @@ __all__ = [
     "SeekRefused",
     "Seeker",
     "SegmentClosed",
+    "Sharing",
     "State",
     "TrioStreamsError",
     "UnsupportedError",

@@ -4,17 +4,28 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import inspect
 import logging
 import math
 import os
 import signal
 import sys
+from pathlib import Path
 from typing import Any
+
+import trio
 
 from .app import App, AppFailed
 from .logs import FORMATS, LEVELS, LogConfigError, configure
 from .reporting import describe, report
+from .supervisor import (
+    SupervisorPolicy,
+    check_workers,
+    supervise,
+    watch_supervisor,
+    worker_command,
+)
 
 __all__ = ["AppNotFound", "load_app", "register"]
 
@@ -98,12 +109,69 @@ def _run(args: argparse.Namespace) -> int:
         hint = f"; {_TRACEBACK_HINT}" if exc.__cause__ is not None else ""
         print(f"{_PROG}: {exc}{hint}", file=sys.stderr)
         return 2
+    if args.workers is not None or args.reload:
+        return _supervise(app, args)
+    watch_supervisor()
     try:
         graceful = app.run_until_stopped(shutdown_timeout=args.shutdown_timeout)
     except AppFailed as failure:
         report(failure, prefix=_PROG, out=sys.stderr, logger=_log, traceback_hint=_TRACEBACK_HINT)
         return 1
     return 0 if graceful else 128 + signal.SIGINT
+
+
+def _supervise(app: App, args: argparse.Namespace) -> int:
+    """``--workers`` / ``--reload``: check the app, then run it in supervised workers."""
+    workers = 1 if args.workers is None else args.workers
+    if args.reload and workers > 1:
+        print(f"{_PROG}: --reload runs one worker; leave out --workers", file=sys.stderr)
+        return 2
+    if args.reload and importlib.util.find_spec("watchfiles") is None:
+        print(
+            f"{_PROG}: --reload needs watchfiles: pip install 'trio-streams[reload]'",
+            file=sys.stderr,
+        )
+        return 2
+    problems = check_workers(app, workers, allow_broadcast=args.allow_broadcast)
+    if problems:
+        for problem in problems:
+            print(f"{_PROG}: --workers {workers}: {problem}", file=sys.stderr)
+        return 2
+    policy = SupervisorPolicy(
+        workers=workers,
+        backoff=args.restart_backoff,
+        crash_limit=args.crash_limit,
+        reload=args.reload,
+        reload_dirs=tuple(Path(d).resolve() for d in args.reload_dir),
+    )
+    return trio.run(supervise, worker_command(_worker_argv(args)), policy)
+
+
+def _worker_argv(args: argparse.Namespace) -> list[str]:
+    """The ``run`` options a worker gets: the supervisor's, without its own."""
+    argv = [args.app]
+    if args.factory:
+        argv.append("--factory")
+    if args.shutdown_timeout is not None:
+        argv += ["--shutdown-timeout", repr(args.shutdown_timeout)]
+    for flag, value in (
+        ("--log-level", args.log_level),
+        ("--log-format", args.log_format),
+        ("--log-config", args.log_config),
+    ):
+        if value is not None:
+            argv += [flag, value]
+    return argv
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, not {value}")
+    return value
 
 
 def _seconds(text: str) -> float:
@@ -125,7 +193,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "SIGTERM drains in-flight work; a second one cancels at once. Exit status: 0 after a "
         "graceful stop, 1 when the app did not start or a subscription failed (one line per "
         "error on stderr), 2 for a bad command line or a target that is not an App, 130 when "
-        "a second signal cut the drain short.",
+        "a second signal cut the drain short. With --workers, the supervisor exits 1 when a "
+        "worker keeps crashing.",
     )
     parser.add_argument("app", metavar="MODULE:ATTRIBUTE", help="where the App is, e.g. svc:app")
     parser.add_argument(
@@ -137,6 +206,50 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         default=None,
         metavar="SECONDS",
         help="how long a graceful shutdown may drain before cancelling, >= 0 (default: the app's)",
+    )
+    processes = parser.add_argument_group("processes")
+    processes.add_argument(
+        "--workers",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="run the app in N worker processes under a supervisor that forwards signals and "
+        "restarts a crashed worker (default: the app runs in this process, unsupervised); "
+        "with N > 1, subscriptions that would deliver every message to every worker are "
+        "refused",
+    )
+    processes.add_argument(
+        "--allow-broadcast",
+        action="store_true",
+        help="with --workers: let every worker read every message of subscriptions that do "
+        "not share work across processes (stream files, Pub/Sub, plain stream reads)",
+    )
+    processes.add_argument(
+        "--restart-backoff",
+        type=_seconds,
+        default=0.5,
+        metavar="SECONDS",
+        help="the first pause before a crashed worker is restarted; it doubles, to 30 s "
+        "(default: 0.5)",
+    )
+    processes.add_argument(
+        "--crash-limit",
+        type=_positive,
+        default=5,
+        metavar="N",
+        help="give up (exit 1) when one worker crashes N times within a minute (default: 5)",
+    )
+    processes.add_argument(
+        "--reload",
+        action="store_true",
+        help="for development: restart the app (after a clean drain) when a .py file changes",
+    )
+    processes.add_argument(
+        "--reload-dir",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="with --reload: a directory to watch (repeatable; default: the current one)",
     )
     logs = parser.add_argument_group("logging (to stderr)")
     logs.add_argument(

@@ -169,6 +169,19 @@ def check_source_args(
         )
 
 
+class Sharing(enum.Enum):
+    """How the processes that run one subscription share its messages (``run --workers``)."""
+
+    #: Each message goes to one of them: a consumer group, a work queue. Add processes to
+    #: share the work.
+    SPLIT = "split"
+    #: Every process reads every message: a stream file, a Pub/Sub channel, a plain tail or
+    #: replay. N processes handle each message N times.
+    EVERY = "every"
+    #: The stream exists only inside its process (in-process): processes share nothing.
+    LOCAL = "local"
+
+
 class Source(ABC):
     """What a subscription reads: an immutable description, validated by its broker at mount."""
 
@@ -197,6 +210,18 @@ class Source(ABC):
     def seekable(self) -> bool:
         """Whether handlers may seek subscriptions to this source (checked at mount)."""
         return False
+
+    @property
+    def sharing(self) -> Sharing:
+        """How several processes running this subscription share its messages (the default:
+        every process reads every message)."""
+        return Sharing.EVERY
+
+    @property
+    def consumer_name(self) -> str | None:
+        """The consumer name this source fixes, if any: several processes running it would be
+        one consumer (``run --workers`` refuses that). None: each process gets its own."""
+        return None
 
 
 class SubscriptionSource(ABC):

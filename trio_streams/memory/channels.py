@@ -24,7 +24,7 @@ from trio.lowlevel import checkpoint, checkpoint_if_cancelled
 from ..delivery import RETRY_COUNT_HEADER, Delivery, attempt_from_headers, retry_headers
 from ..host import SubscriptionHost
 from ..outcome import Outcome
-from ..transport import DeadLetter, Source, SubscriptionSource
+from ..transport import DeadLetter, Sharing, Source, SubscriptionSource
 from .log import Entry, MemoryHub, StreamLog
 
 __all__ = ["ChannelBus", "MemoryChannel", "MemoryChannelSubscription", "glob_match"]
@@ -137,6 +137,10 @@ class MemoryChannel(Source):
         """Prefixed already: ``RedisChannel.with_prefix`` escapes a prefix inside patterns."""
         del prefix
         return self
+
+    @property
+    def sharing(self) -> Sharing:
+        return Sharing.LOCAL
 
     def in_process(self) -> MemoryChannel:
         return self

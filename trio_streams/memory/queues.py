@@ -30,7 +30,14 @@ from ..delivery import RETRY_COUNT_HEADER, Delivery, attempt_from_headers, retry
 from ..host import SubscriptionHost
 from ..outcome import Outcome
 from ..pipeline import CommandCheck, Pipeline, Segment
-from ..transport import DeadLetter, Source, SubscriptionSource, Unsettled, check_source_args
+from ..transport import (
+    DeadLetter,
+    Sharing,
+    Source,
+    SubscriptionSource,
+    Unsettled,
+    check_source_args,
+)
 from .log import MemoryHub
 
 __all__ = ["MemoryList", "MemoryListSubscription", "QueueEntry", "WorkQueue"]
@@ -119,6 +126,10 @@ class MemoryList(Source):
         return type(self)(
             prefix + self.key, reliable=self.reliable, dead_letter_to_list=self.dead_letter_to_list
         )
+
+    @property
+    def sharing(self) -> Sharing:
+        return Sharing.LOCAL
 
     def in_process(self) -> Source:
         return self

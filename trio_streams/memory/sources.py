@@ -7,7 +7,7 @@ from typing import Self
 
 from ..errors import ConfigurationError
 from ..positions import Position, PositionKind
-from ..transport import Source, check_source_args
+from ..transport import Sharing, Source, check_source_args
 
 __all__ = ["MemoryStream"]
 
@@ -78,6 +78,10 @@ class MemoryStream(Source):
     def seekable(self) -> bool:
         """Fan-out subscriptions seek; consumer group members cannot."""
         return self.group is None
+
+    @property
+    def sharing(self) -> Sharing:
+        return Sharing.LOCAL
 
     def with_prefix(self, prefix: str) -> Self:
         if not prefix:

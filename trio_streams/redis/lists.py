@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Self
 
 from ..errors import ConfigurationError, TrioStreamsError
-from ..transport import Source, check_source_args
+from ..transport import Sharing, Source, check_source_args
 
 __all__ = [
     "DEFAULT_HEARTBEAT",
@@ -212,6 +212,15 @@ class RedisList(Source):
             reap_every=self.reap_every,
             dead_letter_kind=self.dead_letter_kind,
         )
+
+    @property
+    def sharing(self) -> Sharing:
+        """A work queue: each entry goes to one consumer, in whichever process."""
+        return Sharing.SPLIT
+
+    @property
+    def consumer_name(self) -> str | None:
+        return self.consumer if self.reliable else None
 
     def in_process(self) -> Source:
         from ..memory.queues import MemoryList

@@ -9,7 +9,7 @@ from typing import Self
 from ..errors import ConfigurationError
 from ..memory.sources import MemoryStream
 from ..positions import Position, PositionKind
-from ..transport import Source, check_source_args
+from ..transport import Sharing, Source, check_source_args
 
 #: Why a plain stream refuses ``Position.sequence`` (live, and under ``app.test()``).
 SEQUENCE_REFUSAL = (
@@ -215,6 +215,15 @@ class RedisStream(Source):
         """A consumer group member cannot seek (moving a group is ``XGROUP SETID``); a plain
         replay or tail can."""
         return self.mode is not Mode.GROUP
+
+    @property
+    def sharing(self) -> Sharing:
+        """A group's members split the entries; plain readers each read every one."""
+        return Sharing.SPLIT if self.mode is Mode.GROUP else Sharing.EVERY
+
+    @property
+    def consumer_name(self) -> str | None:
+        return self.consumer if self.mode is Mode.GROUP else None
 
     def with_prefix(self, prefix: str) -> Self:
         return self._evolve(key=prefix + self.key) if prefix else self
