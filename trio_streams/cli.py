@@ -29,10 +29,10 @@ EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 
 
 def _registrars() -> list[Registrar]:
-    from . import cli_run
+    from . import cli_asyncapi, cli_run
     from .file.cli import register as register_file
 
-    return [cli_run.register, register_file]
+    return [cli_run.register, register_file, cli_asyncapi.register]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,283 @@
+"""An app's AsyncAPI 3.0 document: its servers, channels, operations and message schemas.
+
+:func:`asyncapi_document` reads what an app declares, without running it:
+
+- **servers** — one per broker: a Redis broker's URL (host, port, ``redis``/``rediss``, and its
+  cluster or sentinel topology; a password in the URL is never written), a stream file's path
+  (protocol ``file``), the in-process broker (protocol ``in-process``);
+- **channels** — one per stream, list or Pub/Sub channel a subscription reads or a publisher
+  writes, on its broker's server, with the Redis binding that says how it is read or written
+  (``xreadgroup`` with the group and consumer, ``xread``, ``blmove``/``blpop``,
+  ``subscribe``/``psubscribe``/``ssubscribe``; ``xadd``, ``rpush``/``lpush``, ``publish``/
+  ``spublish``), the shape FastStream's documents use, so AsyncAPI tools show both alike;
+- **operations** — ``receive`` for each subscription (its handler's name and docstring),
+  ``send`` for each publisher (what the handlers it decorates return);
+- **messages** — their payload schemas from the annotations: dataclasses, ``msgspec.Struct``,
+  ``TypedDict``, enums and plain types through msgspec's JSON Schema, pydantic models through
+  their own ``model_json_schema``, ``bytes`` as a binary string; shared definitions go to
+  ``components/schemas``.
+
+``trio-streams asyncapi MODULE:ATTRIBUTE`` writes it as JSON.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import typing
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+import msgspec
+
+from .app import App
+from .broker import Broker
+from .destinations import Destination, DestinationKind
+from .routing import Publisher, Subscription
+
+__all__ = ["ASYNCAPI_VERSION", "asyncapi_document"]
+
+ASYNCAPI_VERSION = "3.0.0"
+
+_REF = "#/components/schemas/{name}"
+_BINARY: dict[str, Any] = {"type": "string", "format": "binary"}
+
+
+def asyncapi_document(
+    app: App, *, version: str = "0.1.0", description: str | None = None
+) -> dict[str, Any]:
+    """The AsyncAPI 3.0 document of ``app`` (a JSON-ready dict); see the module docstring."""
+    builder = _Builder()
+    for broker in app.brokers:
+        builder.add_broker(broker)
+    info: dict[str, Any] = {"title": app.name, "version": version}
+    if description:
+        info["description"] = description
+    document: dict[str, Any] = {
+        "asyncapi": ASYNCAPI_VERSION,
+        "info": info,
+        "defaultContentType": "application/json",
+        "servers": builder.servers,
+        "channels": builder.channels,
+        "operations": builder.operations,
+    }
+    components: dict[str, Any] = {}
+    if builder.messages:
+        components["messages"] = builder.messages
+    if builder.schemas:
+        components["schemas"] = builder.schemas
+    if components:
+        document["components"] = components
+    return document
+
+
+def _key(text: str) -> str:
+    """A component key AsyncAPI accepts (``^[a-zA-Z0-9.\\-_]+$``)."""
+    return re.sub(r"[^A-Za-z0-9.\-_]+", "_", text) or "_"
+
+
+class _Builder:
+    def __init__(self) -> None:
+        self.servers: dict[str, Any] = {}
+        self.channels: dict[str, Any] = {}
+        self.operations: dict[str, Any] = {}
+        self.messages: dict[str, Any] = {}
+        self.schemas: dict[str, Any] = {}
+
+    # ---- servers -----------------------------------------------------------------------------
+
+    def add_broker(self, broker: Broker) -> None:
+        server = _key(broker.name)
+        self.servers[server] = _server_of(broker)
+        for subscription in broker.subscriptions:
+            self._receive(server, subscription)
+            for publisher in subscription.publishers:
+                returns = _return_type(subscription.handler.fn)
+                self._send(server, broker, publisher, returns, subscription)
+        declared = {id(p) for s in broker.subscriptions for p in s.publishers}
+        for publisher in broker.all_publishers():
+            if id(publisher) not in declared:
+                self._send(server, broker, publisher, None, None)
+
+    # ---- operations --------------------------------------------------------------------------
+
+    def _receive(self, server: str, subscription: Subscription) -> None:
+        source = subscription.source
+        handler = subscription.handler
+        payload = handler.payload_type
+        if handler.is_batch:
+            (payload,) = typing.get_args(payload) or (bytes,)
+        message = self._message(payload)
+        binding = _read_binding(source)
+        channels = []
+        for stream in source.streams:
+            channel = self._channel(server, stream, message, binding)
+            channels.append(channel)
+        operation: dict[str, Any] = {
+            "action": "receive",
+            "channel": {"$ref": f"#/channels/{channels[0]}"},
+            "summary": f"{subscription.name}: {source!r}",
+            "messages": [{"$ref": f"#/channels/{channels[0]}/messages/{message}"}],
+        }
+        doc = inspect.getdoc(handler.fn)
+        if doc:
+            operation["description"] = doc
+        self.operations[self._unique(self.operations, _key(f"{server}.{subscription.name}"))] = (
+            operation
+        )
+        # A source of several streams: one operation per further channel, the same handler.
+        for channel in channels[1:]:
+            self.operations[self._unique(self.operations, _key(f"{server}.{channel}.receive"))] = {
+                **operation,
+                "channel": {"$ref": f"#/channels/{channel}"},
+                "messages": [{"$ref": f"#/channels/{channel}/messages/{message}"}],
+            }
+
+    def _send(
+        self,
+        server: str,
+        broker: Broker,
+        publisher: Publisher,
+        returns: Any,
+        subscription: Subscription | None,
+    ) -> None:
+        target = publisher.target
+        message = self._message(returns)
+        channel = self._channel(server, target.name, message, _write_binding(broker, target))
+        operation: dict[str, Any] = {
+            "action": "send",
+            "channel": {"$ref": f"#/channels/{channel}"},
+            "messages": [{"$ref": f"#/channels/{channel}/messages/{message}"}],
+        }
+        if subscription is not None:
+            operation["summary"] = f"what {subscription.name} returns"
+        name = _key(f"{server}.{target.name}.send")
+        self.operations[self._unique(self.operations, name)] = operation
+
+    # ---- channels and messages ---------------------------------------------------------------
+
+    def _channel(
+        self, server: str, address: str, message: str, binding: Mapping[str, Any] | None
+    ) -> str:
+        key = _key(f"{server}.{address}")
+        channel = self.channels.get(key)
+        if channel is None:
+            channel = self.channels[key] = {
+                "address": address,
+                "servers": [{"$ref": f"#/servers/{server}"}],
+                "messages": {},
+            }
+            if binding is not None:
+                channel["bindings"] = {"redis": {**binding, "bindingVersion": "custom"}}
+        channel["messages"][message] = {"$ref": f"#/components/messages/{message}"}
+        return key
+
+    def _message(self, payload: Any) -> str:
+        """The key of the message whose payload is ``payload`` (a type; None: unknown)."""
+        name, schema = self._payload_schema(payload)
+        key = _key(name)
+        if key not in self.messages:
+            content = "application/octet-stream" if schema == _BINARY else "application/json"
+            self.messages[key] = {"name": name, "contentType": content, "payload": schema}
+        return key
+
+    def _payload_schema(self, payload: Any) -> tuple[str, dict[str, Any]]:
+        if payload is None or payload is Any or payload is inspect.Parameter.empty:
+            return "Message", {}
+        if payload in (bytes, bytearray, memoryview):
+            return "Bytes", dict(_BINARY)
+        name = getattr(payload, "__name__", None) or _key(repr(payload))
+        model_schema = getattr(payload, "model_json_schema", None)
+        if callable(model_schema):  # a pydantic model
+            schema = model_schema(ref_template="#/components/schemas/{model}")
+            for def_name, definition in schema.pop("$defs", {}).items():
+                self.schemas.setdefault(def_name, definition)
+            return name, schema
+        try:
+            (schema,), components = msgspec.json.schema_components((payload,), ref_template=_REF)
+        except TypeError:
+            return name, {}
+        self.schemas.update(components)
+        return name, schema
+
+    @staticmethod
+    def _unique(existing: Mapping[str, Any], key: str) -> str:
+        if key not in existing:
+            return key
+        n = 2
+        while f"{key}_{n}" in existing:
+            n += 1
+        return f"{key}_{n}"
+
+
+def _return_type(fn: Any) -> Any:
+    try:
+        hints = typing.get_type_hints(fn, include_extras=False)
+    except (NameError, TypeError):  # an annotation that does not resolve: document it untyped
+        return None
+    returns = hints.get("return")
+    return None if returns is type(None) else returns
+
+
+def _server_of(broker: Broker) -> dict[str, Any]:
+    url = getattr(broker, "url", None)
+    path = getattr(broker, "path", None)
+    if isinstance(url, str):
+        parts = urlsplit(url)
+        host = parts.hostname or "localhost"
+        port = f":{parts.port}" if parts.port else ""
+        server: dict[str, Any] = {
+            "host": f"{host}{port}",
+            "protocol": parts.scheme or "redis",
+            "description": "a Redis cluster" if getattr(broker, "cluster", False) else "Redis",
+        }
+        if parts.path and parts.path != "/":
+            server["pathname"] = parts.path
+        return server
+    if isinstance(path, str):
+        return {
+            "host": "localhost",
+            "protocol": "file",
+            "pathname": "/" + path.lstrip("/"),
+            "description": f"the stream file {path} (SeaStreamer format)",
+        }
+    return {
+        "host": "localhost",
+        "protocol": "in-process",
+        "description": f"{broker.name}: in-process streams of one process",
+    }
+
+
+def _read_binding(source: Any) -> dict[str, Any] | None:
+    """How a subscription reads Redis (the binding FastStream's documents use), or None."""
+    kind = type(source).__name__
+    if kind == "RedisStream":
+        mode = getattr(source.mode, "value", source.mode)
+        if mode == "group":
+            binding = {"method": "xreadgroup", "groupName": source.group}
+            if source.consumer:
+                binding["consumerName"] = source.consumer
+            return binding
+        return {"method": "xread"}
+    if kind == "RedisList":
+        return {"method": "blmove" if source.reliable else "blpop"}
+    if kind == "RedisChannel":
+        method = "psubscribe" if source.pattern else "ssubscribe" if source.sharded else "subscribe"
+        return {"method": method}
+    return None
+
+
+_WRITES: Mapping[DestinationKind, str] = {
+    DestinationKind.STREAM: "xadd",
+    DestinationKind.LIST: "rpush",
+    DestinationKind.CHANNEL: "publish",
+    DestinationKind.SHARD_CHANNEL: "spublish",
+}
+
+
+def _write_binding(broker: Broker, target: Destination) -> dict[str, Any] | None:
+    """How a publisher writes Redis, or None for a broker that is not Redis."""
+    if not isinstance(getattr(broker, "url", None), str):
+        return None
+    return {"method": _WRITES[target.kind]}
