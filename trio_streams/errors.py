@@ -28,3 +28,10 @@ class UnsupportedError(ConfigurationError):
     time for a capability a handler asks for that its source lacks (``ctx.seeker.seek`` on a
     source that cannot seek), as soon as it asks.
     """
+
+
+class WrongKeyType(TrioStreamsError):
+    """A key holds another type of value than the one it is used as (a Redis list that is a
+    stream, a delay set that is a string, ...); the message names the key and what it holds.
+    Redis keys share one namespace, and so do the in-process lists and streams of a Redis
+    broker under ``app.test()``."""

@@ -117,7 +117,10 @@ class MemoryTransport(Transport):
         if not isinstance(payload, bytes):
             raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
         await checkpoint_if_cancelled()  # a cancelled publish publishes nothing
-        entry = self.hub.append(destination, payload, dict(headers) if headers else {})
+        hub = self.hub
+        if hub.queues:  # a Redis broker's lists, under app.test(): one key space with streams
+            hub.check_key(destination, "stream")
+        entry = hub.append(destination, payload, dict(headers) if headers else {})
         await self._share.after_progress()
         return delivered_position(entry.seq, destination)
 
@@ -125,11 +128,12 @@ class MemoryTransport(Transport):
         self, destination: Destination, payload: bytes, headers: Mapping[str, str]
     ) -> Position | int:
         """A list or a channel, under ``app.test()`` for a broker that has them. A list is an
-        in-process work queue of that name (apart from the streams; the receipt is its length,
-        as ``RPUSH`` answers); a channel goes to the in-process Pub/Sub bus (:mod:`.channels`),
-        apart from every stream, to whoever is subscribed now, and the receipt is how many
-        subscriptions received it, as ``PUBLISH`` answers. (A ``MemoryBroker`` of its own has
-        streams only and refuses them.)"""
+        in-process work queue of that name (a name holds a list or a stream, as in Redis:
+        ``WrongKeyType`` otherwise; the receipt is its length, as ``RPUSH`` answers); a channel
+        goes to the in-process Pub/Sub bus (:mod:`.channels`), apart from every stream, to
+        whoever is subscribed now, and the receipt is how many subscriptions received it, as
+        ``PUBLISH`` answers. (A ``MemoryBroker`` of its own has streams only and refuses
+        them.)"""
         if not isinstance(payload, bytes):
             raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
         if destination.is_channel:
@@ -141,6 +145,7 @@ class MemoryTransport(Transport):
             return receivers
         if destination.kind is DestinationKind.LIST:
             await checkpoint_if_cancelled()  # a cancelled publish publishes nothing
+            self.hub.check_key(destination.name, "list")
             length = queue_of(self.hub, destination.name).push(payload, dict(headers))
             self.hub.wake()
             await self._share.after_progress()

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from trio.lowlevel import ParkingLot
 
+from ..errors import WrongKeyType
 from ..pipeline import Segment
 from ..positions import Position, PositionKind
 from ..transport import SeekRefused
@@ -89,6 +90,13 @@ class StreamLog:
         return self.first_seq + i
 
 
+def _wrong(name: str, holds: str, wanted: str) -> str:
+    return (
+        f"key {name!r} holds {holds}, not {wanted} (lists and streams share one key space, "
+        "as in Redis); use another key"
+    )
+
+
 class MemoryHub:
     """All the in-process streams of one broker, and who waits on them."""
 
@@ -109,8 +117,8 @@ class MemoryHub:
         #: In-process Pub/Sub (:mod:`.channels`): a bus per kind of channel, made at first use,
         #: apart from the streams (a channel and a stream of the same name never meet).
         self.buses: dict[str, object] = {}
-        #: In-process work queues (the in-process form of Redis lists), by name: apart from the
-        #: streams, so a list and a stream of the same name never meet.
+        #: In-process work queues (the in-process form of Redis lists), by name. A name holds
+        #: a list or a stream, not both (:meth:`check_key`).
         self.queues: dict[str, WorkQueue] = {}
 
     def log(self, stream: str) -> StreamLog:
@@ -121,6 +129,20 @@ class MemoryHub:
 
     def streams(self) -> list[str]:
         return sorted(self._logs)
+
+    def check_key(self, name: str, kind: str) -> None:
+        """Refuse, with :class:`~trio_streams.errors.WrongKeyType`, using ``name`` as a
+        ``kind`` (``"list"`` or ``"stream"``) while it holds the other: under ``app.test()`` a
+        Redis broker's lists and streams share one key space, as in Redis (an empty list does
+        not exist there, nor here)."""
+        if kind == "list":
+            log = self._logs.get(name)
+            if log is not None and log.next_seq > 1:
+                raise WrongKeyType(_wrong(name, "a stream", "a list"))
+        else:
+            queue = self.queues.get(name)
+            if queue is not None and len(queue):
+                raise WrongKeyType(_wrong(name, "a list", "a stream"))
 
     def append(self, stream: str, payload: bytes, headers: Mapping[str, str]) -> Entry:
         log = self.log(stream)

@@ -1,7 +1,8 @@
 """In-process work queues: what a Redis list subscription runs on under ``app.test()``.
 
-A work queue is kept apart from the in-process streams (a list and a stream of the same name
-are two things, as in Redis). Each entry goes to one consumer. The two forms behave as live:
+A name holds a work queue or an in-process stream, not both, as a Redis key holds one type
+(:meth:`~.log.MemoryHub.check_key`: ``WrongKeyType``). Each entry goes to one consumer. The
+two forms behave as live:
 
 - **simple** (``reliable=False``): an entry taken is gone from the queue; a consumer that dies
   loses what it held (:meth:`MemoryListSubscription.kill` puts nothing back);
@@ -172,6 +173,7 @@ class MemoryListSubscription(SubscriptionSource):
         self.killed = 0
 
     async def open(self, host: SubscriptionHost) -> None:
+        self._hub.check_key(self._source.key, "list")  # as the live open checks the key's type
         host.retry_target = f"list:{self._source.key}"  # a work queue: any consumer's copy
         self._retry_target = host.retry_target
         await checkpoint()

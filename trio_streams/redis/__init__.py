@@ -5,12 +5,13 @@ Trio-native connection layer in :mod:`trio_streams.redis.client`."""
 from .broker import RedisBroker, RedisTransport
 from .channels import RedisChannel
 from .group import GroupVanished
-from .lists import DeadLetterKind, ListEnd, RedisList, WrongKeyType
+from .lists import ConsumerNameInUse, DeadLetterKind, ListEnd, RedisList, WrongKeyType
 from .pubsub import PubSubFailed
 from .segments import SegmentRefused
 from .streams import NoGroup, RedisStream
 
 __all__ = [
+    "ConsumerNameInUse",
     "DeadLetterKind",
     "GroupVanished",
     "ListEnd",

@@ -174,6 +174,21 @@ class RedisBroker(Broker):
                 f"{self.name}: pipeline=True needs a consumer group: a plain stream read "
                 f"({source!r}) acknowledges nothing for the window to send its commands with"
             )
+        if isinstance(source, RedisList) and source.reliable and source.consumer is not None:
+            for other in self.subscriptions:
+                mounted = other.source
+                if (
+                    isinstance(mounted, RedisList)
+                    and mounted.reliable
+                    and mounted.key == source.key
+                    and mounted.consumer == source.consumer
+                ):
+                    raise ConfigurationError(
+                        f"{self.name}: subscription {other.name!r} already consumes list "
+                        f"{source.key!r} as {source.consumer!r}: two subscriptions of one name "
+                        "would share a processing list (entries handed out twice); give each "
+                        "its own consumer name, or leave consumer= out"
+                    )
         if window and isinstance(source, RedisList) and not source.reliable:
             raise UnsupportedError(
                 f"{self.name}: pipeline=True needs a reliable list: a simple list ({source!r}) "

@@ -84,15 +84,17 @@ class ListSubscriptionBase(SubscriptionSource):
         # A list is a work queue: whichever consumer takes a retry copy handles it.
         host.retry_target = f"list:{self._key}"
         await self.check_type(self._key)
+        await self.check_type(self._delays, "zset", "as the list's delayed retries")
         host.start_soon(self._promote_loop, name=f"{self._label}: delayed retries")
 
-    async def check_type(self, key: str) -> None:
-        """Refuse, with :class:`WrongKeyType`, a ``key`` that holds something else than a list."""
-        kind = text(await self._client.execute("TYPE", key))
-        if kind not in ("list", "none"):
+    async def check_type(self, key: str, kind: str = "list", role: str = "as a work queue") -> None:
+        """Refuse, with :class:`WrongKeyType`, a ``key`` that holds something else than a
+        ``kind`` (a list, unless said otherwise), naming the key and what it is used as."""
+        found = text(await self._client.execute("TYPE", key))
+        if found not in (kind, "none"):
             raise WrongKeyType(
-                f"{self._label}: key {key!r} holds a {kind}, not a list, so it cannot be read "
-                "as a work queue; use another key, or delete this one"
+                f"{self._label}: key {key!r} holds a {found}, not a {kind}, so it cannot be "
+                f"used {role}; use another key, or delete this one"
             )
 
     # ---- deliveries and copies ---------------------------------------------------------------
@@ -161,6 +163,12 @@ class ListSubscriptionBase(SubscriptionSource):
                 wait_ms = await self._client.execute(
                     "EVAL", PROMOTE, 2, self._delays, self._key, 100, self._end.push
                 )
+            except ReplyError as exc:
+                if exc.code == "WRONGTYPE":  # the delay set or the list turned into another type
+                    await self.check_type(self._delays, "zset", "as the list's delayed retries")
+                    await self.check_type(self._key)
+                self._host.report_fault("delayed", f"promoting delayed retries: {exc}", error=exc)
+                wait_ms = -1
             except RedisError as exc:
                 self._host.report_fault("delayed", f"promoting delayed retries: {exc}", error=exc)
                 wait_ms = -1

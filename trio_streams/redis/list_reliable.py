@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import secrets
 from collections import Counter, deque
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -67,13 +68,24 @@ from .client.connection import Connection
 from .client.errors import RedisConnectionError, RedisError, ReplyError
 from .frames import REDELIVERED_HEADER
 from .list_base import ListSubscriptionBase, lost, wrong_type
-from .list_scripts import COPY_THEN_REMOVE, REAP, TAKE_BACK
-from .lists import RedisList, WrongKeyType, consumers_key, heartbeat_key, processing_key
+from .list_scripts import COPY_THEN_REMOVE, REAP, RENEW, TAKE_BACK
+from .lists import (
+    ConsumerNameInUse,
+    RedisList,
+    WrongKeyType,
+    consumers_key,
+    heartbeat_key,
+    processing_key,
+)
 from .window import FlushPlan, Window, plan_items, send_items
 
 __all__ = ["ReliableListSubscription"]
 
 _log = logging.getLogger("trio_streams.redis")
+
+#: Beyond a renewal period (a third of the heartbeat), how long a consumer opening under a
+#: name whose heartbeat lives watches for a renewal before it takes the name over (s).
+_RENEWAL_SLACK = 0.25
 
 
 class ReliableListSubscription(ListSubscriptionBase):
@@ -102,6 +114,8 @@ class ReliableListSubscription(ListSubscriptionBase):
         self._heartbeat = heartbeat_key(key, consumer)
         self._consumers = consumers_key(key)
         self._ttl_ms = max(10, round(source.heartbeat * 1000))
+        #: What this subscription writes into its heartbeat: whose the name is now.
+        self._token = f"{consumer}:{secrets.token_hex(8)}"
         end = self._end.word
         first = ("BLMOVE", key, self.processing, end, "LEFT", self._block_s)
         self._moves: list[tuple[Any, ...]] = [first]
@@ -136,20 +150,68 @@ class ReliableListSubscription(ListSubscriptionBase):
 
     async def open(self, host: SubscriptionHost) -> None:
         await super().open(host)
-        await self.check_type(self.processing)
+        await self.check_type(self.processing, role="as this consumer's processing list")
+        await self.check_type(self._consumers, "set", "as the list's set of consumers")
         # Alive before anything is read: from now on no reaper takes this processing list.
-        await self._beat()
+        await self._claim_name()
         host.start_soon(self._heartbeat_loop, name=f"{self._label}: heartbeat")
         host.start_soon(self._reap_loop, name=f"{self._label}: reaper")
         host.start_soon(self._flush_loop, name=f"{self._label}: flush")
 
+    async def _claim_name(self) -> None:
+        """Take this consumer's name: its heartbeat, with this subscription's token.
+
+        Held by nobody: taken at once. Held (the heartbeat lives): either a consumer of that
+        name died without a word, less than a heartbeat ago — restarting under its name, this
+        one takes over its processing list — or another live consumer goes by it. Watches the
+        heartbeat for a renewal period: renewed, the name is in use
+        (:class:`~.lists.ConsumerNameInUse`); not renewed, its holder is dead, and the name is
+        taken over at once, before the heartbeat would have expired."""
+        client, key, ttl = self._client, self._heartbeat, self._ttl_ms
+        if await client.execute("SET", key, self._token, "NX", "PX", ttl) is not None:
+            await self._listed()
+            return
+        watch = ttl / 3000 + _RENEWAL_SLACK
+        last = int(await client.execute("PTTL", key))
+        with trio.move_on_after(watch):
+            while True:
+                await trio.sleep(max(0.005, ttl / 30000))
+                if await client.execute("SET", key, self._token, "NX", "PX", ttl) is not None:
+                    await self._listed()  # it expired meanwhile
+                    return
+                now = int(await client.execute("PTTL", key))
+                if now > last:
+                    raise ConsumerNameInUse(
+                        f"{self._label}: another live consumer of list {self._key!r} goes by "
+                        f"the name {self.consumer!r} (its heartbeat {key!r} is being renewed); "
+                        "give each consumer its own name, or leave consumer= out"
+                    )
+                last = now
+        _log.warning(
+            "%s: taking over consumer %r of list %r: its heartbeat was not renewed for %.1f s, "
+            "so its last holder is gone",
+            self._label, self.consumer, self._key, watch,
+        )  # fmt: skip
+        await client.execute("SET", key, self._token, "PX", ttl)
+        await self._listed()
+
+    async def _listed(self) -> None:
+        await self._client.execute("SADD", self._consumers, self.consumer)
+
     async def _beat(self) -> None:
-        await (
-            self._client.pipeline()
-            .add("SET", self._heartbeat, self.consumer, "PX", self._ttl_ms)
-            .add("SADD", self._consumers, self.consumer)
-            .execute(raise_on_error=True)
-        )
+        """Renew the heartbeat; :class:`~.lists.ConsumerNameInUse` if another consumer took
+        the name over (this one stalled past a renewal period and was taken for dead, or
+        another goes by the same name)."""
+        renewed = await self._client.execute(
+            "EVAL", RENEW, 2, self._heartbeat, self._consumers,
+            self._token, self._ttl_ms, self.consumer,
+        )  # fmt: skip
+        if not renewed:
+            raise ConsumerNameInUse(
+                f"{self._label}: consumer name {self.consumer!r} of list {self._key!r} was "
+                "taken over by another consumer (this one stalled past its heartbeat's renewal "
+                "period, or another goes by the same name); give each consumer its own name"
+            )
 
     # ---- reading -----------------------------------------------------------------------------
 
@@ -455,7 +517,7 @@ class ReliableListSubscription(ListSubscriptionBase):
         return (
             "EVAL", REAP, 4, self._key, processing_key(self._key, name),
             heartbeat_key(self._key, name), self._consumers, name, self._end.push_front,
-            "1" if force else "0", REDELIVERED_HEADER,
+            "1" if force else "0", REDELIVERED_HEADER, self._token,
         )  # fmt: skip
 
     # ---- closing -----------------------------------------------------------------------------

@@ -22,7 +22,7 @@ Each runs atomically on the server, so what it checks and what it moves are one 
 
 from __future__ import annotations
 
-__all__ = ["COPY_THEN_REMOVE", "COUNTED", "PROMOTE", "REAP", "SCHEDULE", "TAKE_BACK"]
+__all__ = ["COPY_THEN_REMOVE", "COUNTED", "PROMOTE", "REAP", "RENEW", "SCHEDULE", "TAKE_BACK"]
 
 #: ``counted(v)``: list entry ``v`` with its redelivery header (``REDELIVERED_HEADER``) one
 #: higher. It reads ``v`` exactly as :func:`~.frames.decode_frame` does (the same structural
@@ -116,12 +116,17 @@ end
 #: rollback). A consumer's own graceful close puts back, uncounted, what it never handed on.
 #: KEYS: list, processing list, heartbeat, consumers set. ARGV: consumer name, the command that
 #: puts an entry back at the end consumers take from (LPUSH/RPUSH), "1" to reap even with a
-#: live heartbeat (the consumer's own close), the redelivery header. Returns the entries moved,
-#: -1 if still alive.
+#: live heartbeat (the consumer's own close), the redelivery header, the closing consumer's
+#: heartbeat token (its close leaves alone a name another consumer has taken over). Returns the
+#: entries moved, -1 if still alive, -2 if the name is another consumer's now.
 REAP = (
     COUNTED
     + """
 if ARGV[3] ~= '1' and redis.call('EXISTS', KEYS[3]) == 1 then return -1 end
+if ARGV[3] == '1' then
+  local owner = redis.call('GET', KEYS[3])
+  if owner and owner ~= ARGV[5] then return -2 end
+end
 local moved = 0
 local value = redis.call('LINDEX', KEYS[2], 0)
 while value do
@@ -136,6 +141,16 @@ if ARGV[3] == '1' then redis.call('DEL', KEYS[3]) end
 return moved
 """
 )
+
+#: Renew a consumer's heartbeat, unless another consumer holds the name now. KEYS: heartbeat,
+#: consumers set. ARGV: this consumer's token, TTL ms, its name. Returns 1, or 0 (not ours).
+RENEW = """
+local owner = redis.call('GET', KEYS[1])
+if owner and owner ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('SADD', KEYS[2], ARGV[3])
+return 1
+"""
 
 #: What a consumer finds in its own processing list when it opens (it died holding them, and
 #: restarts under the same name): every entry, counted once more in place (``LSET``), newest

@@ -2,9 +2,11 @@
 
 - **Reading** pops on a dedicated connection: ``BLPOP`` (``BRPOP`` with ``pop="right"``) for
   ``count=1``, ``BLMPOP ... COUNT n`` for a batch, each waiting at most ``block`` ms.
-- **At-most-once.** A popped entry exists only in this process: if the process dies (or a
-  blocking pop is cancelled with its reply on the wire) before the handler settles it, the
-  entry is **gone**. ``RedisList(key, reliable=True)`` keeps it in a processing list instead.
+- **At-most-once.** A popped entry exists only in this process: if the process dies before
+  the handler settles it, the entry is **gone**. A graceful stop loses nothing: a blocking pop
+  it cancels is answered first, and what it popped but did not settle (queued, or in a handler
+  the stop cancelled) goes back to the list's front, in order.
+  ``RedisList(key, reliable=True)`` keeps every entry in a processing list instead.
 - **Outcomes.** ack and drop do nothing (the entry is already gone); ``retry`` pushes a copy
   with the retry-count header; ``retry_after`` puts the copy into the durable delay set (a
   promoter pushes it back when due); a dead letter pushes the copy with the reason headers
@@ -16,33 +18,62 @@
 
 from __future__ import annotations
 
+import itertools
+import logging
 from collections.abc import Sequence
+from typing import Any
 
 import trio
 
 from ..delivery import Delivery
 from ..outcome import Outcome, OutcomeKind
-from ..transport import DeadLetter, SourceFault
-from .client.errors import RedisConnectionError, RedisError, ReplyError
+from ..transport import DeadLetter, SourceFault, Unsettled
+from .client import Connection
+from .client.errors import RedisConnectionError, RedisError, ReplyError, describe_command
+from .client.protocol import pack_command
 from .list_base import ListSubscriptionBase, lost, wrong_type
 
 __all__ = ["SimpleListSubscription"]
+
+_log = logging.getLogger("trio_streams.redis")
+
+#: Beyond the block time, how long a stop waits for the reply of a pop it cancelled (s).
+_REPLY_MARGIN = 2.0
+
+
+def _popped(reply: Any, count: int) -> list[bytes]:
+    """The values of a ``BLPOP``/``BRPOP`` (``[key, value]``) or ``BLMPOP`` (``[key,
+    [values]]``) reply."""
+    return [bytes(reply[1])] if count == 1 else [bytes(v) for v in reply[1]]
+
+
+def _raised(reply: Any, command: tuple[Any, ...], conn: Connection) -> Any:
+    if isinstance(reply, ReplyError):
+        raise reply.with_context(describe_command(command), conn.address)
+    return reply
 
 
 class SimpleListSubscription(ListSubscriptionBase):
     """Pops entries of one list; see the module docstring."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: Numbers each popped entry, so what goes back keeps the order it was popped in.
+        self._order = itertools.count()
+        #: ``(order, value)`` of the deliveries let go unsettled, pushed back at close.
+        self._give_back: list[tuple[int, bytes]] = []
+
     async def read(self) -> Sequence[Delivery] | None:
         key, end, count = self._key, self._end.word, self._count
         if count == 1:
             pop = "BLPOP" if end == "LEFT" else "BRPOP"
-            command: tuple[object, ...] = (pop, key, self._block_s)
+            command: tuple[Any, ...] = (pop, key, self._block_s)
         else:
             command = ("BLMPOP", self._block_s, 1, key, end, "COUNT", count)
         while True:
             try:
                 conn, _ = await self._dedicated.get()
-                reply = await conn.execute(*command)
+                reply = await self._pop(conn, command)
             except ReplyError as exc:
                 if lost(exc):
                     await self.connection_lost(exc)
@@ -56,8 +87,54 @@ class SimpleListSubscription(ListSubscriptionBase):
             self.read_succeeded()
             if reply is None:
                 continue
-            values = [reply[1]] if count == 1 else reply[1]
-            return [self.delivery(bytes(value), None) for value in values]
+            return [
+                self.delivery(value, (next(self._order), value)) for value in _popped(reply, count)
+            ]
+
+    async def _pop(self, conn: Connection, command: tuple[Any, ...]) -> Any:
+        """One blocking pop; its reply.
+
+        Cancelled (a graceful stop cancels the blocked read) after the server may have popped
+        entries, with the reply on its way: waits for the reply, shielded, at most the block
+        time and a margin, and pushes what it brought back where consumers take from, in its
+        order, so a stop loses nothing. Then the cancellation goes on. (A reply that does not
+        come within that bound leaves the entries' fate unknown: logged.)"""
+        describe = str(command[0])
+        with trio.CancelScope(shield=True):  # sent whole, or not at all: never cut in two
+            await conn.send_raw(pack_command(command), describe=describe)
+        try:
+            return _raised(await conn.read_frame(describe=describe), command, conn)
+        except trio.Cancelled:
+            with trio.CancelScope(shield=True):
+                await self._put_back_in_flight(conn, describe)
+            raise
+
+    async def _put_back_in_flight(self, conn: Connection, describe: str) -> None:
+        values: list[bytes] = []
+        with trio.move_on_after(self._block_s + _REPLY_MARGIN) as waiting:
+            try:
+                reply = await conn.read_frame(describe=describe)
+                if reply is not None and not isinstance(reply, RedisError):
+                    values = _popped(reply, self._count)
+                if values:  # the first popped ends up first again
+                    await conn.execute(self._end.push_front, self._key, *reversed(values))
+                    _log.info(
+                        "%s: put %d entries popped as it stopped back on list %r",
+                        self._label, len(values), self._key,
+                    )  # fmt: skip
+            except RedisError as exc:
+                _log.warning(
+                    "%s: stopping while %s was answered: %d popped entries of list %r may "
+                    "be lost (%s)",
+                    self._label, describe, len(values), self._key, exc,
+                )  # fmt: skip
+        if waiting.cancelled_caught:
+            _log.warning(
+                "%s: stopping: no reply to %s within %.1f s; what it popped from list %r, "
+                "if anything, is lost",
+                self._label, describe, self._block_s + _REPLY_MARGIN, self._key,
+            )  # fmt: skip
+        await self._dedicated.drop(None)  # sent untracked: not for the pool again
 
     async def settle(self, delivery: Delivery, outcome: Outcome) -> None:
         kind = outcome.kind
@@ -88,8 +165,33 @@ class SimpleListSubscription(ListSubscriptionBase):
             ) from exc
         return True
 
+    def unsettled(self, delivery: Delivery, why: Unsettled) -> None:
+        """Popped, and let go unsettled (a stop abandoned it, queued or in its handler): kept
+        to be pushed back at ``aclose``, so a graceful stop loses nothing. Handled again if
+        its handler had begun."""
+        del why
+        self._give_back.append(delivery.handle)
+
     async def aclose(self) -> None:
+        """Push back, at the front and in the order they were popped, the entries let go
+        unsettled; then end the connection. Cancelled (or failing), those entries are lost,
+        as a crash loses what it popped: logged."""
         self._closed = True
+        back = [value for _, value in sorted(self._give_back)]
+        self._give_back.clear()
+        if back:
+            try:
+                await self._client.execute(self._end.push_front, self._key, *reversed(back))
+            except RedisError as exc:
+                _log.warning(
+                    "%s: could not put %d unhandled entries back on list %r (lost): %s",
+                    self._label, len(back), self._key, exc,
+                )  # fmt: skip
+            else:
+                _log.info(
+                    "%s: put %d unhandled entries back on list %r",
+                    self._label, len(back), self._key,
+                )  # fmt: skip
         await self._dedicated.drop(None)
         await trio.lowlevel.checkpoint()
 

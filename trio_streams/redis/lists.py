@@ -26,11 +26,12 @@ import enum
 from dataclasses import dataclass
 from typing import Self
 
-from ..errors import ConfigurationError, TrioStreamsError
+from ..errors import ConfigurationError, TrioStreamsError, WrongKeyType
 from ..transport import Sharing, Source, check_source_args
 
 __all__ = [
     "DEFAULT_HEARTBEAT",
+    "ConsumerNameInUse",
     "DeadLetterKind",
     "ListEnd",
     "RedisList",
@@ -46,9 +47,10 @@ __all__ = [
 DEFAULT_HEARTBEAT = 10.0
 
 
-class WrongKeyType(TrioStreamsError):
-    """A key a list subscription (or a publish to a list) uses holds another type of value;
-    the message names the key and what it holds."""
+class ConsumerNameInUse(TrioStreamsError):
+    """Another live consumer of the same reliable list goes by the same ``consumer`` name (its
+    heartbeat is renewed by someone else): two processes sharing one processing list would hand
+    entries out twice and strand them when one dies. The message names the list and the name."""
 
 
 class ListEnd(enum.Enum):

@@ -424,3 +424,94 @@ async def test_a_retry_whose_push_fails_leaves_the_original_in_the_processing_li
             await trio.sleep_forever()
     assert await values(redis, processing_key("jobs", "w1")) == [bytes(4) + b"5"]
     assert await redis.execute("GET", "jobs") == b"another type"
+
+
+@pytest.mark.parametrize(
+    ("key", "kind"),
+    [("{jobs}:consumers", "set"), ("{jobs}:delayed", "zset"), ("{jobs}:processing:w1", "list")],
+)
+async def test_a_companion_key_of_another_type_fails_the_start_with_a_typed_error_naming_it(
+    redis_server: RedisServer, redis: RedisClient, key: str, kind: str
+) -> None:
+    await redis.execute("SET", key, "another type")
+    app = App("svc")
+    broker = app.broker(RedisBroker(redis_server.url))
+
+    @broker.subscriber(RedisList("jobs", reliable=True, consumer="w1"))
+    async def handle(n: int) -> None: ...
+
+    with pytest.RaisesGroup(
+        pytest.RaisesExc(WrongKeyType, match=f"key '{key}' holds a string, not a {kind}")
+    ):
+        async with serving(app):
+            pass
+
+
+async def test_a_delay_set_that_turns_into_another_type_while_running_fails_the_subscription(
+    redis_server: RedisServer, redis: RedisClient
+) -> None:
+    app = App("svc")
+    broker = app.broker(RedisBroker(redis_server.url))
+
+    @broker.subscriber(RedisList("jobs", reliable=True, consumer="w1"), block=20)
+    async def handle(n: int) -> Outcome:
+        await redis.execute("SET", tagged("jobs", "delayed"), "another type")
+        return retry_after(0.01)
+
+    await redis.execute("RPUSH", "jobs", bytes(4) + b"5")
+    with pytest.RaisesGroup(pytest.RaisesExc(AppFailed)) as failed, trio.fail_after(10):
+        async with serving(app):
+            await trio.sleep_forever()
+    [error] = failed.value.exceptions
+    assert isinstance(error.__cause__, WrongKeyType)
+    assert "'{jobs}:delayed' holds a string, not a zset" in str(error.__cause__)
+    # The copy could not be scheduled, so the original stayed; the close put it back.
+    assert await values(redis, "jobs") == [bytes(4) + b"5"]
+
+
+@pytest.mark.parametrize("count", [1, 10], ids=["BLPOP", "BLMPOP"])
+async def test_a_graceful_stop_of_a_simple_list_loses_nothing_while_a_producer_pushes(
+    redis_server: RedisServer, redis: RedisClient, count: int
+) -> None:
+    # The stop cancels a blocking pop the server may already have answered, and lets go of
+    # what was popped and queued: both go back to the front of the list.
+    for attempt in range(5):
+        key = f"jobs{attempt}"
+        pushed, handled = await _stop_while_pushing(redis_server, redis, key, count)
+        left = [int(payload) for payload, _ in await frames(redis, key)]
+        assert set(range(pushed)) == handled | set(left), f"stop {attempt}"
+        assert left == sorted(left)  # what went back is in the order it was pushed
+
+
+async def _stop_while_pushing(
+    redis_server: RedisServer, redis: RedisClient, key: str, count: int
+) -> tuple[int, set[int]]:
+    """Stop a simple list's consumer while a producer pushes: how many were pushed, and which
+    were handled."""
+    app = App("svc")
+    broker = app.broker(RedisBroker(redis_server.url))
+    handled: set[int] = set()
+    busy = trio.Event()
+
+    @broker.subscriber(RedisList(key), count=count, block=20)
+    async def handle(n: int) -> None:
+        handled.add(n)
+        if len(handled) >= 30:
+            busy.set()
+
+    pushed = 0
+    pushing = True
+
+    async def push() -> None:
+        nonlocal pushed
+        while pushing:
+            await redis.execute("RPUSH", key, encode_frame(str(pushed).encode(), {}))
+            pushed += 1
+
+    async with trio.open_nursery() as nursery:
+        async with serving(app):
+            nursery.start_soon(push)
+            with trio.fail_after(10):
+                await busy.wait()
+        pushing = False
+    return pushed, handled

@@ -5,13 +5,15 @@ from __future__ import annotations
 import random
 from collections import Counter
 
+import pytest
 import trio
 
 from tests.redis.client.redis_waits import eventually
 from tests.redis_servers import RedisServer
 from tests.support import serving
 from trio_streams import App, Context, Destination
-from trio_streams.redis import RedisBroker, RedisList
+from trio_streams.errors import ConfigurationError
+from trio_streams.redis import ConsumerNameInUse, RedisBroker, RedisList
 from trio_streams.redis.client import RedisClient, connect
 from trio_streams.redis.frames import (
     REDELIVERED_HEADER,
@@ -341,3 +343,72 @@ async def test_a_graceful_close_puts_back_what_it_held_uncounted(
 
         await eventually(all_handled, what="every entry handled")
     assert set(handled.values()) == {1}  # nobody died: no entry counted as delivered again
+
+
+def test_two_subscriptions_of_one_list_under_one_consumer_name_are_refused_at_mount() -> None:
+    app = App("svc")
+    broker = app.broker(RedisBroker("redis://127.0.0.1:1"))
+
+    @broker.subscriber(RedisList("jobs", reliable=True, consumer="w1"))
+    async def first(n: int) -> None: ...
+
+    with pytest.raises(ConfigurationError, match="already consumes list 'jobs' as 'w1'"):
+
+        @broker.subscriber(RedisList("jobs", reliable=True, consumer="w1"))
+        async def second(n: int) -> None: ...
+
+
+async def test_a_second_live_consumer_under_a_name_in_use_fails_its_start_naming_it(
+    redis_server: RedisServer, redis: RedisClient
+) -> None:
+    def app_for(name: str) -> tuple[App, list[int]]:
+        app = App(name)
+        broker = app.broker(RedisBroker(redis_server.url))
+        seen: list[int] = []
+        source = RedisList("jobs", reliable=True, consumer="w1", heartbeat=0.6)
+
+        @broker.subscriber(source)
+        async def handle(n: int) -> None:
+            seen.append(n)
+
+        return app, seen
+
+    first, seen = app_for("first")
+    second, _ = app_for("second")
+    async with serving(first):
+        with pytest.RaisesGroup(
+            pytest.RaisesExc(ConsumerNameInUse, match="another live consumer of list 'jobs' goes")
+        ):
+            async with serving(second):
+                pass
+        # The first is untouched: its heartbeat, and its deliveries.
+        await redis.execute("RPUSH", "jobs", _frame(1))
+
+        async def handled() -> bool:
+            await trio.lowlevel.checkpoint()
+            return seen == [1]
+
+        await eventually(handled, what="the first consumer still handling")
+        assert await redis.execute("EXISTS", heartbeat_key("jobs", "w1")) == 1
+
+
+async def test_a_restart_under_its_name_takes_over_a_dead_consumers_heartbeat_at_once(
+    redis_server: RedisServer, redis: RedisClient
+) -> None:
+    # A heartbeat of 60 s that nobody renews: its holder died a moment ago.
+    await _plant(redis, "w1", range(1, 4), heartbeat_ms=60_000)
+    app = App("svc")
+    broker = app.broker(RedisBroker(redis_server.url))
+    seen: list[tuple[int, int]] = []
+    done = trio.Event()
+
+    @broker.subscriber(RedisList("jobs", reliable=True, consumer="w1", heartbeat=0.6))
+    async def handle(n: int, ctx: Context) -> None:
+        seen.append((n, ctx.attempt))
+        if len(seen) == 3:
+            done.set()
+
+    with trio.fail_after(10):  # a renewal period of this consumer's heartbeat, not 60 s
+        async with serving(app):
+            await done.wait()
+    assert seen == [(1, 2), (2, 2), (3, 2)]

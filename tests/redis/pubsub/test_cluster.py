@@ -63,6 +63,41 @@ async def test_sharded_channels_on_different_nodes_get_one_reader_each_and_all_d
     assert set(seen) == expected
 
 
+async def test_channels_of_one_node_in_different_slots_share_its_reader_and_all_deliver(
+    redis_cluster: RedisClusterServers,
+) -> None:
+    # A node serves SSUBSCRIBE of one slot per command (CROSSSLOT otherwise): its reader sends
+    # one per slot, on its one connection.
+    port, first = next(iter(channels_on_every_node(redis_cluster, "pss").items()))
+    node = next(s for s in redis_cluster.primaries if s.port == port)
+    n = 0
+    while True:  # another channel on the same node, in another slot
+        second = f"pss-other-{n}"
+        n += 1
+        slot = key_slot(second)
+        if slot != key_slot(first) and redis_cluster.node_for_slot(slot).port == port:
+            break
+    app = App("svc")
+    broker = app.broker(RedisBroker(redis_cluster.url))
+    seen: set[str] = set()
+    done = trio.Event()
+
+    @broker.subscriber(RedisChannel(first, second, sharded=True), name="sharded")
+    async def handle(n: int, ctx: Context) -> None:
+        seen.add(ctx.stream)
+        if len(seen) == 2:
+            done.set()
+
+    async with serving(app):
+        assert shard_subscribers(node, first) == shard_subscribers(node, second) == 1
+        assert node.command("PUBSUB", "SHARDCHANNELS")  # one reader holds both
+        for name in (first, second):
+            assert await broker.publish(Destination.channel(name, sharded=True), 1) == 1
+        with trio.fail_after(10):
+            await done.wait()
+    assert seen == {first, second}
+
+
 async def test_a_moved_slot_is_a_gap_and_the_reader_follows_its_channel_to_the_new_node(
     redis_cluster: RedisClusterServers,
 ) -> None:

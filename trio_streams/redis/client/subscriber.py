@@ -36,6 +36,7 @@ from .errors import (
     RedisTimeoutError,
     ReplyError,
 )
+from .keys import key_slot
 from .protocol import NEED_DATA, PushFrame, pack_command
 
 
@@ -98,6 +99,18 @@ def _describe(command: bytes, names: Sequence[bytes]) -> str:
     if len(listed) > 200:
         listed = listed[:200] + "..."
     return f"{command.decode().upper()} {listed}"
+
+
+def _by_slot(command: bytes, names: list[bytes]) -> list[list[bytes]]:
+    """The commands ``names`` take: one for classic channels and patterns; for shard channels
+    one per hash slot, as a cluster serves ``SSUBSCRIBE``/``SUNSUBSCRIBE`` of one slot only
+    (``CROSSSLOT`` otherwise, even when one node owns both slots)."""
+    if command not in (b"ssubscribe", b"sunsubscribe"):
+        return [names]
+    slots: dict[int, list[bytes]] = {}
+    for name in names:
+        slots.setdefault(key_slot(name), []).append(name)
+    return list(slots.values())
 
 
 class _Request:
@@ -260,15 +273,17 @@ class Subscription:
                 self._wanted[group].update(encoded)
             await trio.lowlevel.checkpoint()
             return
-        request = _Request(command, encoded, add=add)
-        self._requests.append(request)
+        requests = [_Request(command, part, add=add) for part in _by_slot(command, encoded)]
+        self._requests.extend(requests)
         try:
             await connection.send_raw(
-                pack_command((command, *encoded)), describe=_describe(command, encoded)
+                b"".join(pack_command((command, *r.names)) for r in requests),
+                describe=_describe(command, encoded),
             )
         except RedisConnectionError as exc:
             self._mark_lost(exc)
-        await self._wait_for(request, connection)
+        for request in requests:
+            await self._wait_for(request, connection)
 
     async def _wait_for(self, request: _Request, connection: Connection) -> None:
         """Until ``request`` is answered: read the connection when no other task does (the
@@ -529,13 +544,14 @@ class Subscription:
         connection = await self._opener()
         try:
             pending: deque[_Request] = deque(
-                _Request(command, sorted(self._wanted[group]), add=True)
+                _Request(command, part, add=True)
                 for command, group in (
                     (b"subscribe", "channels"),
                     (b"psubscribe", "patterns"),
                     (b"ssubscribe", "shard"),
                 )
                 if self._wanted[group]
+                for part in _by_slot(command, sorted(self._wanted[group]))
             )
             if pending:
                 await connection.send_raw(
