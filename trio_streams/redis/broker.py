@@ -36,7 +36,7 @@ from typing import Any, ClassVar
 
 from ..broker import Broker
 from ..destinations import Destination, DestinationKind
-from ..errors import ConfigurationError, UnsupportedError
+from ..errors import ConfigurationError, UnsupportedError, WrongKeyType
 from ..pipeline import CommandCheck
 from ..positions import Position
 from ..routing import _Declared
@@ -261,9 +261,17 @@ class RedisTransport(Transport):
     ) -> Position:
         if not isinstance(payload, bytes):
             raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
-        entry_id = await self.client.execute(
-            "XADD", destination, *self.broker._trim, "*", *encode_fields(payload, headers)
-        )
+        try:
+            entry_id = await self.client.execute(
+                "XADD", destination, *self.broker._trim, "*", *encode_fields(payload, headers)
+            )
+        except ReplyError as exc:
+            if exc.code == "WRONGTYPE":
+                raise WrongKeyType(
+                    f"publish to stream {destination!r}: key {destination!r} does not hold a "
+                    f"stream ({exc.message}); use another key, or delete this one"
+                ) from exc
+            raise
         return Position.entry(text(entry_id), stream=destination)
 
     async def publish_to(

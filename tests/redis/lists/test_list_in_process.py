@@ -6,9 +6,11 @@ from __future__ import annotations
 import pytest
 import trio
 
+from tests.redis_servers import RedisServer
+from tests.support import serving
 from trio_streams import App, Context, Destination, ack, retry
 from trio_streams.delivery import RETRY_COUNT_HEADER
-from trio_streams.errors import ConfigurationError, UnsupportedError
+from trio_streams.errors import ConfigurationError, UnsupportedError, WrongKeyType
 from trio_streams.redis import RedisBroker, RedisList, RedisStream
 
 URL = "redis://127.0.0.1:1"  # never connected: app.test() runs in process
@@ -159,3 +161,26 @@ async def test_kill_consumer_names_a_list_subscription() -> None:
     async with app.test() as t:
         with pytest.raises(ConfigurationError, match="does not read a list"):
             t.kill_consumer(handle)
+
+
+@pytest.mark.parametrize("live", [True, False], ids=["live", "app.test()"])
+@pytest.mark.parametrize("first", ["stream", "list"])
+async def test_a_name_holds_a_list_or_a_stream_never_both_live_and_in_process(
+    redis_server: RedisServer, live: bool, first: str
+) -> None:
+    app = App("svc")
+    broker = app.broker(RedisBroker(redis_server.url))
+    as_stream, as_list = "jobs", Destination.list("jobs")
+    order: list[str | Destination] = (
+        [as_stream, as_list] if first == "stream" else [as_list, as_stream]
+    )
+    if live:
+        async with serving(app):
+            await broker.publish(order[0], 1)
+            with pytest.raises(WrongKeyType, match="'jobs' does not hold a"):
+                await broker.publish(order[1], 1)
+    else:
+        async with app.test() as t:
+            await t.publish(order[0], 1)
+            with pytest.raises(WrongKeyType, match=f"'jobs' holds a {first}, not a"):
+                await t.publish(order[1], 1)
