@@ -60,10 +60,13 @@ class _Counts:
 class FileSampler:
     """Reads the stream file at ``path`` incrementally; close it when done."""
 
-    def __init__(self, path: str | os.PathLike[str], *, budget: int = BUDGET) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, budget: int = BUDGET, batch: int = 4096
+    ) -> None:
         self.path = os.fspath(path)
         self._reader = FileReader(self.path, on_eos="hold")
         self._budget = budget
+        self._batch = batch
         self._counts: dict[str, _Counts] = {}
 
     def sample(self, now: float) -> FileSnapshot:
@@ -71,7 +74,7 @@ class FileSampler:
         reader = self._reader
         stop_at = reader.offset + self._budget
         while reader.offset < stop_at:
-            batch = reader.read_messages(4096)
+            batch = reader.read_messages(self._batch)
             for message in batch:
                 counts = self._counts.get(message.stream_key)
                 if counts is None:
