@@ -49,7 +49,7 @@ async def fill(redis: RedisClient, count: int) -> None:
 
 
 async def record(redis: RedisClient, path: Path) -> int:
-    path.unlink(missing_ok=True)
+    """Record the whole stream into ``path``, a file that does not exist yet."""
     writer = StreamWriter(path)
     try:
         summary = await record_stream(redis, "bench", writer)
@@ -87,9 +87,9 @@ async def main(args: argparse.Namespace) -> None:
         async with connect(server.url) as redis:
             await fill(redis, args.entries)
             rates: dict[str, list[float]] = {"record": [], "xrange": [], "writer": []}
-            for _ in range(args.runs):
+            for run in range(args.runs):
                 began = time.perf_counter()
-                n = await record(redis, path)
+                n = await record(redis, Path(tmp) / f"record-{run}.ss")
                 rates["record"].append(n / (time.perf_counter() - began))
                 began = time.perf_counter()
                 n = await xrange_alone(redis)

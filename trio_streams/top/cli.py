@@ -24,7 +24,7 @@ from .view import FileWatch, RedisWatch, Screen, Watch
 
 __all__ = ["register", "screen_text"]
 
-_REDIS_SCHEMES = ("redis://", "rediss://", "redis+", "unix://")
+_REDIS_SCHEMES = ("redis://", "rediss://", "redis+", "rediss+")
 
 
 def screen_text(screen: Screen) -> str:
