@@ -20,6 +20,7 @@ import trio
 from ..errors import TrioStreamsError
 from ..file.positions import parse_position
 from ..file.writer import StreamWriter
+from ..groups import open_nursery
 from ..redis.client import RedisClient, connect
 from ..redis.wire import text
 from .bounds import parse_bounds
@@ -42,7 +43,7 @@ async def _until_signal(work: Callable[[], Awaitable[None]]) -> str | None:
     """Run ``work``; a SIGINT or SIGTERM cancels it. The signal's name, or None if it ended."""
     stopped: list[str] = []
     with trio.open_signal_receiver(*_SIGNALS) as signals:
-        async with trio.open_nursery() as nursery:
+        async with open_nursery() as nursery:
 
             async def watch() -> None:
                 async for signum in signals:
@@ -168,8 +169,8 @@ async def _replay_main(args: argparse.Namespace) -> int:
         async def work() -> None:
             await replay_file(
                 args.file, client, keys=args.key, rename=args.stream, target=args.as_,
-                start=start, pacing=pacing, keep=args.keep_header, limit=args.limit,
-                summary=summary,
+                start=start, pacing=pacing, keep=args.keep_header, id_header=args.id_header,
+                limit=args.limit, summary=summary,
             )  # fmt: skip
 
         stopped = await _until_signal(work)
@@ -295,6 +296,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     replay.add_argument(
         "--keep-header", action="append", default=[], metavar="NAME",
         help=f"send a recording header anyway (e.g. {ID_HEADER})",
+    )  # fmt: skip
+    replay.add_argument(
+        "--id-header", default=ID_HEADER, metavar="NAME",
+        help=f"the header the recording kept entry ids in (default {ID_HEADER}): not sent",
     )  # fmt: skip
     replay.add_argument(
         "--limit", type=_positive(int), default=None, metavar="N", help="stop after N messages"

@@ -39,8 +39,15 @@ class RecordingClash(TrioStreamsError):
     """An entry already carries a header the recording would add, with another value: writing
     ours would lose the producer's (the message names the entry and the header)."""
 
+    def __init__(self, message: str, *, header: str) -> None:
+        super().__init__(message)
+        #: The header that clashed.
+        self.header = header
+
     def hint(self) -> str | None:
-        return "pick other names for the recording's headers with --id-header NAME"
+        if self.header in (FIELDS_HEADER, CHANNEL_HEADER):
+            return None
+        return "name the header that keeps entry ids otherwise with --id-header NAME"
 
 
 def add_header(headers: dict[str, str], name: str, value: str, where: str) -> None:
@@ -49,7 +56,8 @@ def add_header(headers: dict[str, str], name: str, value: str, where: str) -> No
     if old is not None and old != value:
         raise RecordingClash(
             f"{where} already carries the header {name!r} (= {old!r}); recording it would "
-            f"replace that with {value!r}"
+            f"replace that with {value!r}",
+            header=name,
         )
     headers[name] = value
 

@@ -36,6 +36,7 @@ from ..errors import TrioStreamsError
 from ..file.envelope import seal
 from ..file.format import key_is_valid
 from ..file.writer import StreamWriter
+from ..groups import open_nursery
 from ..redis.client import Backoff, RedisClient, RedisConnectionError
 from ..redis.client.errors import ReadOnlyError
 from ..redis.client.subscriber import Gap
@@ -148,7 +149,9 @@ def _write_entry(
     fields = entry.fields
     if fields is None:  # only XREADGROUP of a deleted pending entry answers this
         return
-    has_payload = any(fields[i] == PAYLOAD_FIELD for i in range(0, len(fields), 2))
+    has_payload = fields[0] == PAYLOAD_FIELD if fields else False
+    if not has_payload:
+        has_payload = any(fields[i] == PAYLOAD_FIELD for i in range(2, len(fields), 2))
     payload, headers = decode_fields(fields)
     if not has_payload:
         add_header(headers, FIELDS_HEADER, "json", f"entry {entry.id}")
@@ -240,22 +243,47 @@ async def _backlog(
     page: int,
     on_page: OnPage,
 ) -> str | None:
-    """XRANGE pages from ``start`` to ``end``; the id to follow after (None: stop here)."""
-    low = start
+    """XRANGE pages from ``start`` to ``end``; the id to follow after (None: stop here).
+
+    The next page is read while this one is written (a channel of one page between the two
+    tasks), so the server and the file work at the same time; at most three pages are held."""
+    wanted = None if limit is None else limit - summary.entries
+    send, receive = trio.open_memory_channel[list[Entry]](1)
     after = "0-0" if start == "-" else id_before(start)
-    while True:
-        count = page if limit is None else min(page, limit - summary.entries)
-        entries = parse_entries(await client.execute("XRANGE", stream, low, end, "COUNT", count))
-        for entry in entries:
-            _write_entry(writer, key, entry, summary, id_header)
-        if entries:
-            after = entries[-1].id
-            low = f"({after}"
-            _page_done(writer, summary, on_page)
-        if _full(summary, limit):
-            return None
-        if len(entries) < count:
-            return after
+    async with open_nursery() as nursery:
+        nursery.start_soon(_read_pages, client, stream, start, end, page, wanted, send)
+        async with receive:
+            async for entries in receive:
+                for entry in entries:
+                    _write_entry(writer, key, entry, summary, id_header)
+                after = entries[-1].id
+                _page_done(writer, summary, on_page)
+    return None if _full(summary, limit) else after
+
+
+async def _read_pages(
+    client: RedisClient,
+    stream: str,
+    low: str,
+    end: str,
+    page: int,
+    wanted: int | None,
+    send: trio.MemorySendChannel[list[Entry]],
+) -> None:
+    """Send the pages of ``XRANGE stream low end`` (at most ``wanted`` entries) to ``send``."""
+    async with send:
+        while wanted is None or wanted > 0:
+            count = page if wanted is None else min(page, wanted)
+            entries = parse_entries(
+                await client.execute("XRANGE", stream, low, end, "COUNT", count)
+            )
+            if entries:
+                await send.send(entries)
+                low = f"({entries[-1].id}"
+                if wanted is not None:
+                    wanted -= len(entries)
+            if len(entries) < count:
+                return
 
 
 async def _follow(

@@ -34,7 +34,7 @@ from ..positions import Position
 from ..redis.client import RedisClient
 from ..redis.frames import encode_frame
 from ..redis.wire import encode_fields
-from .headers import FIELDS_HEADER, RECORDING_HEADERS, without_recording_headers
+from .headers import FIELDS_HEADER, ID_HEADER, RECORDING_HEADERS, without_recording_headers
 from .pacing import Pacing
 
 __all__ = ["ReplayError", "ReplaySummary", "Target", "replay_file"]
@@ -98,6 +98,7 @@ async def replay_file(
     start: Position | None = None,
     pacing: Pacing = UNPACED,
     keep: Collection[str] = (),
+    id_header: str = ID_HEADER,
     limit: int | None = None,
     batch: int = 1000,
     on_batch: Callable[[ReplaySummary], None] = lambda summary: None,
@@ -107,10 +108,11 @@ async def replay_file(
 
     ``keys`` picks stream keys (None: all); each goes to the Redis key of its name, or to
     ``rename``. ``start`` seeks first (``Position.timestamp(ms)``: as recorded after ``ms``; a
-    sequence or time needs exactly one key). ``keep`` names recording headers to send anyway.
+    sequence or time needs exactly one key). ``keep`` names recording headers to send anyway;
+    ``id_header`` is the one the recording kept entry ids in (``record --id-header``).
     """
     summary = summary or ReplaySummary()
-    drop = RECORDING_HEADERS - frozenset(keep)
+    drop = (RECORDING_HEADERS | {id_header}) - frozenset(keep)
     key_list = None if keys is None else list(keys)
     with FileReader(path, keys=key_list) as reader:
         if start is not None and start != Position.beginning():

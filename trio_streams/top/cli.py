@@ -17,6 +17,7 @@ from collections.abc import Callable
 import trio
 
 from ..errors import ConfigurationError, TrioStreamsError
+from ..groups import open_nursery
 from ..redis.client import connect
 from .file_sample import FileSampler
 from .render import SORTS, as_text
@@ -46,7 +47,7 @@ async def _show(watch: Watch, args: argparse.Namespace) -> None:
     from .live import run_live
 
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with trio.open_nursery() as nursery:
+        async with open_nursery() as nursery:
 
             async def stop() -> None:
                 async for _ in signals:

@@ -22,6 +22,7 @@ from typing import Any
 
 import trio
 
+from ..groups import open_nursery
 from .render import SORTS
 from .view import Screen, Watch
 
@@ -121,7 +122,7 @@ async def run_live(watch: Watch, *, interval: float, sort: str, match: str) -> N
         if keys:
             stack.enter_context(_cbreak(stdin))
         live = stack.enter_context(Live(console=console, auto_refresh=False, screen=False))
-        async with trio.open_nursery() as nursery:
+        async with open_nursery() as nursery:
             if keys:
                 nursery.start_soon(_read_keys, stdin, state)
             await watch.refresh()

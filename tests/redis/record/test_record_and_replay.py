@@ -10,6 +10,7 @@ import trio
 
 from tests.redis.client.redis_waits import wait_until_blocked
 from tests.redis_servers import RedisServer, redis_server
+from trio_streams import Position
 from trio_streams.file.writer import StreamWriter
 from trio_streams.record import (
     ID_HEADER,
@@ -282,3 +283,33 @@ async def test_a_replay_paced_as_recorded_keeps_order_and_waits_on_trios_clock(
     assert summary.published == 3
     assert trio.current_time() - began >= 0.02  # the recorded gaps, 10 ms each
     assert [f[1] for _, f in await raw_entries(redis, "copy")] == [b"0", b"1", b"2"]
+
+
+async def test_a_replay_leaves_out_an_id_header_recorded_under_another_name(
+    redis: RedisClient, tmp_path: Path
+) -> None:
+    await add_entries(redis, "orders", 1)
+    await record(redis, "orders", tmp_path / "r.ss", id_header="x-src-id")
+    await replay_file(tmp_path / "r.ss", redis, rename="copy", id_header="x-src-id")
+    [(_, fields)] = await raw_entries(redis, "copy")
+    assert fields == [b"_payload", b'{"n":0}', b"h:trace", b"t0", b"h:tenant", b"eu"]
+
+
+async def test_a_replay_from_a_time_starts_after_it_as_recorded(
+    redis: RedisClient, tmp_path: Path
+) -> None:
+    await add_entries(redis, "orders", 5)  # at 1000 .. 5000 ms
+    await record(redis, "orders", tmp_path / "r.ss")
+    await replay_file(
+        tmp_path / "r.ss", redis, rename="copy", keys=["orders"], start=Position.timestamp(3000)
+    )
+    assert [f[1] for _, f in await raw_entries(redis, "copy")] == [b'{"n":3}', b'{"n":4}']
+
+
+async def test_recording_into_an_existing_file_goes_on_with_its_sequence_numbers(
+    redis: RedisClient, tmp_path: Path
+) -> None:
+    await add_entries(redis, "orders", 3)
+    await record(redis, "orders", tmp_path / "r.ss", bounds=parse_bounds(None, "2000-0"))
+    await record(redis, "orders", tmp_path / "r.ss", bounds=parse_bounds("3000-0", None))
+    assert [(m[1], m[2]) for m in recorded(tmp_path / "r.ss")] == [(1, 1000), (2, 2000), (3, 3000)]

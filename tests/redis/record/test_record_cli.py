@@ -102,3 +102,22 @@ async def test_a_list_cannot_be_followed(
 def test_bad_bounds_and_rates_are_refused_by_the_parser() -> None:
     assert cli("replay", "x.ss", "--to", "redis://h", "--rate", "0").returncode == 2
     assert cli("record", "redis://h", "s", "--to", "x", "--until", "1", "--follow").returncode == 2
+
+
+async def test_an_error_while_recording_is_one_line_with_a_hint_and_the_file_keeps_what_came_before(
+    redis_server: RedisServer, redis: RedisClient, tmp_path: Path
+) -> None:
+    await add_entries(redis, "orders", 2)
+    await redis.execute("XADD", "orders", "9000-0", "_payload", b"x", "h:x-redis-id", "1-0")
+    path = tmp_path / "r.ss"
+    result = await trio.to_thread.run_sync(
+        lambda: cli("record", redis_server.url, "orders", "--to", str(path))
+    )
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-2:] == [
+        "error: entry 9000-0 already carries the header 'x-redis-id' (= '1-0'); recording it "
+        "would replace that with '9000-0'",
+        "  name the header that keeps entry ids otherwise with --id-header NAME",
+    ]
+    assert "Traceback" not in result.stderr
+    assert [m[2] for m in recorded(path)] == [1000, 2000]
