@@ -88,6 +88,8 @@ async def _source_kind(client: RedisClient, args: argparse.Namespace) -> str:
     kind = text(await client.execute("TYPE", args.source))
     if kind in ("stream", "list"):
         return kind
+    if kind == "none" and args.follow:
+        return "stream"  # not there yet: followed from its first entry once it is
     what = "nothing" if kind == "none" else f"a {kind}"
     raise SourceNotFound(
         f"{args.source!r} at {args.url} is {what}, not a stream or a list "
@@ -97,6 +99,8 @@ async def _source_kind(client: RedisClient, args: argparse.Namespace) -> str:
 
 async def _record_main(args: argparse.Namespace) -> int:
     bounds = parse_bounds(args.start, args.until)
+    if bounds.from_end and not args.follow:
+        raise SourceNotFound("--from end records only entries added from now on: add --follow")
     err = sys.stderr
 
     def fault(line: str) -> None:

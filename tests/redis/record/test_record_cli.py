@@ -121,3 +121,69 @@ async def test_an_error_while_recording_is_one_line_with_a_hint_and_the_file_kee
     ]
     assert "Traceback" not in result.stderr
     assert [m[2] for m in recorded(path)] == [1000, 2000]
+
+
+async def test_ctrl_c_stops_a_channel_recording_cleanly(
+    redis_server: RedisServer, redis: RedisClient, tmp_path: Path
+) -> None:
+    path, err_path = tmp_path / "r.ss", tmp_path / "err"
+    with (tmp_path / "out").open("w") as out_file, err_path.open("w") as err_file:
+        process = await trio.lowlevel.open_process(
+            [*COMMAND, "record", redis_server.url, "news", "--channel", "--to", str(path)],
+            cwd=ROOT, stdout=out_file, stderr=err_file,
+        )  # fmt: skip
+    try:
+
+        async def subscribed() -> bool:
+            await trio.lowlevel.checkpoint()
+            return "following channel 'news'" in err_path.read_text()
+
+        await eventually(subscribed, within=20, what="the recording to subscribe")
+        await redis.execute("PUBLISH", "news", b"one")
+        await redis.execute("PUBLISH", "news", b"two")
+
+        async def in_file() -> bool:
+            await trio.lowlevel.checkpoint()
+            return len(recorded(path)) == 2
+
+        await eventually(in_file, within=20, what="both messages in the recording")
+        process.send_signal(signal.SIGINT)
+        with trio.fail_after(30):
+            await process.wait()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    out = (tmp_path / "out").read_text()
+    assert process.returncode == 0, err_path.read_text()
+    assert "recorded 2 entries of channel 'news'" in out and "stopped by SIGINT" in out
+    assert [m[3] for m in recorded(path)] == [b"one", b"two"]
+
+
+async def test_follow_waits_for_a_stream_that_does_not_exist_yet(
+    redis_server: RedisServer, redis: RedisClient, tmp_path: Path
+) -> None:
+    path = tmp_path / "r.ss"
+    with (tmp_path / "out").open("w") as out_file, (tmp_path / "err").open("w") as err_file:
+        process = await trio.lowlevel.open_process(
+            [*COMMAND, "record", redis_server.url, "later", "--follow", "--limit", "1",
+             "--to", str(path)],
+            cwd=ROOT, stdout=out_file, stderr=err_file,
+        )  # fmt: skip
+    try:
+        await wait_until_blocked(redis, "xread")
+        await redis.execute("XADD", "later", "7-0", "_payload", b"first")
+        with trio.fail_after(30):
+            await process.wait()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert process.returncode == 0, (tmp_path / "err").read_text()
+    assert "--limit reached" in (tmp_path / "out").read_text()
+    assert [m[3] for m in recorded(path)] == [b"first"]
+
+
+def test_from_end_without_follow_is_refused() -> None:
+    result = cli("record", "redis://127.0.0.1:1", "s", "--from", "end", "--to", "x.ss")
+    assert result.returncode == 1 and "add --follow" in result.stderr
