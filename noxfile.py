@@ -17,8 +17,9 @@ nox.options.sessions = ["tests", "lint"]
 nox.options.reuse_existing_virtualenvs = True
 
 PYTHON = "3.11"
-#: Debian packages that provide the server binaries the tests start, by binary name.
-SERVER_PACKAGES = {"redis-server": "redis-server"}
+#: Debian packages that provide the binaries the tests start (servers, and the terminal the
+#: live view of `trio-streams top` is checked in), by binary name.
+SERVER_PACKAGES = {"redis-server": "redis-server", "tmux": "tmux"}
 
 
 def ensure_servers(session: nox.Session) -> None:

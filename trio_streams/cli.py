@@ -31,8 +31,10 @@ EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 def _registrars() -> list[Registrar]:
     from . import cli_asyncapi, cli_run
     from .file.cli import register as register_file
+    from .record.cli import register as register_record
+    from .top.cli import register as register_top
 
-    return [cli_run.register, register_file, cli_asyncapi.register]
+    return [cli_run.register, register_file, register_record, register_top, cli_asyncapi.register]
 
 
 def build_parser() -> argparse.ArgumentParser:

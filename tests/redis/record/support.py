@@ -1,0 +1,48 @@
+"""Helpers for recording tests: scripted streams with known ids, and reading a recording."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from trio_streams.file.envelope import open_envelope
+from trio_streams.file.reader import FileReader
+from trio_streams.redis.client import RedisClient
+
+
+async def add_entries(redis: RedisClient, key: str, count: int, *, first_ms: int = 1000) -> None:
+    """``count`` entries with ids ``<first_ms + 1000 n>-0``, a JSON payload and two headers."""
+    pipeline = redis.pipeline()
+    for n in range(count):
+        pipeline.add(
+            "XADD", key, f"{first_ms + 1000 * n}-0",
+            "_payload", b'{"n":%d}' % n, "h:trace", f"t{n}", "h:tenant", "eu",
+        )  # fmt: skip
+    (await pipeline.execute()).raise_first()
+
+
+async def raw_entries(redis: RedisClient, key: str) -> list[tuple[str, list[bytes]]]:
+    """Every entry of ``key`` as (id, flat field list)."""
+    return [(i.decode(), list(f)) for i, f in await redis.execute("XRANGE", key, "-", "+")]
+
+
+def recorded(path: Path) -> list[tuple[str, int, int, bytes, dict[str, str]]]:
+    """Every message of a recording: (key, seq, timestamp, payload, headers)."""
+    out = []
+    with FileReader(path) as reader:
+        for message in reader:
+            payload, headers = open_envelope(message.payload)
+            out.append(
+                (message.stream_key, message.seq, message.timestamp_ms, payload, dict(headers))
+            )
+    return out
+
+
+def group_state(groups: Any, pending: Any, consumers: Any) -> Any:
+    """What a group is, without idle times (which tick whatever anybody does)."""
+    from trio_streams.redis.client import shapes
+
+    info = [{k: v for k, v in g.items() if k != "inactive"} for g in shapes.group_info(groups)]
+    rows = [(row[0], row[1], row[3]) for row in pending]
+    people = [(c["name"], c["pending"]) for c in shapes.consumer_info(consumers)]
+    return info, rows, people

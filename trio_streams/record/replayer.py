@@ -1,0 +1,173 @@
+"""Publishing a recording back: each message of a stream file as a stream entry (``XADD``),
+a list element (``RPUSH``) or a Pub/Sub message (``PUBLISH``).
+
+A message's payload and headers go out as they were recorded (``_payload`` and ``h:<name>``
+fields, or the list/Pub/Sub frame), without the headers the recording added
+(:data:`~.headers.RECORDING_HEADERS`) unless asked to keep them. An entry recorded from a
+producer that wrote no ``_payload`` (``x-redis-fields: json``) gets its fields back as they
+were. Entries get new ids (``*``): a stream's ids belong to the server that made them.
+
+Messages due at once are sent in pipelines of up to ``batch`` commands, so an unpaced replay
+takes one round trip per batch; a paced one sleeps on Trio's clock until each is due and sends
+what is due together. The first error reply stops the replay with :class:`ReplayError` naming
+the message; what was published before it stays published.
+
+Cancellation: a replay may be cancelled at any await; a pipeline already sent may or may not
+have been applied (the summary counts only what was confirmed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from typing import Literal, final
+
+import trio
+
+from ..errors import TrioStreamsError
+from ..file.envelope import open_envelope
+from ..file.format import Message
+from ..file.reader import FileReader
+from ..positions import Position
+from ..redis.client import RedisClient
+from ..redis.frames import encode_frame
+from ..redis.wire import encode_fields
+from .headers import FIELDS_HEADER, ID_HEADER, RECORDING_HEADERS, without_recording_headers
+from .pacing import Pacing
+
+__all__ = ["ReplayError", "ReplaySummary", "Target", "replay_file"]
+
+#: Where messages go: stream entries, list elements (pushed at the tail) or channel messages.
+Target = Literal["stream", "list", "channel"]
+#: As fast as the server answers.
+UNPACED = Pacing()
+
+
+class ReplayError(TrioStreamsError):
+    """A message could not be published (the message names it and the server's error)."""
+
+
+@final
+@dataclass
+class ReplaySummary:
+    """How far a replay got; updated as it goes."""
+
+    published: int = 0
+    #: Per destination key, how many messages went there.
+    per_key: dict[str, int] = field(default_factory=dict)
+    first_timestamp_ms: int | None = None
+    last_timestamp_ms: int | None = None
+
+
+def _command(
+    target: Target, key: str, message: Message, drop: frozenset[str]
+) -> tuple[object, ...]:
+    payload, headers = open_envelope(message.payload)
+    kept = without_recording_headers(headers, drop)
+    if target == "stream":
+        if headers.get(FIELDS_HEADER) == "json" and FIELDS_HEADER in drop:
+            fields = _original_fields(payload, message)
+            return ("XADD", key, "*", *fields)
+        return ("XADD", key, "*", *encode_fields(payload, kept))
+    value = encode_frame(payload, kept)
+    return ("RPUSH", key, value) if target == "list" else ("PUBLISH", key, value)
+
+
+def _original_fields(payload: bytes, message: Message) -> list[str]:
+    try:
+        fields = json.loads(payload)
+    except ValueError:
+        fields = None
+    if not isinstance(fields, dict) or not fields:
+        raise ReplayError(
+            f"message #{message.seq} of {message.stream_key!r} says its payload holds an "
+            f"entry's fields ({FIELDS_HEADER}: json), but it is not a JSON object of them"
+        )
+    return [str(part) for pair in fields.items() for part in pair]
+
+
+async def replay_file(
+    path: str | os.PathLike[str],
+    client: RedisClient,
+    *,
+    keys: Collection[str] | None = None,
+    rename: str | None = None,
+    target: Target = "stream",
+    start: Position | None = None,
+    pacing: Pacing = UNPACED,
+    keep: Collection[str] = (),
+    id_header: str = ID_HEADER,
+    limit: int | None = None,
+    batch: int = 1000,
+    on_batch: Callable[[ReplaySummary], None] = lambda summary: None,
+    summary: ReplaySummary | None = None,
+) -> ReplaySummary:
+    """Publish the messages of the stream file at ``path`` to ``client``.
+
+    ``keys`` picks stream keys (None: all); each goes to the Redis key of its name, or to
+    ``rename``. ``start`` seeks first (``Position.timestamp(ms)``: as recorded after ``ms``; a
+    sequence or time needs exactly one key). ``keep`` names recording headers to send anyway;
+    ``id_header`` is the one the recording kept entry ids in (``record --id-header``).
+    """
+    summary = summary or ReplaySummary()
+    drop = (RECORDING_HEADERS | {id_header}) - frozenset(keep)
+    key_list = None if keys is None else list(keys)
+    with FileReader(path, keys=key_list) as reader:
+        if start is not None and start != Position.beginning():
+            one = key_list[0] if key_list and len(key_list) == 1 else None
+            reader.seek(start, key=one)
+        began = trio.current_time()
+        pending: list[tuple[object, ...]] = []
+        pending_keys: list[tuple[str, Message]] = []
+
+        async def send() -> None:
+            if not pending:
+                return
+            pipeline = client.pipeline()
+            for command in pending:
+                pipeline.add(*command)
+            replies = await pipeline.execute()
+            for (key, message), reply in zip(pending_keys, replies, strict=True):
+                if isinstance(reply, Exception):
+                    raise ReplayError(
+                        f"message #{message.seq} of {message.stream_key!r} (at byte "
+                        f"{message.offset}) was refused by {key!r}: {reply}"
+                    )
+                summary.published += 1
+                summary.per_key[key] = summary.per_key.get(key, 0) + 1
+                if summary.first_timestamp_ms is None:
+                    summary.first_timestamp_ms = message.timestamp_ms
+                summary.last_timestamp_ms = message.timestamp_ms
+            pending.clear()
+            pending_keys.clear()
+            on_batch(summary)
+
+        index = 0
+        first_ts: int | None = None
+        while limit is None or index < limit:
+            messages = reader.read_messages(batch)
+            if not messages:
+                if reader.at_eof or reader.eos is not None:
+                    break
+                continue
+            for message in messages:
+                if limit is not None and index >= limit:
+                    break
+                if first_ts is None:
+                    first_ts = message.timestamp_ms
+                if pacing.paced:
+                    at = began + pacing.due(index, message.timestamp_ms, first_ts)
+                    if at > trio.current_time():
+                        await send()
+                        await trio.sleep_until(at)
+                key = rename or message.stream_key
+                pending.append(_command(target, key, message, drop))
+                pending_keys.append((key, message))
+                index += 1
+                if len(pending) >= batch:
+                    await send()
+        reader.check_finished()
+        await send()
+    return summary

@@ -1,0 +1,148 @@
+"""``trio-streams top TARGET``: a live view of a Redis deployment's streams or of a stream file.
+
+``TARGET`` is a Redis URL (``redis://``, ``rediss://``, ``redis+cluster://``,
+``redis+sentinel://``) or the path of a stream file. ``--once`` takes two snapshots
+``--interval`` apart and prints the second as text (rates are over the time between them),
+for scripts and tests; without it, the live view needs a terminal and the ``tui`` extra (rich).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import signal
+import sys
+from collections.abc import Callable
+
+import trio
+
+from ..errors import ConfigurationError, TrioStreamsError
+from ..groups import open_nursery
+from ..redis.client import connect
+from .file_sample import FileSampler
+from .render import SORTS, as_text
+from .view import FileWatch, RedisWatch, Screen, Watch
+
+__all__ = ["register", "screen_text"]
+
+_REDIS_SCHEMES = ("redis://", "rediss://", "redis+", "rediss+")
+
+
+def screen_text(screen: Screen) -> str:
+    """A screen as plain text: the title, then each table under its name."""
+    parts = [screen.title + "\n"]
+    for title, table in screen.tables:
+        parts.append(f"\n{title}:\n")
+        parts.append(as_text(table))
+    return "".join(parts)
+
+
+async def _show(watch: Watch, args: argparse.Namespace) -> None:
+    if args.once:
+        await watch.refresh()
+        await trio.sleep(args.interval)
+        await watch.refresh()
+        sys.stdout.write(screen_text(watch.screen(sort=args.sort, match=args.filter)))
+        return
+    from .live import run_live
+
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with open_nursery() as nursery:
+
+            async def stop() -> None:
+                async for _ in signals:
+                    nursery.cancel_scope.cancel()
+
+            nursery.start_soon(stop)
+            await run_live(watch, interval=args.interval, sort=args.sort, match=args.filter)
+            nursery.cancel_scope.cancel()
+
+
+async def _top(args: argparse.Namespace) -> int:
+    if not args.once:
+        from ..record.progress import rich_available
+
+        if not rich_available():
+            raise ConfigurationError(
+                "the live view needs rich: pip install 'trio-streams[tui]' (or use --once)"
+            )
+        if not sys.stdout.isatty():
+            raise ConfigurationError("the live view needs a terminal; use --once for text")
+    if args.target.startswith(_REDIS_SCHEMES):
+        async with connect(args.target) as client:
+            watch: Watch = RedisWatch(
+                client,
+                args.target,
+                streams=args.stream,
+                scan_match=args.match,
+                dead_letter_globs=args.dead_letter,
+                stuck_after=args.stuck_after,
+            )
+            await _show(watch, args)
+        return 0
+    with FileSampler(args.target) as sampler:
+        await _show(FileWatch(sampler), args)
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        return int(trio.run(_top, args))
+    except TrioStreamsError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        hint = exc.hint()
+        if hint is not None:
+            sys.stderr.write(f"  {hint}\n")
+        return 1
+
+
+def _seconds(minimum: float) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+        if not (math.isfinite(value) and value >= minimum):
+            raise argparse.ArgumentTypeError(f"must be >= {minimum} seconds, not {text}")
+        return value
+
+    return parse
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``top`` to the ``trio-streams`` parser."""
+    top = commands.add_parser(
+        "top",
+        help="a live view of a Redis deployment's streams, or of a stream file",
+        description="Per stream and group: length, entries added/s, delivered/s, acked/s, "
+        "pending, lag, consumers and their idle times (stuck ones marked), delayed retries and "
+        "how many are due, dead-letter streams. Per key of a stream file: messages, messages/s, "
+        "sequence range, bytes behind the writer. Read-only: it joins no group. Keys in the "
+        "live view: s sort, / filter, p pause, q quit.",
+    )
+    top.add_argument("target", metavar="URL|FILE", help="a Redis URL, or a stream file (.ss)")
+    top.add_argument(
+        "--once", action="store_true",
+        help="print one snapshot as text (two samples --interval apart) and exit",
+    )  # fmt: skip
+    top.add_argument(
+        "--interval", type=_seconds(0.01), default=1.0, metavar="SECONDS",
+        help="time between snapshots (default 1)",
+    )  # fmt: skip
+    top.add_argument(
+        "--stream", action="append", default=[], metavar="KEY",
+        help="watch this stream (repeatable; default: every stream SCAN finds)",
+    )  # fmt: skip
+    top.add_argument("--match", default="*", metavar="GLOB", help="SCAN only keys matching GLOB")
+    top.add_argument(
+        "--dead-letter", action="append", default=[], metavar="GLOB",
+        help="streams matching GLOB are dead-letter streams (trio-streams' own are found "
+        "by their headers)",
+    )  # fmt: skip
+    top.add_argument(
+        "--stuck-after", type=_seconds(0.0), default=30.0, metavar="SECONDS",
+        help="a consumer with pending entries idle this long is stuck (default 30)",
+    )  # fmt: skip
+    top.add_argument("--sort", choices=list(SORTS), default="name", help="the first sort order")
+    top.add_argument("--filter", default="", metavar="TEXT", help="only streams matching TEXT")
+    top.set_defaults(handler=_run)

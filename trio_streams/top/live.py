@@ -1,0 +1,139 @@
+"""The live view of ``trio-streams top``: a rich table redrawn every interval, and keys.
+
+Keys: ``s`` cycles the sort order (name, length, rate, pending, lag), ``/`` starts a filter
+(type it, Enter applies it, Esc clears it), ``p`` pauses (the screen stays as it is, no
+snapshot is taken), ``q`` (or Ctrl-C) quits. The terminal is put in cbreak mode while the view
+runs and restored however it ends.
+
+rich draws only when this module asks (``auto_refresh=False``): no refresh thread, so every
+task belongs to the view's nursery, and a cancellation stops it at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import termios
+import tty
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from ..groups import open_nursery
+from .render import SORTS
+from .view import Screen, Watch
+
+__all__ = ["run_live"]
+
+
+@dataclass
+class _State:
+    sort: str = "name"
+    match: str = ""
+    typing: str | None = None
+    paused: bool = False
+    quit: bool = False
+    changed: trio.Event = field(default_factory=trio.Event)
+
+    def poke(self) -> None:
+        self.changed.set()
+        self.changed = trio.Event()
+
+    def key(self, char: str) -> None:
+        if self.typing is not None:
+            if char in ("\r", "\n"):
+                self.match, self.typing = self.typing, None
+            elif char == "\x1b":
+                self.match, self.typing = "", None
+            elif char in ("\x7f", "\b"):
+                self.typing = self.typing[:-1]
+            elif char.isprintable():
+                self.typing += char
+        elif char == "q":
+            self.quit = True
+        elif char == "s":
+            names = list(SORTS)
+            self.sort = names[(names.index(self.sort) + 1) % len(names)]
+        elif char == "p":
+            self.paused = not self.paused
+        elif char == "/":
+            self.typing = ""
+        elif char == "\x1b":
+            self.match = ""
+        self.poke()
+
+
+def _renderable(screen: Screen, state: _State) -> Any:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    parts: list[Any] = [Text(screen.title, style="bold")]
+    status = f"sort: {state.sort}   filter: {state.match or '-'}"
+    if state.typing is not None:
+        status += f"   filter> {state.typing}_"
+    if state.paused:
+        status += "   PAUSED"
+    parts.append(Text(status + "   keys: s sort  / filter  p pause  q quit", style="dim"))
+    for title, (header, lines) in screen.tables:
+        table = Table(title=title, title_justify="left", expand=False, box=None)
+        for n, name in enumerate(header):
+            table.add_column(name, justify="left" if n == 0 else "right", no_wrap=True)
+        for line in lines:
+            table.add_row(*line)
+        parts.append(table)
+    return Group(*parts)
+
+
+@contextlib.contextmanager
+def _cbreak(fd: int) -> Iterator[None]:
+    saved = termios.tcgetattr(fd)
+    try:
+        tty.setcbreak(fd)
+        yield
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
+async def _read_keys(fd: int, state: _State) -> None:
+    stream = trio.lowlevel.FdStream(os.dup(fd))
+    async with stream:
+        while not state.quit:
+            data = await stream.receive_some(64)
+            if not data:
+                return
+            for char in data.decode("utf-8", "replace"):
+                state.key(char)
+
+
+async def run_live(watch: Watch, *, interval: float, sort: str, match: str) -> None:
+    """Redraw ``watch`` every ``interval`` seconds until ``q`` or a cancellation."""
+    from rich.console import Console
+    from rich.live import Live
+
+    state = _State(sort=sort, match=match)
+    console = Console()
+    stdin = sys.stdin.fileno()
+    keys = os.isatty(stdin)
+    with contextlib.ExitStack() as stack:
+        if keys:
+            stack.enter_context(_cbreak(stdin))
+        live = stack.enter_context(Live(console=console, auto_refresh=False, screen=False))
+        async with open_nursery() as nursery:
+            if keys:
+                nursery.start_soon(_read_keys, stdin, state)
+            await watch.refresh()
+            next_at = trio.current_time() + interval
+            while not state.quit:
+                if trio.current_time() >= next_at and not state.paused:
+                    await watch.refresh()
+                    next_at = trio.current_time() + interval
+                screen = watch.screen(sort=state.sort, match=state.match)
+                live.update(_renderable(screen, state), refresh=True)
+                changed = state.changed
+                with trio.move_on_at(next_at if not state.paused else float("inf")):
+                    await changed.wait()
+            nursery.cancel_scope.cancel()

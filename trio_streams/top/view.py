@@ -1,0 +1,117 @@
+"""What ``top`` shows, whichever way it is shown: one :class:`Screen` of tables per refresh.
+
+A :class:`Watch` is the thing watched (a Redis deployment or a stream file): :meth:`Watch.refresh`
+takes a snapshot at Trio's time (rates against the previous one), and :meth:`Watch.screen` lays
+out the latest one, sorted and filtered, so a new sort order shows at once without a snapshot
+taken early. The text view prints one screen; the live view redraws it.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import final
+
+import trio
+
+from ..redis.client import RedisClient
+from .file_sample import FileSampler, FileSnapshot
+from .rates import StreamRow, file_rows, redis_rows
+from .redis_sample import RedisSnapshot, find_streams, sample_redis
+from .render import Table, consumer_table, file_table, select, stream_table
+
+__all__ = ["FileWatch", "RedisWatch", "Screen", "Watch"]
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Screen:
+    """A title line and titled tables."""
+
+    title: str
+    tables: list[tuple[str, Table]] = field(default_factory=list)
+
+
+class Watch(abc.ABC):
+    """Something ``top`` watches."""
+
+    @abc.abstractmethod
+    async def refresh(self) -> None:
+        """Take a snapshot now (rates since the previous one)."""
+
+    @abc.abstractmethod
+    def screen(self, *, sort: str, match: str) -> Screen:
+        """The latest snapshot, sorted by ``sort`` and filtered by ``match``."""
+
+
+class RedisWatch(Watch):
+    """The streams of a deployment: those named, or those ``SCAN`` finds matching ``match``."""
+
+    def __init__(
+        self,
+        client: RedisClient,
+        label: str,
+        *,
+        streams: Sequence[str] = (),
+        scan_match: str = "*",
+        dead_letter_globs: Sequence[str] = (),
+        stuck_after: float = 30.0,
+    ) -> None:
+        self._client = client
+        self._label = label
+        self._streams = list(streams)
+        self._scan_match = scan_match
+        self._globs = list(dead_letter_globs)
+        self._stuck_after = stuck_after
+        self._previous: RedisSnapshot | None = None
+        self._rows: list[StreamRow] = []
+        self._seconds: float | None = None
+
+    async def refresh(self) -> None:
+        keys = self._streams or await find_streams(self._client, self._scan_match)
+        snapshot = await sample_redis(
+            self._client, keys, now=trio.current_time(), dead_letter_globs=self._globs
+        )
+        self._rows = redis_rows(snapshot, self._previous, stuck_after=self._stuck_after)
+        self._seconds = None if self._previous is None else snapshot.at - self._previous.at
+        self._previous = snapshot
+
+    def screen(self, *, sort: str, match: str) -> Screen:
+        shown = select(self._rows, sort=sort, match=match)
+        over = "" if self._seconds is None else f", rates over {self._seconds:.2f} s"
+        title = f"{self._label}: {len(shown)} of {len(self._rows)} streams{over}"
+        return Screen(
+            title, [("streams", stream_table(shown)), ("consumers", consumer_table(shown))]
+        )
+
+
+class FileWatch(Watch):
+    """The stream keys of one stream file."""
+
+    def __init__(self, sampler: FileSampler) -> None:
+        self._sampler = sampler
+        self._previous: FileSnapshot | None = None
+        self._latest: FileSnapshot | None = None
+
+    async def refresh(self) -> None:
+        await trio.lowlevel.checkpoint()
+        self._previous, self._latest = self._latest, self._sampler.sample(trio.current_time())
+
+    def screen(self, *, sort: str, match: str) -> Screen:
+        snapshot = self._latest
+        assert snapshot is not None, "refresh() first"
+        rows = file_rows(snapshot, self._previous)
+        seconds = None if self._previous is None else snapshot.at - self._previous.at
+        if match:
+            rows = [row for row in rows if match in row.key]
+        if sort == "rate":
+            rows.sort(key=lambda row: -(row.per_s or 0.0))
+        elif sort == "length":
+            rows.sort(key=lambda row: -row.messages)
+        over = "" if seconds is None else f", rates over {seconds:.2f} s"
+        title = (
+            f"{snapshot.path}: {snapshot.size} bytes, {snapshot.behind} bytes behind the "
+            f"writer{over}"
+        )
+        return Screen(title, [("keys", file_table(rows))])
