@@ -16,6 +16,7 @@ from .driver import Seeker
 from .errors import ConfigurationError, TrioStreamsError, UnsupportedError
 from .handler import Depends, Header, Headers
 from .memory import MemoryBroker, MemoryStream
+from .middleware import HandlerCall, Middleware, PublishCall
 from .outcome import Outcome, ack, drop, retry, retry_after
 from .pipeline import Pipeline, SegmentClosed
 from .positions import InvalidPosition, Position
@@ -35,6 +36,7 @@ __all__ = [
     "Depends",
     "Destination",
     "EncodeError",
+    "HandlerCall",
     "Header",
     "Headers",
     "Health",
@@ -42,10 +44,12 @@ __all__ = [
     "InvalidPosition",
     "MemoryBroker",
     "MemoryStream",
+    "Middleware",
     "NotConnected",
     "Outcome",
     "Pipeline",
     "Position",
+    "PublishCall",
     "Publisher",
     "Router",
     "RunningApp",

@@ -30,6 +30,7 @@ from .errors import ConfigurationError, TrioStreamsError
 from .groups import leaves, raise_lone_errors, reraise_unwrapped
 from .host import Fault
 from .logs import configure_default
+from .middleware import Middleware, check_middlewares
 from .reporting import describe, report
 from .routing import Subscription
 from .subscription import SubscriptionRunner, SubscriptionState, SubscriptionStats
@@ -198,8 +199,18 @@ class App:
         shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
         stop_when_finished: bool = True,
         lifespan: Lifespan | None = None,
+        middlewares: Sequence[Middleware] | None = None,
     ) -> None:
         self.name = name
+        #: Wrap every subscription's handling and every publish, outside the brokers', routers'
+        #: and subscribers' own (:mod:`trio_streams.middleware`).
+        self.middlewares = check_middlewares(middlewares, where=f"App({name!r})")
+        for middleware in self.middlewares:
+            attach = getattr(middleware, "attach", None)
+            if callable(attach):
+                attach(self)  # a middleware that reads the running app (metrics)
+        #: The running app while it serves (None otherwise).
+        self.running: RunningApp | None = None
         self.shutdown_timeout = check_shutdown_timeout(shutdown_timeout)
         self.stop_when_finished = stop_when_finished
         self.state = State()
@@ -228,6 +239,7 @@ class App:
         if broker in self._brokers:
             raise ConfigurationError(f"{broker!r} is already registered on {self.name!r}")
         self._brokers.append(broker)
+        broker.app_middlewares = self.middlewares
         return broker
 
     @property
@@ -418,6 +430,7 @@ class App:
         self.health.value = Health(HealthState.STARTING)
         runners = options.runners
         handle = RunningApp(self, runners)
+        self.running = handle
         try:
             async with AsyncExitStack() as lifespans:
                 for factory in self._lifespans:
@@ -433,6 +446,7 @@ class App:
             raise
         finally:
             self._running = False
+            self.running = None
             handle._stopped.set()
         if handle._failure is not None:
             failure = handle._failure
@@ -520,6 +534,8 @@ class App:
             on_fault=lambda fault: self._fault_changed(fault, options),
             app_name=self.name,
             retry_target=retry_target,
+            middlewares=self.middlewares + subscription.middlewares,
+            broker_name=broker.name,
         )
 
     def _fault_changed(self, fault: Fault, options: RunOptions) -> None:

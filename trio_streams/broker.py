@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Mapping
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from typing import Any, ClassVar
 
 from .codec import encode
 from .destinations import Destination, DestinationKind
 from .errors import ConfigurationError, TrioStreamsError, UnsupportedError
+from .middleware import Middleware, PublishCall, publish_hooks
 from .pipeline import CommandCheck
 from .routing import Router, Subscription, _Declared
 from .transport import Source, Transport
@@ -42,6 +43,8 @@ class Broker(Router):
         self.name = name or type(self).__name__
         self._subscriptions: list[Subscription] = []
         self._transport: Transport | None = None
+        #: The middlewares of the app this broker is registered on (set by ``App.broker``).
+        self.app_middlewares: tuple[Middleware, ...] = ()
 
     # ---- what subclasses provide -------------------------------------------------------------
 
@@ -120,6 +123,7 @@ class Broker(Router):
                 options=declared.options,
                 transport_options=declared.transport_options,
                 name=name,
+                middlewares=self.middlewares + declared.middlewares,
             )
         )
 
@@ -163,12 +167,39 @@ class Broker(Router):
         headers: Mapping[str, str] | None = None,
     ) -> Any:
         """Encode ``message`` and publish it to ``destination`` (a ``str`` names a stream);
-        returns the transport's receipt."""
+        returns the transport's receipt. The app's and this broker's publish middlewares wrap
+        it."""
+        return await self.publish_through(self.middlewares, destination, message, headers=headers)
+
+    async def publish_through(
+        self,
+        middlewares: tuple[Middleware, ...],
+        destination: str | Destination,
+        message: Any,
+        *,
+        headers: Mapping[str, str] | None = None,
+    ) -> Any:
+        """``publish``, inside the app's middlewares and ``middlewares`` (a publisher's router
+        chain, outermost first; the broker's own come first in it)."""
         target = self.check_destination(destination)
-        payload = encode(message)
+        hooks = publish_hooks(self.app_middlewares + middlewares)
+        if not hooks:
+            return await self._send(target, encode(message), headers or {})
+        call = PublishCall(self.name, target, message, dict(headers or {}))
+        async with AsyncExitStack() as stack:
+            for hook in hooks:
+                await stack.enter_async_context(hook.publish(call))
+            try:
+                call.receipt = await self._send(target, encode(message), call.headers)
+            except Exception as exc:
+                call.error = exc
+                raise
+        return call.receipt
+
+    async def _send(self, target: Destination, payload: bytes, headers: Mapping[str, str]) -> Any:
         if target.kind is DestinationKind.STREAM:
-            return await self.transport.publish(target.name, payload, headers or {})
-        return await self.transport.publish_to(target, payload, headers or {})
+            return await self.transport.publish(target.name, payload, headers)
+        return await self.transport.publish_to(target, payload, headers)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"

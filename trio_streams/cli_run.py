@@ -109,6 +109,8 @@ def _run(args: argparse.Namespace) -> int:
         hint = f"; {_TRACEBACK_HINT}" if exc.__cause__ is not None else ""
         print(f"{_PROG}: {exc}{hint}", file=sys.stderr)
         return 2
+    if args.http is not None:
+        _serve_http(app, args.http)
     if args.workers is not None or args.reload:
         return _supervise(app, args)
     watch_supervisor()
@@ -147,11 +149,34 @@ def _supervise(app: App, args: argparse.Namespace) -> int:
     return trio.run(supervise, worker_command(_worker_argv(args)), policy)
 
 
+def _serve_http(app: App, address: tuple[str, int]) -> None:
+    """``--http``: the endpoints as a task of the app (in a supervised worker, each worker
+    serves them; the port is then shared with ``SO_REUSEPORT``)."""
+    from .http_endpoints import serve_endpoints
+
+    host, port = address
+
+    @app.task
+    async def http_endpoints() -> None:
+        await serve_endpoints(app, host, port)
+
+
+def _address(text: str) -> tuple[str, int]:
+    from .http_endpoints import parse_address
+
+    try:
+        return parse_address(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _worker_argv(args: argparse.Namespace) -> list[str]:
     """The ``run`` options a worker gets: the supervisor's, without its own."""
     argv = [args.app]
     if args.factory:
         argv.append("--factory")
+    if args.http is not None:
+        argv += ["--http", f"{args.http[0]}:{args.http[1]}"]
     if args.shutdown_timeout is not None:
         argv += ["--shutdown-timeout", repr(args.shutdown_timeout)]
     for flag, value in (
@@ -206,6 +231,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         default=None,
         metavar="SECONDS",
         help="how long a graceful shutdown may drain before cancelling, >= 0 (default: the app's)",
+    )
+    parser.add_argument(
+        "--http",
+        type=_address,
+        default=None,
+        metavar="HOST:PORT",
+        help="serve /metrics, /healthz and /readyz on HOST:PORT from the app (default: off; "
+        "needs the http extra, and prometheus for /metrics)",
     )
     processes = parser.add_argument_group("processes")
     processes.add_argument(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Hashable, Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,7 @@ from .delivery import Delivery, retry_target_of
 from .depends import DependencyScope
 from .failure import Verdict
 from .handler import UNDECODED
+from .middleware import HandlerCall
 from .outcome import Outcome, OutcomeKind, ack, drop, retry
 from .reporting import describe
 from .transport import DeadLetter, Unsettled
@@ -100,6 +102,9 @@ class Dispatcher:
         )
         #: Deliveries taken off the channel by the lane router, not yet by their lane's worker.
         self._in_lanes: dict[int, Delivery] = {}
+        #: The middlewares' ``handle`` hooks, and the call record of each delivery they wrap.
+        self._hooks = runner.handle_hooks
+        self._calls: dict[int, HandlerCall] = {}
 
     async def run(self) -> None:
         """Handle deliveries until the channel is closed and drained.
@@ -221,6 +226,29 @@ class Dispatcher:
     # ---- one delivery ------------------------------------------------------------------------
 
     async def _process(self, delivery: Delivery, message: Any, ordered: bool = False) -> None:
+        if self._hooks:
+            await self._process_wrapped(delivery, message, ordered)
+        else:
+            await self._process_plain(delivery, message, ordered)
+
+    async def _process_wrapped(self, delivery: Delivery, message: Any, ordered: bool) -> None:
+        """``_process`` inside the middlewares' ``handle`` hooks (outermost first): entered
+        before decoding, left once the delivery is settled; the call record is filled in as
+        it goes (``_observe``)."""
+        runner = self._runner
+        call = HandlerCall(runner.label, runner.subscription.source, runner.broker_name, delivery)
+        calls = self._calls
+        calls[id(delivery)] = call
+        try:
+            async with AsyncExitStack() as stack:
+                for hook in self._hooks:
+                    await stack.enter_async_context(hook.handle(call))
+                await self._process_plain(delivery, message, ordered)
+                call.settled = call.verdict is not None
+        finally:
+            calls.pop(id(delivery), None)
+
+    async def _process_plain(self, delivery: Delivery, message: Any, ordered: bool) -> None:
         later = False
         done = False
         try:
@@ -278,6 +306,10 @@ class Dispatcher:
             return await self._spent(delivery)
         handler = self._handler
         context = Context(self._runner, delivery) if handler.needs_context else None
+        if context is not None and self._calls:
+            call = self._calls.get(id(delivery))
+            if call is not None:
+                call.context = context
         error: BaseException | None = None
         try:
             if type(message) is _KeyFailed:
@@ -310,7 +342,7 @@ class Dispatcher:
                 if scope is not None:
                     scope.error = exc
                 outcome = self._failed(delivery, exc)
-        if outcome is _ACK and not self._runner.observers:
+        if outcome is _ACK and not self._runner.observers and not self._hooks:
             # The common case, without building a verdict.
             await self._runner.settle(delivery, outcome)
             return False
@@ -442,6 +474,30 @@ class Dispatcher:
     # ---- batches -----------------------------------------------------------------------------
 
     async def _process_batch(self, batch: list[Delivery]) -> None:
+        if not self._hooks:
+            await self._process_batch_plain(batch)
+            return
+        runner = self._runner
+        calls = self._calls
+        try:
+            async with AsyncExitStack() as stack:
+                for delivery in batch:  # each delivery of the batch has its own call
+                    call = HandlerCall(
+                        runner.label, runner.subscription.source, runner.broker_name, delivery
+                    )
+                    calls[id(delivery)] = call
+                    for hook in self._hooks:
+                        await stack.enter_async_context(hook.handle(call))
+                await self._process_batch_plain(batch)
+                for delivery in batch:
+                    found = calls.get(id(delivery))
+                    if found is not None:
+                        found.settled = found.verdict is not None
+        finally:
+            for delivery in batch:
+                calls.pop(id(delivery), None)
+
+    async def _process_batch_plain(self, batch: list[Delivery]) -> None:
         if self._handler.dependencies is None:
             await self._handle_batch(batch, None)
             return
@@ -621,6 +677,10 @@ class Dispatcher:
         *,
         called: bool = True,
     ) -> None:
+        call = self._calls.get(id(delivery)) if self._calls else None
+        if call is not None:
+            call.message, call.outcome, call.verdict = message, outcome, verdict
+            call.error, call.called = error, called
         observers = self._runner.observers
         if observers:
             record = HandledMessage(

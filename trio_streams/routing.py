@@ -8,7 +8,7 @@ when the first message arrives.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Hashable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -16,6 +16,7 @@ from .destinations import Destination
 from .errors import ConfigurationError
 from .failure import FailurePolicy, RetryDelay
 from .handler import Handler, analyse
+from .middleware import Middleware, check_middlewares
 from .transport import Source
 
 if TYPE_CHECKING:
@@ -93,6 +94,9 @@ class Subscription:
     options: SubscriberOptions
     transport_options: Mapping[str, Any]
     name: str
+    #: Middlewares wrapping its handling, outermost first: its broker's, its routers', its own
+    #: (the app's go around them at run time).
+    middlewares: tuple[Middleware, ...] = ()
 
     @property
     def publishers(self) -> list[Publisher]:
@@ -110,6 +114,8 @@ class _Declared:
     options: SubscriberOptions
     transport_options: dict[str, Any]
     name: str
+    #: The middlewares of the routers it passed through on its way to the broker, and its own.
+    middlewares: tuple[Middleware, ...] = ()
 
 
 class Publisher:
@@ -166,7 +172,10 @@ class Publisher:
 
     async def publish(self, message: Any, *, headers: Mapping[str, str] | None = None) -> Any:
         merged = {**self.headers, **headers} if headers else self.headers
-        return await self.broker.publish(self.target, message, headers=merged)
+        broker = self.broker
+        return await broker.publish_through(
+            self._owner.middleware_chain(), self.target, message, headers=merged
+        )
 
     def __repr__(self) -> str:
         return f"<Publisher {self.full_destination!r}>"
@@ -179,8 +188,13 @@ class Router:
     ``workers=4``…) apply to every subscriber declared on this router.
     """
 
-    def __init__(self, *, prefix: str = "", **defaults: Any) -> None:
+    def __init__(
+        self, *, prefix: str = "", middlewares: Sequence[Middleware] | None = None, **defaults: Any
+    ) -> None:
         self.prefix = prefix
+        #: Wrap the handling of every subscriber mounted here, and every publish of its
+        #: publishers (inside the app's and the enclosing routers' middlewares).
+        self.middlewares = check_middlewares(middlewares, where=type(self).__name__)
         self._defaults = defaults
         self._declared: list[_Declared] = []
         #: Publishers declared here, checked by the broker when this router is mounted.
@@ -204,6 +218,7 @@ class Router:
         buffer: int | None = None,
         max_delayed: int | None = None,
         name: str | None = None,
+        middlewares: Sequence[Middleware] | None = None,
         **transport_options: Any,
     ) -> Callable[[F], F]:
         """Mount the decorated ``async def`` handler on ``source``.
@@ -212,7 +227,9 @@ class Router:
         ``max_attempts`` (deliveries including the first), ``dead_letter`` (destination for
         spent and undecodable deliveries), ``retry_delay`` (seconds, or a function of the
         attempt, before a failed delivery is retried), ``buffer`` (delivery channel capacity; by
-        default twice the workers, at least 16 and at least one read of the transport).
+        default twice the workers, at least 16 and at least one read of the transport),
+        ``middlewares`` (:class:`~trio_streams.middleware.Middleware` wrapping this
+        subscriber's handling, inside the app's, broker's and routers').
         Other keywords are the transport's; it refuses what it cannot do, right here.
         """
         if not isinstance(source, Source):
@@ -228,6 +245,7 @@ class Router:
             "buffer": buffer,
             "max_delayed": max_delayed,
         }
+        own_middlewares = check_middlewares(middlewares, where="subscriber()")
         settings = {**self._defaults, **{k: v for k, v in given.items() if v is not None}}
         options = _options_from(settings)
         extra = {k: v for k, v in settings.items() if k not in _CORE_OPTIONS}
@@ -239,7 +257,9 @@ class Router:
                 if getattr(fn, _PUBLISHERS_ATTR, None):
                     raise _batch_publisher_error(handler.name)
                 setattr(fn, _BATCH_ATTR, True)
-            declared = _Declared(source, fn, handler, options, extra, name or handler.name)
+            declared = _Declared(
+                source, fn, handler, options, extra, name or handler.name, own_middlewares
+            )
             self._declared.append(declared)
             self._on_declared(declared)
             return fn
@@ -273,12 +293,18 @@ class Router:
 
     def all_declared(self) -> list[_Declared]:
         """Every declaration here and in included routers, with prefixes applied."""
-        found = [replace(d, source=d.source.with_prefix(self.prefix)) for d in self._declared]
+        found = [self._passed(d) for d in self._declared]
         for router in self._routers:
-            found.extend(
-                replace(d, source=d.source.with_prefix(self.prefix)) for d in router.all_declared()
-            )
+            found.extend(self._passed(d) for d in router.all_declared())
         return found
+
+    def _passed(self, declared: _Declared) -> _Declared:
+        """``declared`` as it leaves this router: prefixed, inside its middlewares."""
+        return replace(
+            declared,
+            source=declared.source.with_prefix(self.prefix),
+            middlewares=self.middlewares + declared.middlewares,
+        )
 
     def all_publishers(self) -> list[Publisher]:
         """Every publisher declared here and in included routers."""
@@ -296,9 +322,12 @@ class Router:
 
     def _on_declared(self, declared: _Declared) -> None:
         if self._parent is not None:
-            self._parent._on_declared(
-                replace(declared, source=declared.source.with_prefix(self.prefix))
-            )
+            self._parent._on_declared(self._passed(declared))
+
+    def middleware_chain(self) -> tuple[Middleware, ...]:
+        """This router's middlewares inside its parents', outermost first."""
+        parent = self._parent.middleware_chain() if self._parent is not None else ()
+        return parent + self.middlewares
 
 
 _CORE_OPTIONS = frozenset(

@@ -29,6 +29,7 @@ from .delivery import Delivery
 from .dispatch import Dispatcher, HandledMessage
 from .driver import Seeker, SubscriptionDriver
 from .host import Fault, SubscriptionHost
+from .middleware import Middleware, handle_hooks
 from .outcome import Outcome, drop, retry
 from .pipeline import Pipeline
 from .routing import Subscription
@@ -91,8 +92,13 @@ class SubscriptionRunner:
         on_fault: Callable[[Fault], None] | None = None,
         app_name: str = "",
         retry_target: str | None = None,
+        middlewares: tuple[Middleware, ...] = (),
+        broker_name: str = "",
     ) -> None:
         self.subscription = subscription
+        #: The middlewares that wrap each delivery's handling, outermost first.
+        self.handle_hooks = handle_hooks(middlewares)
+        self.broker_name = broker_name
         self.label = subscription.name
         self._retry_target = retry_target or f"{app_name}/{subscription.name}"
         self.transport = transport

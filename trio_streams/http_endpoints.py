@@ -1,0 +1,140 @@
+"""``/metrics``, ``/healthz`` and ``/readyz`` over HTTP, served from the app's own nursery.
+
+:func:`serve_endpoints` runs `Hypercorn <https://hypercorn.readthedocs.io/>`_ (its Trio worker)
+with a small ASGI application of our own:
+
+- ``GET /healthz`` — the process is alive: 200 while the app is starting, running, degraded or
+  draining; 503 once it failed or stopped;
+- ``GET /readyz`` — the app is worth sending work to: 200 only while it is running and not
+  degraded; 503 otherwise. Both answer ``{"state": ..., "reason": ...}`` as JSON;
+- ``GET /metrics`` — the Prometheus text format of the registry the app's
+  :class:`~trio_streams.prometheus.PrometheusMiddleware` records into (the default registry of
+  ``prometheus-client`` unless it was given another).
+
+``trio-streams run MODULE:APP --http 127.0.0.1:9100`` starts it as an app task: it answers
+once every subscription is running, and is cancelled with the app's other tasks at shutdown
+(after the drain). Off by default. Needs the extras ``http`` (Hypercorn) and, for
+``/metrics``, ``prometheus``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import trio
+
+from .app import App, HealthState
+
+__all__ = ["endpoints_asgi", "parse_address", "serve_endpoints"]
+
+_Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+_ALIVE = frozenset(
+    {
+        HealthState.STARTING,
+        HealthState.RUNNING,
+        HealthState.DEGRADED,
+        HealthState.SHUTTING_DOWN,
+    }
+)
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:9100`` for IPv6) as a pair; ``ValueError`` saying what is wrong."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"expected HOST:PORT (e.g. 127.0.0.1:9100), got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+def endpoints_asgi(app: App, registry: Any = None) -> Callable[[Any, Any, Any], Awaitable[None]]:
+    """The ASGI application that answers the three endpoints for ``app``."""
+
+    async def asgi(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                event = await receive()
+                if event["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif event["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        path, method = scope.get("path", ""), scope.get("method", "GET")
+        if method not in ("GET", "HEAD"):
+            await _answer(send, 405, b"only GET\n", b"text/plain; charset=utf-8")
+            return
+        health = app.health.value
+        if path in ("/healthz", "/readyz"):
+            good = (
+                health.state in _ALIVE
+                if path == "/healthz"
+                else health.state is HealthState.RUNNING
+            )
+            body = json.dumps({"state": health.state.value, "reason": health.reason}).encode()
+            await _answer(send, 200 if good else 503, body + b"\n", b"application/json")
+        elif path == "/metrics":
+            try:
+                from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+            except ImportError:
+                message = (
+                    b"/metrics needs prometheus-client: pip install 'trio-streams[prometheus]'\n"
+                )
+                await _answer(send, 501, message, b"text/plain; charset=utf-8")
+                return
+            body = generate_latest(
+                registry if registry is not None else _registry_of(app, REGISTRY)
+            )
+            await _answer(send, 200, body, CONTENT_TYPE_LATEST.encode())
+        else:
+            await _answer(send, 404, b"not found: /metrics, /healthz, /readyz\n", b"text/plain")
+
+    return asgi
+
+
+def _registry_of(app: App, default: Any) -> Any:
+    """The registry of the app's Prometheus middleware, if it has one."""
+    for middleware in getattr(app, "middlewares", ()):
+        registry = getattr(middleware, "registry", None)
+        if registry is not None:
+            return registry
+    return default
+
+
+async def _answer(send: _Send, status: int, body: bytes, content_type: bytes) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", content_type),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+async def serve_endpoints(
+    app: App,
+    host: str,
+    port: int,
+    *,
+    registry: Any = None,
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the endpoints on ``host:port`` (port 0: any free one) until cancelled; then the
+    listening socket closes and open connections are dropped. Started (``nursery.start``), it
+    answers the addresses it listens on (``http://127.0.0.1:9100``)."""
+    from hypercorn.config import Config
+    from hypercorn.trio import serve
+
+    config = Config()
+    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    config.accesslog = None
+    config.errorlog = None
+    config.graceful_timeout = 0.0
+    await serve(endpoints_asgi(app, registry), config, task_status=task_status, mode="asgi")
