@@ -1,0 +1,91 @@
+"""Prometheus metrics scraped over HTTP from a running app after known traffic, and the health
+endpoints."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import trio
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from trio_streams import App, Context, MemoryBroker, MemoryStream, Outcome, retry
+from trio_streams.http_endpoints import serve_endpoints
+from trio_streams.prometheus import PrometheusMiddleware
+
+from .http_client import get
+
+
+@dataclass
+class Order:
+    id: int
+
+
+def samples(text: bytes) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    found = {}
+    for family in text_string_to_metric_families(text.decode()):
+        for sample in family.samples:
+            found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return found
+
+
+async def test_metrics_scraped_over_http_count_exactly_what_the_app_did() -> None:
+    registry = CollectorRegistry()
+    app = App("shop", middlewares=[PrometheusMiddleware(registry=registry)])
+    broker = app.broker(MemoryBroker())
+
+    @broker.subscriber(MemoryStream("orders"), max_attempts=2, dead_letter="dlq", name="bill")
+    @broker.publisher("receipts")
+    async def bill(order: Order, ctx: Context) -> int | Outcome:
+        if order.id == 2 and ctx.attempt == 1:
+            return retry()
+        if order.id == 3:
+            raise ValueError("bad order")
+        return order.id
+
+    async with app.test() as t, trio.open_nursery() as nursery:
+        [url] = await nursery.start(serve_endpoints, app, "127.0.0.1", 0)
+        for n in (1, 2, 3, 4):
+            await t.publish("orders", Order(n))
+        await t.publish("orders", b"not json")
+        status, headers, body = await get(url, "/metrics")
+        nursery.cancel_scope.cancel()
+    assert status == 200 and headers["content-type"].startswith("text/plain")
+    got = samples(body)
+
+    def value(name: str, **labels: str) -> float:
+        return got.get((f"trio_streams_{name}", tuple(sorted(labels.items()))), 0.0)
+
+    sub = {"subscription": "bill"}
+    # 1, 2 (twice), 3 (twice: tried, then spent), 4, and the undecodable one.
+    assert value("received_total", **sub) == 7
+    assert value("handled_total", outcome="ack", **sub) == 3
+    assert value("handled_total", outcome="retry", **sub) == 2  # 2's retry, 3's first failure
+    # 3 spent, and the undecodable one (a dead letter is configured, so it goes there too).
+    assert value("handled_total", outcome="dead_letter", **sub) == 2
+    assert value("handled_total", outcome="drop", **sub) == 0
+    assert value("retries_total", **sub) == 2
+    assert value("dead_letters_total", **sub) == 2
+    assert value("decode_failures_total", **sub) == 1
+    assert value("handler_duration_seconds_count", **sub) == 7
+    # The three receipts published (and the test's own five publishes, through the broker).
+    assert value("published_total", broker="memory", destination="receipts") == 3
+    assert value("in_flight", **sub) == 0 and value("channel_depth", **sub) == 0
+    assert value("up") == 1
+
+
+async def test_healthz_is_alive_and_readyz_says_ready_only_while_running() -> None:
+    app = App("shop")
+    app.broker(MemoryBroker())
+    async with trio.open_nursery() as nursery:
+        [url] = await nursery.start(serve_endpoints, app, "127.0.0.1", 0)
+        assert (await get(url, "/readyz"))[0] == 503  # stopped: not ready
+        assert (await get(url, "/healthz"))[0] == 503
+        running = await nursery.start(app.serve)
+        status, _, body = await get(url, "/readyz")
+        assert status == 200 and body == b'{"state": "running", "reason": null}\n'
+        assert (await get(url, "/healthz"))[0] == 200
+        assert (await get(url, "/nowhere"))[0] == 404
+        await running.aclose()
+        assert (await get(url, "/readyz"))[0] == 503
+        nursery.cancel_scope.cancel()
