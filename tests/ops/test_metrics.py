@@ -3,13 +3,14 @@ endpoints."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import trio
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from trio_streams import App, Context, MemoryBroker, MemoryStream, Outcome, retry
+from trio_streams import App, Context, MemoryBroker, MemoryStream, Outcome, ack, retry
 from trio_streams.http_endpoints import serve_endpoints
 from trio_streams.prometheus import PrometheusMiddleware
 
@@ -89,3 +90,44 @@ async def test_healthz_is_alive_and_readyz_says_ready_only_while_running() -> No
         await running.aclose()
         assert (await get(url, "/readyz"))[0] == 503
         nursery.cancel_scope.cancel()
+
+
+async def test_top_once_shows_a_running_apps_subscriptions_from_its_http_endpoint() -> None:
+    registry = CollectorRegistry()
+    app = App("shop", middlewares=[PrometheusMiddleware(registry=registry)])
+    broker = app.broker(MemoryBroker())
+
+    @broker.subscriber(MemoryStream("orders"), name="bill")
+    async def bill(order: Order, ctx: Context) -> Outcome:
+        return retry() if order.id == 2 and ctx.attempt == 1 else ack()
+
+    async with app.test() as t, trio.open_nursery() as nursery:
+        [url] = await nursery.start(serve_endpoints, app, "127.0.0.1", 0)
+        for n in (1, 2, 3):
+            await t.publish("orders", Order(n))
+        result = await trio.run_process(
+            [sys.executable, "-m", "trio_streams.cli", "top", url, "--once", "--interval", "0.2"],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+        nursery.cancel_scope.cancel()
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.decode().splitlines()
+    assert lines[0].startswith(f"{url}: running, 1 subscriptions, rates over")
+    header = next(line.split() for line in lines if line.startswith("SUBSCRIPTION"))
+    row = dict(zip(header, next(line.split() for line in lines if line.startswith("bill"))))
+    assert row["ACK"] == "3" and row["RETRY"] == "1" and row["RETRIES"] == "1"
+    assert row["IN-FLIGHT"] == "0" and row["DEGRADED"] == "no"
+    assert row["RECEIVED/S"] == "0.0"  # nothing arrived between the two samples
+
+
+async def test_top_names_an_endpoint_that_does_not_answer() -> None:
+    result = await trio.run_process(
+        [sys.executable, "-m", "trio_streams.cli", "top", "http://127.0.0.1:1", "--once"],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert result.stderr.decode().startswith("error: cannot read http://127.0.0.1:1/metrics")

@@ -1,7 +1,9 @@
-"""``trio-streams top TARGET``: a live view of a Redis deployment's streams or of a stream file.
+"""``trio-streams top TARGET``: a live view of a Redis deployment's streams, of a stream file,
+or of a running app's subscriptions.
 
 ``TARGET`` is a Redis URL (``redis://``, ``rediss://``, ``redis+cluster://``,
-``redis+sentinel://``) or the path of a stream file. ``--once`` takes two snapshots
+``redis+sentinel://``), the path of a stream file, or the ``http://HOST:PORT`` of an app run
+with ``--http`` (its ``/metrics`` and ``/readyz``). ``--once`` takes two snapshots
 ``--interval`` apart and prints the second as text (rates are over the time between them),
 for scripts and tests; without it, the live view needs a terminal and the ``tui`` extra (rich).
 """
@@ -68,6 +70,11 @@ async def _top(args: argparse.Namespace) -> int:
             )
         if not sys.stdout.isatty():
             raise ConfigurationError("the live view needs a terminal; use --once for text")
+    if args.target.startswith("http://"):
+        from .app_watch import AppWatch
+
+        await _show(AppWatch(args.target), args)
+        return 0
     if args.target.startswith(_REDIS_SCHEMES):
         async with connect(args.target) as client:
             watch: Watch = RedisWatch(
@@ -113,14 +120,20 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     """Add ``top`` to the ``trio-streams`` parser."""
     top = commands.add_parser(
         "top",
-        help="a live view of a Redis deployment's streams, or of a stream file",
+        help="a live view of a Redis deployment's streams, a stream file, or a running app",
         description="Per stream and group: length, entries added/s, delivered/s, acked/s, "
         "pending, lag, consumers and their idle times (stuck ones marked), delayed retries and "
         "how many are due, dead-letter streams. Per key of a stream file: messages, messages/s, "
-        "sequence range, bytes behind the writer. Read-only: it joins no group. Keys in the "
+        "sequence range, bytes behind the writer. Per subscription of an app run with --http "
+        "(http://HOST:PORT): received/s, handled/s, outcomes, retries, in flight, queued, lag, "
+        "faults, degraded. Read-only: it joins no group. Keys in the "
         "live view: s sort, / filter, p pause, q quit.",
     )
-    top.add_argument("target", metavar="URL|FILE", help="a Redis URL, or a stream file (.ss)")
+    top.add_argument(
+        "target",
+        metavar="URL|FILE",
+        help="a Redis URL, a stream file (.ss), or http://HOST:PORT of an app's --http",
+    )
     top.add_argument(
         "--once", action="store_true",
         help="print one snapshot as text (two samples --interval apart) and exit",

@@ -1,0 +1,161 @@
+"""``top http://HOST:PORT``: a running app's own view of its subscriptions, from ``--http``.
+
+Each refresh reads ``/metrics`` (the :class:`~trio_streams.prometheus.PrometheusMiddleware`
+metrics, parsed with ``prometheus-client``) and ``/readyz`` (the app's health), and shows per
+subscription: received/s and handled/s (rates over the time since the previous refresh),
+handled by outcome, retries, dead letters, in flight, channel depth, lag, faults and whether it
+is degraded.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import final
+
+import trio
+
+from ..errors import TrioStreamsError
+from .render import Table
+from .view import Screen, Watch
+
+__all__ = ["AppWatch", "fetch"]
+
+_TIMEOUT = 10.0
+_OUTCOMES = ("ack", "drop", "retry", "retry_after", "dead_letter")
+
+
+class EndpointError(TrioStreamsError):
+    """The app's HTTP endpoint could not be read (down, or not a trio-streams app)."""
+
+
+async def fetch(url: str, path: str) -> tuple[int, bytes]:
+    """``GET url+path`` (plain HTTP/1.1, ``Connection: close``): status and body."""
+    address = url.removeprefix("http://").rstrip("/")
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise EndpointError(f"expected http://HOST:PORT, got {url!r}")
+    try:
+        with trio.fail_after(_TIMEOUT):
+            stream = await trio.open_tcp_stream(host.strip("[]"), int(port))
+            async with stream:
+                request = f"GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+                await stream.send_all(request.encode())
+                chunks = []
+                while chunk := await stream.receive_some():
+                    chunks.append(chunk)
+    except (OSError, trio.TooSlowError) as exc:
+        raise EndpointError(f"cannot read {url}{path}: {exc or type(exc).__name__}") from exc
+    head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
+    try:
+        status = int(head.split(b" ", 2)[1])
+    except (IndexError, ValueError):
+        raise EndpointError(f"{url}{path} did not answer HTTP") from None
+    return status, body
+
+
+@final
+@dataclass(slots=True)
+class _Sample:
+    at: float
+    counters: dict[str, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
+    gauges: dict[str, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
+
+
+def _parse(text: str, at: float) -> _Sample:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    sample = _Sample(at)
+    for family in text_string_to_metric_families(text):
+        for item in family.samples:
+            subscription = item.labels.get("subscription")
+            if subscription is None or not item.name.startswith("trio_streams_"):
+                continue
+            name = item.name.removeprefix("trio_streams_")
+            if name == "handled_total":
+                name = f"handled:{item.labels.get('outcome')}"
+            target = sample.counters if name.endswith("_total") or ":" in name else sample.gauges
+            target[subscription][name] = item.value
+    return sample
+
+
+class AppWatch(Watch):
+    """A running app's subscriptions, read over its ``--http`` endpoint."""
+
+    def __init__(self, url: str) -> None:
+        self._url = url.rstrip("/")
+        self._previous: _Sample | None = None
+        self._latest: _Sample | None = None
+        self._health = "?"
+
+    async def refresh(self) -> None:
+        status, body = await fetch(self._url, "/metrics")
+        if status != 200:
+            raise EndpointError(f"{self._url}/metrics answered {status}: {body[:200]!r}")
+        try:
+            sample = _parse(body.decode(), trio.current_time())
+        except ValueError as exc:
+            raise EndpointError(f"{self._url}/metrics is not Prometheus text: {exc}") from exc
+        ready, health = await fetch(self._url, "/readyz")
+        try:
+            state = json.loads(health)
+            self._health = state["state"] + (f" ({state['reason']})" if state.get("reason") else "")
+        except (ValueError, KeyError, TypeError):
+            self._health = f"/readyz answered {ready}"
+        self._previous, self._latest = self._latest, sample
+
+    def screen(self, *, sort: str, match: str) -> Screen:
+        latest = self._latest
+        assert latest is not None, "refresh() first"
+        previous = self._previous
+        seconds = None if previous is None else latest.at - previous.at
+
+        def rate(subscription: str, name: str) -> str:
+            if previous is None or not seconds:
+                return "-"
+            now = latest.counters[subscription].get(name, 0.0)
+            before = previous.counters.get(subscription, {}).get(name, 0.0)
+            return f"{(now - before) / seconds:.1f}"
+
+        names = sorted(set(latest.counters) | set(latest.gauges))
+        if match:
+            names = [name for name in names if match in name]
+        if sort == "rate" and previous is not None:
+            names.sort(key=lambda n: -float(rate(n, "received_total").replace("-", "0")))
+        header = [
+            "SUBSCRIPTION", "RECEIVED/S", "HANDLED/S", *(o.upper() for o in _OUTCOMES),
+            "RETRIES", "IN-FLIGHT", "QUEUED", "LAG", "FAULTS", "DEGRADED",
+        ]  # fmt: skip
+        rows = []
+        for name in names:
+            counters, gauges = latest.counters[name], latest.gauges[name]
+            handled = sum(counters.get(f"handled:{o}", 0.0) for o in _OUTCOMES)
+            handled_before = (
+                sum(previous.counters.get(name, {}).get(f"handled:{o}", 0.0) for o in _OUTCOMES)
+                if previous is not None
+                else None
+            )
+            handled_rate = (
+                "-"
+                if handled_before is None or not seconds
+                else f"{(handled - handled_before) / seconds:.1f}"
+            )
+            rows.append(
+                [
+                    name,
+                    rate(name, "received_total"),
+                    handled_rate,
+                    *(f"{counters.get(f'handled:{o}', 0.0):.0f}" for o in _OUTCOMES),
+                    f"{counters.get('retries_total', 0.0):.0f}",
+                    f"{gauges.get('in_flight', 0.0):.0f}",
+                    f"{gauges.get('channel_depth', 0.0):.0f}",
+                    f"{gauges.get('lag_messages', 0.0):.0f}",
+                    f"{counters.get('faults_total', 0.0):.0f}",
+                    "yes" if gauges.get("degraded") else "no",
+                ]
+            )
+        table: Table = (header, rows)
+        over = "" if seconds is None else f", rates over {seconds:.2f} s"
+        title = f"{self._url}: {self._health}, {len(rows)} subscriptions{over}"
+        return Screen(title, [("subscriptions", table)])
