@@ -116,7 +116,8 @@ async def test_top_once_shows_a_running_apps_subscriptions_from_its_http_endpoin
     lines = result.stdout.decode().splitlines()
     assert lines[0].startswith(f"{url}: running, 1 subscriptions, rates over")
     header = next(line.split() for line in lines if line.startswith("SUBSCRIPTION"))
-    row = dict(zip(header, next(line.split() for line in lines if line.startswith("bill"))))
+    cells = next(line.split() for line in lines if line.startswith("bill"))
+    row = dict(zip(header, cells, strict=True))
     assert row["ACK"] == "3" and row["RETRY"] == "1" and row["RETRIES"] == "1"
     assert row["IN-FLIGHT"] == "0" and row["DEGRADED"] == "no"
     assert row["RECEIVED/S"] == "0.0"  # nothing arrived between the two samples
