@@ -1,59 +1,79 @@
-"""Appending to a stream file: one writer per file per process, an exclusive lock across them.
+"""Appending to a stream file: any number of writers, in this process and others, one at a time.
 
-:class:`StreamWriter` owns the file: it takes an exclusive ``flock`` (a second writer, in this or
-another process, gets :class:`~trio_streams.file.errors.WriterLockedError` instead of corrupting
-the file), encodes messages with a :class:`~trio_streams.file.encoder.FrameEncoder` into memory,
-and writes them out on :meth:`StreamWriter.flush` (or once 1 MiB has built up). Followers see a
-message as soon as it is flushed; only :meth:`StreamWriter.close` fsyncs.
+:class:`StreamWriter` encodes messages with a :class:`~trio_streams.file.encoder.FrameEncoder`
+into memory and writes them out on :meth:`StreamWriter.flush` (or once 1 MiB has built up).
+Followers see a message as soon as it is flushed; only :meth:`StreamWriter.close` fsyncs.
 
-Reopening an existing file continues it correctly (this deliberately differs from upstream): the
-whole file is scanned once, so each stream's sequence numbers and the beacons' running checksums
-continue from their true values; the write position is after the last complete frame; a trailing
-end-of-stream message is overwritten by the next write; the header is never rewritten. A tail
-that does not decode is truncated away only when it is provably a write cut short by a crash
-(:func:`~trio_streams.file.repair.check_cut_tail`); otherwise, as for any corruption found by the
-scan, opening raises a typed :class:`~trio_streams.file.errors.StreamFormatError` naming the
-offset and leaves the file byte for byte as it was (``trio-streams file repair`` moves such a tail
-aside).
+**Many writers.** Appends are serialized by the file's exclusive ``flock``
+(:class:`~trio_streams.file.lock.FileLock`), held only for the append itself: take the lock,
+``fstat``, write, let go. A writer that finds the file longer than it left it catches up first
+(:mod:`.catchup`): it counts what the others appended — sequence numbers, timestamps, the
+beacons' running checksums and round-robin, the write position — and encodes its buffered
+messages again after theirs. So sequence numbers stay dense per stream whoever writes, and the
+file is byte for byte what one writer would have written for the same messages in the same order.
+When nobody else wrote, a flush costs two ``flock`` calls and one ``fstat`` more than the write.
+The numbers :meth:`StreamWriter.append` returns are those the message gets *unless* another
+writer appends before this one flushes; :meth:`StreamWriter.publish` (and its async and batch
+kin) append under the lock and return final :class:`Receipt` values.
 
-Publishers of one path in one process share the writer through :class:`WriterRegistry`, which
+**Reopening** an existing file is the same catch-up from the header on (this deliberately
+differs from upstream): each stream's sequence numbers and the beacons' running checksums and
+round-robin continue from their true values; the write position is after the last complete
+frame; a trailing end-of-stream message is overwritten by the next write; the header is never
+rewritten. A tail that does not decode is truncated away only when it is provably a write cut
+short by a crash (:func:`~trio_streams.file.repair.check_cut_tail`); otherwise, as for any
+corruption found, the append raises a typed
+:class:`~trio_streams.file.errors.StreamFormatError` naming the offset and leaves the file byte
+for byte as it was (``trio-streams file repair`` moves such a tail aside).
+
+``StreamWriter(path, exclusive=True)`` holds the lock from open to close instead, for tools that
+need the file to themselves (``trio-streams file write`` checks the sequence numbers it is given
+against the file's); other writers wait meanwhile, and it fails with
+:class:`~trio_streams.file.errors.WriterLockedError` if their appends keep it out for 10 s.
+
+Publishers of one path in one process share one writer through :class:`WriterRegistry`, which
 counts references and closes the file when the last :class:`WriterHandle` is closed.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, final
 
 import trio
 
+from ..positions import Position
 from ._closing import AsyncClosing
-from .decoder import FrameDecoder
-from .encoder import FrameEncoder, StreamState
+from .catchup import catch_up
+from .encoder import FrameEncoder
 from .errors import (
     FileRemovedError,
     StreamFileError,
     StreamFileNotFoundError,
     StreamFormatError,
+    TimestampRangeError,
     WriterClosedError,
-    WriterLockedError,
 )
 from .format import (
     DEFAULT_BEACON_INTERVAL,
     HEADER_SIZE,
+    MAX_PAYLOAD_BYTES,
+    MAX_TIMESTAMP_MS,
     Header,
-    crc16,
     decode_header,
     encode_header,
+    encode_key,
 )
-from .reader import READ_CHUNK
-from .repair import check_cut_tail, repair_hint
+from .lock import FileLock, hold_exclusively
 
 #: Buffered bytes that trigger a write without an explicit flush (as upstream: 1 MiB).
 AUTO_FLUSH_BYTES = 1 << 20
+
+#: A message to publish: (stream key, payload, timestamp in ms or None for now).
+Item = tuple[str, bytes, int | None]
 
 
 def now_ms() -> int:
@@ -61,25 +81,36 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def lock_for_writing(fd: int, path: str) -> None:
-    """Take the exclusive lock every writer of a stream file holds (dropped when ``fd`` closes).
+@final
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """Where a published message went: its stream, sequence number, timestamp and offset."""
 
-    Raises :class:`WriterLockedError` at once if another writer (or repair) holds it.
-    """
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise WriterLockedError(
-            "another writer (another process, or another open of this file) holds its lock",
-            path=path,
-        ) from None
+    stream: str
+    seq: int
+    timestamp_ms: int
+    #: File offset of the message's frame.
+    offset: int
+    shard: int = 0
+
+    @property
+    def position(self) -> Position:
+        """The position a reader seeks to for this message (inclusive)."""
+        return Position.sequence(self.seq, stream=self.stream, shard=self.shard or None)
+
+    def __str__(self) -> str:
+        return f"{self.stream} seq:{self.seq} ts:{self.timestamp_ms} offset:{self.offset}"
 
 
 class StreamWriter:
-    """The single writer of the stream file at ``path`` (created if missing).
+    """A writer of the stream file at ``path`` (created if missing), one of any number.
 
     ``beacon_interval``, ``created_at_ms`` and ``file_name`` only matter when the file is created;
-    an existing file keeps its header.
+    an existing file keeps its header. ``exclusive=True`` holds the file's lock until
+    :meth:`close` (see the module docs).
+
+    Opening takes the lock for as long as counting the existing file takes (blocking this
+    thread while another writer appends). Not thread-safe: use a writer from one thread.
     """
 
     def __init__(
@@ -89,6 +120,7 @@ class StreamWriter:
         beacon_interval: int = DEFAULT_BEACON_INTERVAL,
         created_at_ms: int | None = None,
         file_name: str | None = None,
+        exclusive: bool = False,
     ) -> None:
         self.path = os.fspath(path)
         try:
@@ -98,98 +130,42 @@ class StreamWriter:
                 f"cannot open for writing: {exc}", path=self.path
             ) from exc
         self._closed = False
+        self._lock = FileLock(self._fd, self.path)
+        #: The descriptor an exclusive writer holds the lock on for its lifetime.
+        self._exclusive: int | None = None
+        #: Where a trailing end-of-stream message starts that the next write overwrites.
         self._overwrite_at: int | None = None
         try:
-            self._lock()
-            size = os.fstat(self._fd).st_size
-            if size == 0:
-                self.header = Header(
-                    os.path.basename(self.path) if file_name is None else file_name,
-                    now_ms() if created_at_ms is None else created_at_ms,
-                    beacon_interval,
-                )
-                self._write_at(encode_header(self.header), 0)
-                self._encoder = FrameEncoder(beacon_interval, HEADER_SIZE, path=self.path)
+            if exclusive:
+                self._exclusive = hold_exclusively(self._fd, self.path)
             else:
-                self._encoder = self._reopen(size)
+                self._lock.acquire()
+            try:
+                size = os.fstat(self._fd).st_size
+                if size == 0:
+                    self.header = Header(
+                        os.path.basename(self.path) if file_name is None else file_name,
+                        now_ms() if created_at_ms is None else created_at_ms,
+                        beacon_interval,
+                    )
+                    self._write_at(encode_header(self.header), 0)
+                    self._encoder = FrameEncoder(beacon_interval, HEADER_SIZE, path=self.path)
+                else:
+                    self.header = decode_header(os.pread(self._fd, HEADER_SIZE, 0), self.path)
+                    self._encoder = self._new_encoder()
+                    self._sync(size)
+            finally:
+                self._lock.release()
         except BaseException:
-            self._closed = True
-            os.close(self._fd)
+            self._release()
             raise
-        self._flushed = self._encoder.offset
+        self._flushed = self._encoder.committed_offset
         self._encoder.beacon_now()
 
-    def _lock(self) -> None:
-        lock_for_writing(self._fd, self.path)
+    def _new_encoder(self) -> FrameEncoder:
+        return FrameEncoder(self.header.beacon_interval, HEADER_SIZE, path=self.path)
 
-    def _reopen(self, size: int) -> FrameEncoder:
-        """Scan the file to continue it: per-stream state, write position, trailing EOS."""
-        self.header = decode_header(os.pread(self._fd, HEADER_SIZE, 0), self.path)
-        interval = self.header.beacon_interval
-        decoder = FrameDecoder(
-            interval, HEADER_SIZE, internal=True, on_eos="include", path=self.path
-        )
-        states: dict[tuple[str, int], StreamState] = {}
-        trailing_eos: tuple[int, StreamState | None] | None = None
-        at = HEADER_SIZE
-        while True:
-            try:
-                batch = decoder.next_messages(4096)
-            except StreamFormatError as exc:
-                exc.add_note(f"{self.path}: {repair_hint(self.path)}")
-                raise
-            for message in batch:
-                state = states.get((message.stream_key, message.shard))
-                if message.is_eos:
-                    trailing_eos = (message.offset, None if state is None else state.copy())
-                else:
-                    trailing_eos = None
-                if state is None:
-                    state = states[(message.stream_key, message.shard)] = StreamState(
-                        message.stream_key, message.shard
-                    )
-                state.seq = max(state.seq, message.seq)
-                state.ts = max(state.ts, message.timestamp_ms)
-                state.crcs.append(crc16(message.payload))
-            if batch:
-                continue  # until a call returns nothing: that call raises on corruption
-            if at >= size:
-                break
-            data = os.pread(self._fd, READ_CHUNK, at)
-            if not data:
-                break
-            at += len(data)
-            decoder.feed(data)
-        position = decoder.offset
-        if size > position:
-            # The file ends inside a frame or beacon. Cut it away only if it provably holds no
-            # message (a write cut short by a crash): a damaged length field looks the same.
-            check_cut_tail(
-                self._read,
-                interval,
-                position,
-                size,
-                path=self.path,
-                streams={k: (s.seq, s.ts) for k, s in states.items()},
-            )
-            os.ftruncate(self._fd, position)
-        if trailing_eos is not None:
-            position, before = trailing_eos
-            key = (before.key, before.shard) if before else None
-            internal = [k for k in states if k[0] == "SEA_STREAMER_INTERNAL" and k[1] == 0]
-            for k in internal:
-                del states[k]
-            if before is not None and key is not None:
-                states[key] = before
-            self._overwrite_at = position
-        encoder = FrameEncoder(interval, position, path=self.path)
-        encoder.restore(list(states.values()))
-        return encoder
-
-    def _read(self, offset: int, n: int) -> bytes:
-        return os.pread(self._fd, n, offset)
-
-    # -- writing ---------------------------------------------------------------------------------
+    # -- state -----------------------------------------------------------------------------------
 
     @property
     def offset(self) -> int:
@@ -201,20 +177,27 @@ class StreamWriter:
         return self.header.beacon_interval
 
     def last_sequences(self) -> dict[tuple[str, int], int]:
-        """The highest sequence number of every (key, shard) the file holds, or was written."""
+        """The highest sequence number of every (key, shard) the file held when this writer last
+        wrote or caught up with it, or that it has buffered since."""
         return {(state.key, state.shard): state.seq for state in self._encoder.streams()}
 
     def last_seq(self, key: str, shard: int = 0) -> int:
-        """The highest sequence number written to (key, shard); 0 if none."""
-        return self._encoder.stream(key, shard).seq
+        """The highest sequence number of (key, shard), as :meth:`last_sequences`; 0 if none."""
+        state = self._encoder.current(key, shard)
+        return 0 if state is None else state.seq
+
+    # -- buffering -------------------------------------------------------------------------------
 
     def append(
         self, key: str, payload: bytes, timestamp_ms: int | None = None
     ) -> tuple[int, int, int]:
-        """Append the next message of ``key`` (shard 0); returns (seq, timestamp_ms, offset).
+        """Buffer the next message of ``key`` (shard 0); returns (seq, timestamp_ms, offset).
 
-        The sequence number is the stream's last plus one; the timestamp defaults to now. The
-        message is buffered: :meth:`flush` makes it visible to followers.
+        The sequence number is the stream's last plus one; the timestamp defaults to now.
+        :meth:`flush` makes it visible to followers. If another writer appends to the file
+        before that, the flush numbers this message after theirs, so the seq and offset
+        returned here are final only for a file nobody else writes: use :meth:`publish` for
+        final ones.
         """
         if self._closed:
             raise WriterClosedError("append to a closed writer", path=self.path)
@@ -228,9 +211,10 @@ class StreamWriter:
     def write_message(
         self, key: str, shard: int, seq: int, timestamp_ms: int, payload: bytes
     ) -> int:
-        """Write a message with the exact shard and sequence number given (fixtures, tools).
+        """Buffer a message with the exact shard and sequence number given (fixtures, tools).
 
-        Returns its offset. Beacons record the highest sequence number seen per stream.
+        Returns its offset (final as :meth:`append`'s). Beacons record the highest sequence
+        number seen per stream.
         """
         if self._closed:
             raise WriterClosedError("write to a closed writer", path=self.path)
@@ -240,25 +224,156 @@ class StreamWriter:
         return offset
 
     def write_eos(self, timestamp_ms: int | None = None) -> int:
-        """Write the end-of-stream message (buffered); returns its offset."""
+        """Buffer the end-of-stream message; returns its offset."""
         if self._closed:
             raise WriterClosedError("write to a closed writer", path=self.path)
         return self._encoder.write_eos(now_ms() if timestamp_ms is None else timestamp_ms)
 
+    # -- writing out (under the lock) ------------------------------------------------------------
+
     def flush(self) -> None:
-        """Write out everything buffered, so followers see it. Does not fsync."""
+        """Write out everything buffered, so followers see it. Does not fsync.
+
+        Waits (blocking this thread) while another writer appends. If the write itself fails,
+        what was buffered is dropped (part of it may have reached the file).
+        """
         if self._closed:
             raise WriterClosedError("flush of a closed writer", path=self.path)
-        data = self._encoder.take()
+        if not self._encoder.buffered:
+            return
+        self._acquire()
+        try:
+            self._flush_locked()
+        finally:
+            self._lock.release()
+
+    async def aflush(self) -> None:
+        """As :meth:`flush`, waiting for the lock in a worker thread (cancellable: a cancelled
+        call wrote nothing, and what was buffered stays buffered)."""
+        if self._closed:
+            raise WriterClosedError("flush of a closed writer", path=self.path)
+        if not self._encoder.buffered:
+            await trio.lowlevel.checkpoint()
+            return
+        await self._acquire_async()
+        try:
+            self._flush_locked()
+        finally:
+            self._lock.release()
+
+    def publish(self, key: str, payload: bytes, timestamp_ms: int | None = None) -> Receipt:
+        """Append one message of ``key`` and write it out now, with anything buffered before it;
+        returns its final :class:`Receipt`. Blocks this thread while another writer appends."""
+        return self.publish_many([(key, payload, timestamp_ms)])[0]
+
+    def publish_many(self, items: Iterable[Item]) -> list[Receipt]:
+        """Append ``(key, payload, timestamp_ms or None)`` items and write them out now, in one
+        append under the lock; returns their final receipts. A bad item (key, timestamp, size)
+        raises before anything is written."""
+        checked = self._check(items)
+        self._acquire()
+        try:
+            return self._publish_locked(checked)
+        finally:
+            self._lock.release()
+
+    async def apublish(self, key: str, payload: bytes, timestamp_ms: int | None = None) -> Receipt:
+        """As :meth:`publish`, waiting for the lock in a worker thread. Cancellable while it
+        waits; a cancelled call appended nothing."""
+        return (await self.apublish_many([(key, payload, timestamp_ms)]))[0]
+
+    async def apublish_many(self, items: Iterable[Item]) -> list[Receipt]:
+        """As :meth:`publish_many`, waiting for the lock in a worker thread (cancellable; a
+        cancelled call appended nothing)."""
+        checked = self._check(items)
+        await self._acquire_async()
+        try:
+            return self._publish_locked(checked)
+        finally:
+            self._lock.release()
+
+    def _check(self, items: Iterable[Item]) -> list[tuple[str, bytes, int]]:
+        if self._closed:
+            raise WriterClosedError("publish to a closed writer", path=self.path)
+        checked = []
+        now = now_ms()
+        for key, payload, timestamp_ms in items:
+            encode_key(key)
+            if not isinstance(payload, bytes):
+                raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
+            if len(payload) > MAX_PAYLOAD_BYTES:
+                raise StreamFormatError(
+                    f"payload of {len(payload)} bytes exceeds 4 GiB", path=self.path
+                )
+            ts = now if timestamp_ms is None else timestamp_ms
+            if not 0 <= ts <= MAX_TIMESTAMP_MS:
+                raise TimestampRangeError(
+                    f"timestamp {ts} ms outside 0..{MAX_TIMESTAMP_MS}", path=self.path
+                )
+            checked.append((key, payload, ts))
+        return checked
+
+    def _acquire(self) -> None:
+        if self._exclusive is None:
+            self._lock.acquire()
+
+    async def _acquire_async(self) -> None:
+        if self._exclusive is None:
+            await self._lock.acquire_async()
+        else:
+            await trio.lowlevel.checkpoint_if_cancelled()
+
+    def _publish_locked(self, items: list[tuple[str, bytes, int]]) -> list[Receipt]:
+        self._sync(self._stat())
+        append = self._encoder.append
+        receipts = []
+        for key, payload, ts in items:
+            seq, offset = append(key, payload, ts)
+            receipts.append(Receipt(key, seq, ts, offset))
+        self._write_out()
+        return receipts
+
+    def _flush_locked(self) -> None:
+        self._sync(self._stat())
+        self._write_out()
+
+    def _stat(self) -> int:
+        st = os.fstat(self._fd)
+        if st.st_nlink == 0:
+            self._encoder.discard()  # nothing can reach a removed file
+            raise FileRemovedError("stream file was removed from disk", path=self.path)
+        return st.st_size
+
+    def _sync(self, size: int) -> None:
+        """Catch up with what other writers appended since this one last wrote (lock held)."""
+        encoder = self._encoder
+        if size == encoder.committed_offset:
+            return
+        batch = encoder.rollback()
+        try:
+            if size < encoder.committed_offset:
+                # The file was cut shorter (a repair): count it again from the start.
+                self._encoder = encoder = self._new_encoder()
+            self._overwrite_at = catch_up(self._fd, encoder, size, path=self.path).overwrite_at
+        finally:
+            self._flushed = encoder.committed_offset
+            encoder.replay(batch)
+
+    def _write_out(self) -> None:
+        encoder = self._encoder
+        data = encoder.take()
         if not data:
             return
-        if os.fstat(self._fd).st_nlink == 0:
-            raise FileRemovedError("stream file was removed from disk", path=self.path)
-        if self._overwrite_at is not None:
-            os.ftruncate(self._fd, self._overwrite_at)
-            self._overwrite_at = None
-        self._write_at(data, self._flushed)
-        self._flushed += len(data)
+        try:
+            if self._overwrite_at is not None:
+                os.ftruncate(self._fd, self._overwrite_at)
+                self._overwrite_at = None
+            self._write_at(data, encoder.committed_offset)
+        except BaseException:
+            encoder.discard()
+            raise
+        encoder.commit()
+        self._flushed = encoder.committed_offset
 
     def _write_at(self, data: bytes, offset: int) -> None:
         view = memoryview(data)
@@ -279,37 +394,43 @@ class StreamWriter:
         return self._closed
 
     def close(self, *, eos: bool = False, eos_timestamp_ms: int | None = None) -> None:
-        """Optionally write end-of-stream, flush, fsync, unlock and close (blocking)."""
+        """Optionally write end-of-stream, flush, fsync and close (blocking)."""
         if self._closed:
             return
         try:
-            self._finish(eos, eos_timestamp_ms)
+            if eos:
+                self.write_eos(eos_timestamp_ms)
+            if self._encoder.buffered:
+                self.flush()
             os.fsync(self._fd)
         finally:
             self._release()
 
     async def aclose(self, *, eos: bool = False, eos_timestamp_ms: int | None = None) -> None:
-        """As :meth:`close`, with the fsync in a worker thread; always completes (shielded)."""
+        """As :meth:`close`, waiting for the lock and fsyncing in worker threads; always
+        completes (shielded)."""
         if self._closed:
             await trio.lowlevel.checkpoint()
             return
         with trio.CancelScope(shield=True):
             try:
-                self._finish(eos, eos_timestamp_ms)
+                if eos:
+                    self.write_eos(eos_timestamp_ms)
+                if self._encoder.buffered:
+                    await self.aflush()
                 await trio.to_thread.run_sync(os.fsync, self._fd)
             finally:
                 self._release()
 
-    def _finish(self, eos: bool, eos_timestamp_ms: int | None) -> None:
-        if eos:
-            self.write_eos(eos_timestamp_ms)
-        if self._encoder.buffered:
-            self.flush()
-
     def _release(self) -> None:
         self._closed = True
+        self._lock.release()
+        exclusive, self._exclusive = self._exclusive, None
+        if exclusive is not None:
+            os.close(exclusive)
         fd, self._fd = self._fd, -1
-        os.close(fd)  # closing the descriptor drops the flock
+        if fd >= 0:
+            os.close(fd)
 
     def __enter__(self) -> StreamWriter:
         return self
@@ -345,6 +466,18 @@ class WriterHandle(AsyncClosing):
     def flush(self) -> None:
         """See :meth:`StreamWriter.flush`."""
         self.writer.flush()
+
+    async def apublish(self, key: str, payload: bytes, timestamp_ms: int | None = None) -> Receipt:
+        """See :meth:`StreamWriter.apublish`."""
+        if self._closed:
+            raise WriterClosedError("publish through a closed handle", path=self.path)
+        return await self.writer.apublish(key, payload, timestamp_ms)
+
+    async def apublish_many(self, items: Iterable[Item]) -> list[Receipt]:
+        """See :meth:`StreamWriter.apublish_many`."""
+        if self._closed:
+            raise WriterClosedError("publish through a closed handle", path=self.path)
+        return await self.writer.apublish_many(items)
 
     def close(self, *, eos: bool = False) -> None:
         """Release this share; the last one closes the file (with EOS if any share asked)."""
