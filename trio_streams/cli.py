@@ -29,15 +29,15 @@ EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 
 
 def _registrars() -> list[Registrar]:
-    from . import cli_run
+    from . import cli_publish, cli_run
     from .file.cli import register as register_file
 
-    return [cli_run.register, register_file]
+    return [cli_run.register, cli_publish.register, register_file]
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="trio-streams", description="Run and inspect trio-streams services."
+        prog="trio-streams", description="Run, feed and inspect trio-streams services."
     )
     parser.add_argument("--version", action="version", version=f"trio-streams {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
