@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 
 import trio
@@ -19,7 +20,7 @@ from trio_streams.file.reader import FileReader
 from .support import COMMAND, ROOT, cli, stream_file
 
 
-def _messages(path: Path) -> list[tuple[str, int, bytes, dict[str, str]]]:
+def _messages(path: Path) -> list[tuple[str, int, bytes, Mapping[str, str]]]:
     with FileReader(path) as reader:
         return [(m.stream_key, m.seq, *open_envelope(m.payload)) for m in reader]
 

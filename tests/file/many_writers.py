@@ -74,6 +74,7 @@ def _crash(writer: StreamWriter, args: argparse.Namespace, n: int, batch: int) -
     lock = writer._lock
     lock.acquire()
     writer._sync(os.fstat(writer._fd).st_size)
+    writer._encode_pending()
     data = writer._encoder.take()
     os.pwrite(writer._fd, data[: len(data) // 2], writer._encoder.committed_offset)
     os.kill(os.getpid(), signal.SIGKILL)

@@ -121,6 +121,7 @@ def test_a_tail_cut_by_a_crashed_writer_is_truncated_and_the_file_continued(
     for n in range(20):
         crashed.append("k", b"lost %d" % n + bytes(100))
     crashed._sync(os.fstat(crashed._fd).st_size)
+    crashed._encode_pending()
     data = crashed._encoder.take()
     good = path.stat().st_size
     os.pwrite(crashed._fd, data[: len(data) // 2 + 7], crashed._encoder.committed_offset)

@@ -22,7 +22,10 @@ What the bytes may end with, as the stream-file contract says for reopening a fi
   the file unchanged. In every case the encoder has counted what decoded before the error, so a
   later append after a repair continues from there.
 
-This costs what decoding the new bytes costs, and nothing when nobody else wrote.
+This costs what decoding the new bytes costs, and nothing when nobody else wrote. Most of it can
+be done before taking the lock (``settled=True``): frames another writer finished never change,
+so a writer that finds the file grown decodes what is complete while others append, and then
+holds the lock only for the rest.
 """
 
 from __future__ import annotations
@@ -54,17 +57,25 @@ class CatchUp:
     overwrite_at: int | None
 
 
-def catch_up(fd: int, encoder: FrameEncoder, size: int, *, path: str) -> CatchUp:
+def catch_up(
+    fd: int, encoder: FrameEncoder, size: int, *, path: str, settled: bool = False
+) -> CatchUp:
     """Count into ``encoder`` the file's bytes from its committed offset up to ``size``.
 
     The caller holds the file's lock and ``encoder`` holds no batch (see
     :meth:`~trio_streams.file.encoder.FrameEncoder.rollback`). Raises the
     :class:`~trio_streams.file.errors.StreamFormatError` of what does not decode; the encoder
     then stands after the last message that did.
+
+    ``settled=True``, without the lock: count only what no writer can change any more — the
+    complete frames before the first end-of-stream message (a later append may overwrite it) —
+    and stop quietly at anything else; the catch-up under the lock does the rest.
     """
     start = encoder.committed_offset
     interval = encoder.beacon_interval
-    decoder = FrameDecoder(interval, start, internal=True, on_eos="include", path=path)
+    decoder = FrameDecoder(
+        interval, start, internal=True, on_eos="hold" if settled else "include", path=path
+    )
     observe = encoder.observe
     count = 0
     trailing_eos = None
@@ -74,6 +85,8 @@ def catch_up(fd: int, encoder: FrameEncoder, size: int, *, path: str) -> CatchUp
             try:
                 batch = decoder.next_messages(4096)
             except StreamFormatError as exc:
+                if settled:
+                    break
                 exc.add_note(f"{path}: {repair_hint(path)}")
                 raise
             for key, shard, seq, ts, payload, offset in batch:
@@ -85,7 +98,7 @@ def catch_up(fd: int, encoder: FrameEncoder, size: int, *, path: str) -> CatchUp
             count += len(batch)
             if batch:
                 continue  # until a call returns nothing: that call raises on corruption
-            if at >= size:
+            if at >= size or decoder.held_eos is not None:
                 break
             data = os.pread(fd, min(READ_CHUNK, size - at), at)
             if not data:
@@ -97,6 +110,8 @@ def catch_up(fd: int, encoder: FrameEncoder, size: int, *, path: str) -> CatchUp
         encoder.move_to(decoder.offset)
     position = decoder.offset
     truncated = 0
+    if settled:
+        return CatchUp(count, 0, None)
     if size > position:
         # The file ends inside a frame or beacon. Cut it away only if it provably holds no
         # message (a write cut short by a crash): a damaged length field looks the same.

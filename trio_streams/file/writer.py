@@ -16,6 +16,13 @@ The numbers :meth:`StreamWriter.append` returns are those the message gets *unle
 writer appends before this one flushes; :meth:`StreamWriter.publish` (and its async and batch
 kin) append under the lock and return final :class:`Receipt` values.
 
+While others keep appending (the last flush had to catch up), a writer stops encoding messages
+as they are appended — the work would be thrown away — and only buffers them; its flush first
+counts, without the lock, what the others finished writing, then takes the lock, counts the
+little appended meanwhile, encodes its messages and writes them. So the lock is held for the
+encoding and the write, not for decoding the others' messages. The first flush that finds nobody
+else wrote returns the writer to encoding on append.
+
 **Reopening** an existing file is the same catch-up from the header on (this deliberately
 differs from upstream): each stream's sequence numbers and the beacons' running checksums and
 round-robin continue from their true values; the write position is after the last complete
@@ -135,6 +142,12 @@ class StreamWriter:
         self._exclusive: int | None = None
         #: Where a trailing end-of-stream message starts that the next write overwrites.
         self._overwrite_at: int | None = None
+        #: Others appended before the last flush: buffer messages unencoded (see module docs).
+        self._contended = False
+        #: Messages buffered unencoded, and what numbers and bytes they will take (provisional).
+        self._pending: list[tuple[str, bytes, int]] = []
+        self._pending_seqs: dict[str, int] = {}
+        self._pending_bytes = 0
         try:
             if exclusive:
                 self._exclusive = hold_exclusively(self._fd, self.path)
@@ -160,6 +173,7 @@ class StreamWriter:
             self._release()
             raise
         self._flushed = self._encoder.committed_offset
+        self._contended = False  # counting the file at open is not others appending
         self._encoder.beacon_now()
 
     def _new_encoder(self) -> FrameEncoder:
@@ -179,10 +193,12 @@ class StreamWriter:
     def last_sequences(self) -> dict[tuple[str, int], int]:
         """The highest sequence number of every (key, shard) the file held when this writer last
         wrote or caught up with it, or that it has buffered since."""
+        self._encode_pending()
         return {(state.key, state.shard): state.seq for state in self._encoder.streams()}
 
     def last_seq(self, key: str, shard: int = 0) -> int:
         """The highest sequence number of (key, shard), as :meth:`last_sequences`; 0 if none."""
+        self._encode_pending()
         state = self._encoder.current(key, shard)
         return 0 if state is None else state.seq
 
@@ -203,10 +219,49 @@ class StreamWriter:
             raise WriterClosedError("append to a closed writer", path=self.path)
         if timestamp_ms is None:
             timestamp_ms = time.time_ns() // 1_000_000
+        if self._contended:
+            return self._defer(key, payload, timestamp_ms)
         seq, offset = self._encoder.append(key, payload, timestamp_ms)
         if self._encoder.offset - self._flushed >= AUTO_FLUSH_BYTES:
             self.flush()
         return seq, timestamp_ms, offset
+
+    def _defer(self, key: str, payload: bytes, timestamp_ms: int) -> tuple[int, int, int]:
+        """Buffer a message unencoded; its provisional numbers (the offset leaves beacons out)."""
+        if not 0 <= timestamp_ms <= MAX_TIMESTAMP_MS:
+            raise TimestampRangeError(
+                f"timestamp {timestamp_ms} ms outside 0..{MAX_TIMESTAMP_MS}", path=self.path
+            )
+        if len(payload) > MAX_PAYLOAD_BYTES:
+            raise StreamFormatError(
+                f"payload of {len(payload)} bytes exceeds 4 GiB", path=self.path
+            )
+        seqs = self._pending_seqs
+        seq = seqs.get(key)
+        if seq is None:
+            state = self._encoder.current(key)
+            if state is None:
+                encode_key(key)  # a new key: refuse it now, not in the middle of the flush
+            seq = 0 if state is None else state.seq
+        seqs[key] = seq = seq + 1
+        offset = self._encoder.offset + self._pending_bytes
+        self._pending.append((key, payload, timestamp_ms))
+        self._pending_bytes += len(key) + len(payload) + 32
+        if self._pending_bytes >= AUTO_FLUSH_BYTES:
+            self.flush()
+        return seq, timestamp_ms, offset
+
+    def _encode_pending(self) -> None:
+        """Encode the messages buffered unencoded (before anything buffered after them)."""
+        pending = self._pending
+        if not pending:
+            return
+        self._pending, self._pending_seqs, self._pending_bytes = [], {}, 0
+        encoder = self._encoder
+        encoder.beacon_now()
+        append = encoder.append
+        for key, payload, ts in pending:
+            append(key, payload, ts)
 
     def write_message(
         self, key: str, shard: int, seq: int, timestamp_ms: int, payload: bytes
@@ -218,6 +273,7 @@ class StreamWriter:
         """
         if self._closed:
             raise WriterClosedError("write to a closed writer", path=self.path)
+        self._encode_pending()
         offset = self._encoder.write(key, shard, seq, timestamp_ms, payload)
         if self._encoder.offset - self._flushed >= AUTO_FLUSH_BYTES:
             self.flush()
@@ -227,7 +283,13 @@ class StreamWriter:
         """Buffer the end-of-stream message; returns its offset."""
         if self._closed:
             raise WriterClosedError("write to a closed writer", path=self.path)
+        self._encode_pending()
         return self._encoder.write_eos(now_ms() if timestamp_ms is None else timestamp_ms)
+
+    @property
+    def buffered(self) -> bool:
+        """Whether messages wait for :meth:`flush`."""
+        return bool(self._pending) or self._encoder.buffered
 
     # -- writing out (under the lock) ------------------------------------------------------------
 
@@ -239,8 +301,10 @@ class StreamWriter:
         """
         if self._closed:
             raise WriterClosedError("flush of a closed writer", path=self.path)
-        if not self._encoder.buffered:
+        if not self.buffered:
             return
+        self._contended = False
+        self._prepare()
         self._acquire()
         try:
             self._flush_locked()
@@ -252,9 +316,11 @@ class StreamWriter:
         call wrote nothing, and what was buffered stays buffered)."""
         if self._closed:
             raise WriterClosedError("flush of a closed writer", path=self.path)
-        if not self._encoder.buffered:
+        if not self.buffered:
             await trio.lowlevel.checkpoint()
             return
+        self._contended = False
+        self._prepare()
         await self._acquire_async()
         try:
             self._flush_locked()
@@ -271,6 +337,8 @@ class StreamWriter:
         append under the lock; returns their final receipts. A bad item (key, timestamp, size)
         raises before anything is written."""
         checked = self._check(items)
+        self._contended = False
+        self._prepare()
         self._acquire()
         try:
             return self._publish_locked(checked)
@@ -286,6 +354,9 @@ class StreamWriter:
         """As :meth:`publish_many`, waiting for the lock in a worker thread (cancellable; a
         cancelled call appended nothing)."""
         checked = self._check(items)
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._contended = False
+        self._prepare()
         await self._acquire_async()
         try:
             return self._publish_locked(checked)
@@ -323,8 +394,23 @@ class StreamWriter:
         else:
             await trio.lowlevel.checkpoint_if_cancelled()
 
+    def _prepare(self) -> None:
+        """Before taking the lock: count what others finished appending since this writer last
+        wrote (without the lock; nothing else if a batch is encoded already)."""
+        encoder = self._encoder
+        if self._exclusive is not None or encoder.buffered:
+            return
+        size = os.fstat(self._fd).st_size
+        if size > encoder.committed_offset:
+            self._contended = True
+            catch_up(self._fd, encoder, size, path=self.path, settled=True)
+            self._flushed = encoder.committed_offset
+            encoder.beacon_now()
+
     def _publish_locked(self, items: list[tuple[str, bytes, int]]) -> list[Receipt]:
         self._sync(self._stat())
+        self._encode_pending()
+        self._encoder.beacon_now()
         append = self._encoder.append
         receipts = []
         for key, payload, ts in items:
@@ -335,6 +421,7 @@ class StreamWriter:
 
     def _flush_locked(self) -> None:
         self._sync(self._stat())
+        self._encode_pending()
         self._write_out()
 
     def _stat(self) -> int:
@@ -349,6 +436,7 @@ class StreamWriter:
         encoder = self._encoder
         if size == encoder.committed_offset:
             return
+        self._contended = True
         batch = encoder.rollback()
         try:
             if size < encoder.committed_offset:
@@ -400,7 +488,7 @@ class StreamWriter:
         try:
             if eos:
                 self.write_eos(eos_timestamp_ms)
-            if self._encoder.buffered:
+            if self.buffered:
                 self.flush()
             os.fsync(self._fd)
         finally:
@@ -416,7 +504,7 @@ class StreamWriter:
             try:
                 if eos:
                     self.write_eos(eos_timestamp_ms)
-                if self._encoder.buffered:
+                if self.buffered:
                     await self.aflush()
                 await trio.to_thread.run_sync(os.fsync, self._fd)
             finally:
