@@ -8,7 +8,7 @@ aim (400k msgs/s) and the upstream Rust writer's figure, as references.
 
 Then many writers: 1, 2 and 4 writer processes append the same total to one file (one key, so
 every flush of one finds the others' appends and catches up on them), started together; their
-aggregate rate (messages over the wall time from the start signal to the last exit) against the
+aggregate rate (messages over the wall time from the start signal to the last close) against the
 single in-process writer above. Last, the CRC16/CDMA2000 candidates on 1M 100-byte payloads.
 """
 
@@ -79,6 +79,7 @@ def _child(path: str, count: int) -> None:
         if i % 1000 == 999:
             writer.flush()
     writer.close()
+    print("done", flush=True)
 
 
 def processes_write(path: Path, count: int, processes: int) -> int:
@@ -102,10 +103,12 @@ def processes_write(path: Path, count: int, processes: int) -> int:
         assert child.stdin is not None
         child.stdin.write("go\n")
         child.stdin.flush()
+    for child in children:  # done once the last has closed (its interpreter's exit left out)
+        assert child.stdout is not None and child.stdout.readline() == "done\n"
+    elapsed = time.perf_counter() - start
     for child in children:
         child.communicate(timeout=600)
         assert child.returncode == 0
-    elapsed = time.perf_counter() - start
     return round(count // processes * processes / elapsed)
 
 

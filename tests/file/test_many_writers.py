@@ -248,3 +248,45 @@ async def test_a_publish_cancelled_while_it_waits_for_the_lock_appends_nothing(
     assert (await writer.apublish("k", b"after")).seq == 2
     await writer.aclose()
     assert [p for _, _, p in _decoded(path)] == [b"next", b"after"]
+
+
+async def test_messages_appended_while_a_flush_waits_for_the_lock_keep_their_order(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "order.ss"
+    writer, other = StreamWriter(path, beacon_interval=1024), StreamWriter(path)
+    writer.append("k", b"1")
+    other.publish("k", b"x")
+    writer.flush()  # it had to catch up: it now buffers unencoded
+    writer.append("k", b"2")
+    fd = os.open(path, os.O_RDONLY)
+    lock = hold_exclusively(fd, str(path))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(writer.aflush)
+        await trio.testing.wait_all_tasks_blocked()
+        writer.append("k", b"3")  # while the flush waits
+        other.append("k", b"y")  # buffered by the other writer, flushed after
+        os.close(lock)
+    os.close(fd)
+    other.flush()
+    writer.append("k", b"4")
+    writer.close()
+    other.close()
+    assert [p for _, _, p in _decoded(path)] == [b"x", b"1", b"2", b"3", b"y", b"4"]
+    _dense(path)
+    assert path.read_bytes() == reencoded(path)
+
+
+def test_a_writer_alone_again_encodes_on_append(tmp_path: Path) -> None:
+    path = tmp_path / "alone.ss"
+    writer = StreamWriter(path, beacon_interval=1024)
+    with StreamWriter(path) as other:
+        other.publish("k", b"x")
+    writer.append("k", b"1")
+    writer.flush()  # caught up
+    assert writer.append("k", b"2")[0] == 3
+    writer.flush()  # nobody else wrote
+    seq, _, offset = writer.append("k", b"3")
+    assert (seq, offset) == (4, writer.offset - 34)
+    writer.close()
+    assert [p for _, _, p in _decoded(path)] == [b"x", b"1", b"2", b"3"]

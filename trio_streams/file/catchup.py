@@ -76,7 +76,6 @@ def catch_up(
     decoder = FrameDecoder(
         interval, start, internal=True, on_eos="hold" if settled else "include", path=path
     )
-    observe = encoder.observe
     count = 0
     trailing_eos = None
     at = start
@@ -89,12 +88,19 @@ def catch_up(
                     break
                 exc.add_note(f"{path}: {repair_hint(path)}")
                 raise
-            for key, shard, seq, ts, payload, offset in batch:
-                if payload == EOS_PAYLOAD and key == INTERNAL_KEY:
-                    trailing_eos = (offset, encoder.mark())
-                else:
-                    trailing_eos = None
-                observe(key, shard, seq, ts, crc16(payload))
+            if not batch:
+                pass
+            elif batch[-1].payload == EOS_PAYLOAD and batch[-1].stream_key == INTERNAL_KEY:
+                # Possibly the file's last message: what it changes must be taken back then.
+                *before, last = batch
+                encoder.observe_messages(before)
+                trailing_eos = (last.offset, encoder.mark())
+                encoder.observe(
+                    last.stream_key, last.shard, last.seq, last.timestamp_ms, crc16(last.payload)
+                )
+            else:
+                trailing_eos = None
+                encoder.observe_messages(batch)
             count += len(batch)
             if batch:
                 continue  # until a call returns nothing: that call raises on corruption

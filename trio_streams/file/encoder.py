@@ -215,6 +215,20 @@ class FrameEncoder:
             state.ts = timestamp_ms
         state.crcs.append(payload_crc)
 
+    def observe_messages(self, messages: list[Message]) -> None:
+        """:meth:`observe` each of ``messages`` (decoded, so their checksums are right)."""
+        get = self._committed.get
+        for key, shard, seq, timestamp_ms, payload, _ in messages:
+            state = get((key, shard))
+            if state is None:
+                self.observe(key, shard, seq, timestamp_ms, crc16(payload))
+                continue
+            if seq > state.seq:
+                state.seq = seq
+            if timestamp_ms > state.ts:
+                state.ts = timestamp_ms
+            state.crcs.append(crc16(payload))
+
     def mark(self) -> StreamState | None:
         """What :meth:`forget_eos` needs to take back an end-of-stream message observed next."""
         state = self._committed.get((INTERNAL_KEY, 0))

@@ -144,6 +144,8 @@ class StreamWriter:
         self._overwrite_at: int | None = None
         #: Others appended before the last flush: buffer messages unencoded (see module docs).
         self._contended = False
+        #: Whether the flush under way found others' appends.
+        self._others_appended = False
         #: Messages buffered unencoded, and what numbers and bytes they will take (provisional).
         self._pending: list[tuple[str, bytes, int]] = []
         self._pending_seqs: dict[str, int] = {}
@@ -303,7 +305,6 @@ class StreamWriter:
             raise WriterClosedError("flush of a closed writer", path=self.path)
         if not self.buffered:
             return
-        self._contended = False
         self._prepare()
         self._acquire()
         try:
@@ -319,7 +320,6 @@ class StreamWriter:
         if not self.buffered:
             await trio.lowlevel.checkpoint()
             return
-        self._contended = False
         self._prepare()
         await self._acquire_async()
         try:
@@ -337,7 +337,6 @@ class StreamWriter:
         append under the lock; returns their final receipts. A bad item (key, timestamp, size)
         raises before anything is written."""
         checked = self._check(items)
-        self._contended = False
         self._prepare()
         self._acquire()
         try:
@@ -355,7 +354,6 @@ class StreamWriter:
         cancelled call appended nothing)."""
         checked = self._check(items)
         await trio.lowlevel.checkpoint_if_cancelled()
-        self._contended = False
         self._prepare()
         await self._acquire_async()
         try:
@@ -397,12 +395,14 @@ class StreamWriter:
     def _prepare(self) -> None:
         """Before taking the lock: count what others finished appending since this writer last
         wrote (without the lock; nothing else if a batch is encoded already)."""
+        self._others_appended = False
         encoder = self._encoder
         if self._exclusive is not None or encoder.buffered:
             return
         size = os.fstat(self._fd).st_size
         if size > encoder.committed_offset:
-            self._contended = True
+            # Buffer unencoded from now on (what is buffered already stays before it).
+            self._contended = self._others_appended = True
             catch_up(self._fd, encoder, size, path=self.path, settled=True)
             self._flushed = encoder.committed_offset
             encoder.beacon_now()
@@ -417,12 +417,21 @@ class StreamWriter:
             seq, offset = append(key, payload, ts)
             receipts.append(Receipt(key, seq, ts, offset))
         self._write_out()
+        self._settle_mode()
         return receipts
 
     def _flush_locked(self) -> None:
         self._sync(self._stat())
         self._encode_pending()
         self._write_out()
+        self._settle_mode()
+
+    def _settle_mode(self) -> None:
+        """After a write: encode on append again if nobody else appended during this flush.
+
+        Only here, with nothing buffered unencoded, may the writer go back to encoding on
+        append (what it buffers unencoded must come after what it encoded)."""
+        self._contended = self._others_appended
 
     def _stat(self) -> int:
         st = os.fstat(self._fd)
@@ -436,7 +445,7 @@ class StreamWriter:
         encoder = self._encoder
         if size == encoder.committed_offset:
             return
-        self._contended = True
+        self._contended = self._others_appended = True
         batch = encoder.rollback()
         try:
             if size < encoder.committed_offset:
