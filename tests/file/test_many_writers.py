@@ -290,3 +290,32 @@ def test_a_writer_alone_again_encodes_on_append(tmp_path: Path) -> None:
     assert (seq, offset) == (4, writer.offset - 34)
     writer.close()
     assert [p for _, _, p in _decoded(path)] == [b"x", b"1", b"2", b"3"]
+
+
+async def test_a_durable_consumer_resumes_while_another_writer_keeps_appending(
+    tmp_path: Path,
+) -> None:
+    from .apps import write_numbers
+    from .test_durable import _durable_app
+
+    path = tmp_path / "s.ss"
+    write_numbers(path, 30)
+    other = StreamWriter(path)
+
+    async def feed(first: int, last: int) -> None:
+        for n in range(first, last + 1):
+            assert other.publish("s", b"%d" % n).seq == n
+            await trio.lowlevel.checkpoint()
+
+    first: list[int] = []
+    app, watch = _durable_app(path, first, 40)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(feed, 31, 60)
+        await watch.run_to_end(app)
+    second: list[int] = []
+    app, watch = _durable_app(path, second, 90 - len(first))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(feed, 61, 90)
+        await watch.run_to_end(app)
+    other.close()
+    assert sorted(first + second) == list(range(1, 91))  # no gap, no repeat

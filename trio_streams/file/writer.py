@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, final
 
@@ -144,6 +144,8 @@ class StreamWriter:
         self._overwrite_at: int | None = None
         #: Others appended before the last flush: buffer messages unencoded (see module docs).
         self._contended = False
+        #: What ``append`` encodes or buffers with (see :meth:`_use`).
+        self._encode: Callable[[str, bytes, int], tuple[int, int]]
         #: Whether the flush under way found others' appends.
         self._others_appended = False
         #: Messages buffered unencoded, and what numbers and bytes they will take (provisional).
@@ -175,7 +177,7 @@ class StreamWriter:
             self._release()
             raise
         self._flushed = self._encoder.committed_offset
-        self._contended = False  # counting the file at open is not others appending
+        self._use(contended=False)  # counting the file at open is not others appending
         self._encoder.beacon_now()
 
     def _new_encoder(self) -> FrameEncoder:
@@ -221,14 +223,17 @@ class StreamWriter:
             raise WriterClosedError("append to a closed writer", path=self.path)
         if timestamp_ms is None:
             timestamp_ms = time.time_ns() // 1_000_000
-        if self._contended:
-            return self._defer(key, payload, timestamp_ms)
-        seq, offset = self._encoder.append(key, payload, timestamp_ms)
+        seq, offset = self._encode(key, payload, timestamp_ms)
         if self._encoder.offset - self._flushed >= AUTO_FLUSH_BYTES:
             self.flush()
         return seq, timestamp_ms, offset
 
-    def _defer(self, key: str, payload: bytes, timestamp_ms: int) -> tuple[int, int, int]:
+    def _use(self, *, contended: bool) -> None:
+        """Encode on append (alone), or buffer unencoded (while others keep appending)."""
+        self._contended = contended
+        self._encode = self._defer if contended else self._encoder.append
+
+    def _defer(self, key: str, payload: bytes, timestamp_ms: int) -> tuple[int, int]:
         """Buffer a message unencoded; its provisional numbers (the offset leaves beacons out)."""
         if not 0 <= timestamp_ms <= MAX_TIMESTAMP_MS:
             raise TimestampRangeError(
@@ -251,7 +256,7 @@ class StreamWriter:
         self._pending_bytes += len(key) + len(payload) + 32
         if self._pending_bytes >= AUTO_FLUSH_BYTES:
             self.flush()
-        return seq, timestamp_ms, offset
+        return seq, offset
 
     def _encode_pending(self) -> None:
         """Encode the messages buffered unencoded (before anything buffered after them)."""
@@ -402,7 +407,8 @@ class StreamWriter:
         size = os.fstat(self._fd).st_size
         if size > encoder.committed_offset:
             # Buffer unencoded from now on (what is buffered already stays before it).
-            self._contended = self._others_appended = True
+            self._others_appended = True
+            self._use(contended=True)
             catch_up(self._fd, encoder, size, path=self.path, settled=True)
             self._flushed = encoder.committed_offset
             encoder.beacon_now()
@@ -431,7 +437,7 @@ class StreamWriter:
 
         Only here, with nothing buffered unencoded, may the writer go back to encoding on
         append (what it buffers unencoded must come after what it encoded)."""
-        self._contended = self._others_appended
+        self._use(contended=self._others_appended)
 
     def _stat(self) -> int:
         st = os.fstat(self._fd)
@@ -445,7 +451,8 @@ class StreamWriter:
         encoder = self._encoder
         if size == encoder.committed_offset:
             return
-        self._contended = self._others_appended = True
+        self._others_appended = True
+        self._use(contended=True)
         batch = encoder.rollback()
         try:
             if size < encoder.committed_offset:
@@ -454,6 +461,7 @@ class StreamWriter:
             self._overwrite_at = catch_up(self._fd, encoder, size, path=self.path).overwrite_at
         finally:
             self._flushed = encoder.committed_offset
+            self._use(contended=True)  # the encoder may be a new one
             encoder.replay(batch)
 
     def _write_out(self) -> None:
