@@ -12,10 +12,10 @@ folded into the register (one CRC call over their big-endian bytes) when a beaco
 Several writers may append to one file (each under the file's lock, see :mod:`.writer`), so what
 an encoder holds is in two parts: the state *committed* — as of the end of the file when this
 writer last wrote it or caught up with it — and the messages encoded since, not yet written.
-A stream's state is copied on the first message of a batch, so :meth:`FrameEncoder.rollback`
-can take the batch back (to encode it again after what another writer appended, see
-:mod:`.catchup`) and :meth:`FrameEncoder.commit` makes it the committed state once written; the
-common case, one writer, pays for one copy per stream per flush.
+A stream's state is updated in place; on the first message of a batch its values are noted, so
+:meth:`FrameEncoder.rollback` can take the batch back (to encode it again after what another
+writer appended, see :mod:`.catchup`) and :meth:`FrameEncoder.commit` forgets the notes once the
+batch is written; the common case, one writer, pays for one note per stream per flush.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class StreamState:
         """The running checksum including every payload so far."""
         if self.crcs:
             self.running = crc16(struct.pack(f">{len(self.crcs)}H", *self.crcs), self.running)
-            self.crcs.clear()
+            self.crcs = []  # a new list: a batch's undo note may hold the old one
         return self.running
 
     def copy(self) -> StreamState:
@@ -88,12 +88,13 @@ class FrameEncoder:
         self._markers = markers_per_beacon(beacon_interval)
         #: Total markers written to the file so far: drives the round-robin choice.
         self._beacon_count = 0
-        #: States as of the committed offset.
-        self._committed: dict[tuple[str, int], StreamState] = {}
-        #: States of the streams the uncommitted batch touched (copies of the committed ones).
+        #: Every stream's state, the uncommitted batch included.
         self._streams: dict[tuple[str, int], StreamState] = {}
-        #: Shard-0 entries of ``_streams`` by key: the producer path looks keys up here without
-        #: building a tuple.
+        #: What the streams the batch touched held before it (None: the batch created it):
+        #: (seq, ts, running, checksum list, its length).
+        self._undo: dict[tuple[str, int], tuple[int, int, int, list[int], int] | None] = {}
+        #: The shard-0 states the batch touched, by key: the producer path looks keys up here
+        #: without building a tuple.
         self._shard0: dict[str, StreamState] = {}
         self._order: list[tuple[bytes, int]] = []
         self._out: list[bytes] = []
@@ -108,25 +109,27 @@ class FrameEncoder:
 
     def stream(self, key: str, shard: int = 0) -> StreamState:
         """The state of (key, shard) the batch updates, created empty on first use (validating
-        the key); a copy of the committed state on the batch's first use."""
-        state = self._streams.get((key, shard))
-        if state is None:
-            committed = self._committed.get((key, shard))
-            if committed is not None:
-                state = committed.copy()
-            else:
-                state = StreamState(key, shard)
-                if self._order is self._committed_order:
-                    self._order = list(self._order)
-                bisect.insort(self._order, (key.encode(), shard))
-            self._streams[(key, shard)] = state
-            if shard == 0:
-                self._shard0[key] = state
+        the key); on the batch's first use its values are noted for :meth:`rollback`."""
+        stream = (key, shard)
+        state = self._streams.get(stream)
+        if stream in self._undo:
+            assert state is not None
+            return state
+        if state is not None:
+            self._undo[stream] = (state.seq, state.ts, state.running, state.crcs, len(state.crcs))
+        else:
+            state = self._streams[stream] = StreamState(key, shard)
+            self._undo[stream] = None
+            if self._order is self._committed_order:
+                self._order = list(self._order)
+            bisect.insort(self._order, (key.encode(), shard))
+        if shard == 0:
+            self._shard0[key] = state
         return state
 
     def current(self, key: str, shard: int = 0) -> StreamState | None:
         """The state of (key, shard) including the batch, without touching it; None if unknown."""
-        return self._streams.get((key, shard)) or self._committed.get((key, shard))
+        return self._streams.get((key, shard))
 
     def restore(self, states: list[StreamState]) -> None:
         """Continue from the states recovered by scanning an existing file."""
@@ -137,16 +140,14 @@ class FrameEncoder:
 
     def streams(self) -> list[StreamState]:
         """Every stream's current state, in the beacons' order."""
-        current = self.current
-        return [s for k, shard in self._order if (s := current(k.decode(), shard)) is not None]
+        return [self._streams[(k.decode(), shard)] for k, shard in self._order]
 
     # -- committing and taking back --------------------------------------------------------------
 
     def commit(self) -> None:
         """The batch was written: its states become the committed ones."""
-        if self._streams:
-            self._committed.update(self._streams)
-            self._streams = {}
+        if self._undo:
+            self._undo = {}
             self._shard0 = {}
         self._committed_order = self._order
         self.committed_offset = self.offset
@@ -177,7 +178,16 @@ class FrameEncoder:
     def discard(self) -> None:
         """Forget the batch not yet committed (it was not written)."""
         self._out.clear()
-        self._streams = {}
+        streams = self._streams
+        for stream, before in self._undo.items():
+            if before is None:
+                del streams[stream]
+                continue
+            state = streams[stream]
+            state.seq, state.ts, state.running, crcs, count = before
+            del crcs[count:]
+            state.crcs = crcs
+        self._undo = {}
         self._shard0 = {}
         self._order = self._committed_order
         self.offset = self.committed_offset
@@ -204,9 +214,9 @@ class FrameEncoder:
 
     def observe(self, key: str, shard: int, seq: int, timestamp_ms: int, payload_crc: int) -> None:
         """Count a message another writer appended, as if this encoder had written it."""
-        state = self._committed.get((key, shard))
+        state = self._streams.get((key, shard))
         if state is None:
-            state = self._committed[(key, shard)] = StreamState(key, shard)
+            state = self._streams[(key, shard)] = StreamState(key, shard)
             self._order = self._committed_order = list(self._committed_order)
             bisect.insort(self._order, (key.encode(), shard))
         if seq > state.seq:
@@ -217,7 +227,7 @@ class FrameEncoder:
 
     def observe_messages(self, messages: list[Message]) -> None:
         """:meth:`observe` each of ``messages`` (decoded, so their checksums are right)."""
-        get = self._committed.get
+        get = self._streams.get
         for key, shard, seq, timestamp_ms, payload, _ in messages:
             state = get((key, shard))
             if state is None:
@@ -231,7 +241,7 @@ class FrameEncoder:
 
     def mark(self) -> StreamState | None:
         """What :meth:`forget_eos` needs to take back an end-of-stream message observed next."""
-        state = self._committed.get((INTERNAL_KEY, 0))
+        state = self._streams.get((INTERNAL_KEY, 0))
         return None if state is None else state.copy()
 
     def forget_eos(self, before: StreamState | None) -> None:
@@ -239,9 +249,9 @@ class FrameEncoder:
         (the next message overwrites it); the caller takes back the markers of the beacons
         after it with :meth:`observe_markers`."""
         if before is not None:
-            self._committed[(INTERNAL_KEY, 0)] = before
+            self._streams[(INTERNAL_KEY, 0)] = before
         else:
-            self._committed.pop((INTERNAL_KEY, 0), None)
+            self._streams.pop((INTERNAL_KEY, 0), None)
             self._order = self._committed_order = [
                 k for k in self._committed_order if k != (_INTERNAL, 0)
             ]
@@ -252,7 +262,7 @@ class FrameEncoder:
 
     def move_to(self, offset: int) -> None:
         """The file now ends at ``offset`` (a frame or beacon start): continue from there."""
-        assert not self._out and not self._streams, "move_to with a batch held"
+        assert not self._out and not self._undo, "move_to with a batch held"
         self.offset = offset
         self._next_beacon = first_beacon_at_or_after(offset, self.beacon_interval)
         self.committed_offset = offset
@@ -349,10 +359,9 @@ class FrameEncoder:
             start = self._beacon_count % len(order)
             chosen = (order[start:] + order[:start])[: min(len(order), self._markers)]
             self._beacon_count += len(chosen)
-            current = self.current
+            streams = self._streams
             for key, shard in chosen:
-                state = current(key.decode(), shard)
-                assert state is not None
+                state = streams[(key.decode(), shard)]
                 markers.append((state.prefix, shard, state.seq, state.ts, state.checksum()))
         beacon = encode_beacon(remaining, markers)
         self._out.append(beacon)

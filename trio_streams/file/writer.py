@@ -308,9 +308,12 @@ class StreamWriter:
         """
         if self._closed:
             raise WriterClosedError("flush of a closed writer", path=self.path)
-        if not self.buffered:
+        if self._pending or self._exclusive is not None:
+            self._prepare()
+        elif self._encoder.buffered:
+            self._others_appended = False  # encoded already: nothing to count before the lock
+        else:
             return
-        self._prepare()
         self._acquire()
         try:
             self._flush_locked()
@@ -437,7 +440,8 @@ class StreamWriter:
 
         Only here, with nothing buffered unencoded, may the writer go back to encoding on
         append (what it buffers unencoded must come after what it encoded)."""
-        self._use(contended=self._others_appended)
+        if self._contended is not self._others_appended:
+            self._use(contended=self._others_appended)
 
     def _stat(self) -> int:
         st = os.fstat(self._fd)
