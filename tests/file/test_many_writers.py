@@ -319,3 +319,23 @@ async def test_a_durable_consumer_resumes_while_another_writer_keeps_appending(
         await watch.run_to_end(app)
     other.close()
     assert sorted(first + second) == list(range(1, 91))  # no gap, no repeat
+
+
+def test_opening_while_another_writer_holds_the_lock_counts_the_rest_at_the_first_flush(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "open.ss"
+    with StreamWriter(path, beacon_interval=128) as first:
+        first.publish("k", b"1")
+    closing = StreamWriter(path)
+    closing.publish("k", b"2")
+    closing.close(eos=True)  # the file ends with an end-of-stream message
+    fd = os.open(path, os.O_RDONLY)
+    lock = hold_exclusively(fd, str(path))
+    writer = StreamWriter(path)  # does not wait for the lock
+    os.close(lock)
+    os.close(fd)
+    assert writer.publish("k", b"3").seq == 3
+    writer.close()
+    assert [p for _, _, p in _decoded(path)] == [b"1", b"2", b"3"]
+    assert path.read_bytes() == reencoded(path)

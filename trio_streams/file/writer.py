@@ -116,8 +116,10 @@ class StreamWriter:
     an existing file keeps its header. ``exclusive=True`` holds the file's lock until
     :meth:`close` (see the module docs).
 
-    Opening takes the lock for as long as counting the existing file takes (blocking this
-    thread while another writer appends). Not thread-safe: use a writer from one thread.
+    Opening counts the existing file, under the lock if it is free (so a damaged tail is
+    reported at once), else what other writers finished and the rest at the first flush; it
+    waits for the lock only while another writer creates the file. Not thread-safe: use a
+    writer from one thread.
     """
 
     def __init__(
@@ -155,7 +157,13 @@ class StreamWriter:
         try:
             if exclusive:
                 self._exclusive = hold_exclusively(self._fd, self.path)
-            else:
+            elif not self._lock.try_acquire():
+                # Another writer appends: count what is settled now, the first flush the rest
+                # (under the lock); wait only for a header still being written.
+                size = os.fstat(self._fd).st_size
+                if size >= HEADER_SIZE:
+                    self._open_unlocked(size)
+                    return
                 self._lock.acquire()
             try:
                 size = os.fstat(self._fd).st_size
@@ -176,6 +184,19 @@ class StreamWriter:
         except BaseException:
             self._release()
             raise
+        self._opened()
+
+    def _open_unlocked(self, size: int) -> None:
+        try:
+            self.header = decode_header(os.pread(self._fd, HEADER_SIZE, 0), self.path)
+            self._encoder = self._new_encoder()
+            catch_up(self._fd, self._encoder, size, path=self.path, settled=True)
+        except BaseException:
+            self._release()
+            raise
+        self._opened()
+
+    def _opened(self) -> None:
         self._flushed = self._encoder.committed_offset
         self._use(contended=False)  # counting the file at open is not others appending
         self._encoder.beacon_now()
