@@ -55,7 +55,9 @@ class _Wait:
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX)
         except BaseException:
-            self.abandon()
+            with self._state:
+                self._abandoned = True  # never delivered: the descriptor is still ours
+            os.close(self.fd)
             raise
         with self._state:
             if not self._abandoned:

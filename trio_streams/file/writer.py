@@ -48,7 +48,7 @@ import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, final
+from typing import Any, NamedTuple, final
 
 import trio
 
@@ -89,8 +89,7 @@ def now_ms() -> int:
 
 
 @final
-@dataclass(frozen=True, slots=True)
-class Receipt:
+class Receipt(NamedTuple):
     """Where a published message went: its stream, sequence number, timestamp and offset."""
 
     stream: str
@@ -376,13 +375,18 @@ class StreamWriter:
     async def apublish(self, key: str, payload: bytes, timestamp_ms: int | None = None) -> Receipt:
         """As :meth:`publish`, waiting for the lock in a worker thread. Cancellable while it
         waits; a cancelled call appended nothing."""
-        return (await self.apublish_many([(key, payload, timestamp_ms)]))[0]
+        item = self._check_one(key, payload, timestamp_ms)
+        self._prepare()
+        await self._acquire_async()
+        try:
+            return self._publish_locked([item])[0]
+        finally:
+            self._lock.release()
 
     async def apublish_many(self, items: Iterable[Item]) -> list[Receipt]:
         """As :meth:`publish_many`, waiting for the lock in a worker thread (cancellable; a
         cancelled call appended nothing)."""
         checked = self._check(items)
-        await trio.lowlevel.checkpoint_if_cancelled()
         self._prepare()
         await self._acquire_async()
         try:
@@ -391,25 +395,29 @@ class StreamWriter:
             self._lock.release()
 
     def _check(self, items: Iterable[Item]) -> list[tuple[str, bytes, int]]:
+        return [self._check_one(key, payload, ts) for key, payload, ts in items]
+
+    def _check_one(
+        self, key: str, payload: bytes, timestamp_ms: int | None
+    ) -> tuple[str, bytes, int]:
+        """What the format refuses, refused before anything is written."""
         if self._closed:
             raise WriterClosedError("publish to a closed writer", path=self.path)
-        checked = []
-        now = now_ms()
-        for key, payload, timestamp_ms in items:
-            encode_key(key)
-            if not isinstance(payload, bytes):
-                raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
-            if len(payload) > MAX_PAYLOAD_BYTES:
-                raise StreamFormatError(
-                    f"payload of {len(payload)} bytes exceeds 4 GiB", path=self.path
-                )
-            ts = now if timestamp_ms is None else timestamp_ms
-            if not 0 <= ts <= MAX_TIMESTAMP_MS:
-                raise TimestampRangeError(
-                    f"timestamp {ts} ms outside 0..{MAX_TIMESTAMP_MS}", path=self.path
-                )
-            checked.append((key, payload, ts))
-        return checked
+        if self._encoder.current(key) is None:
+            encode_key(key)  # a key the file holds is valid
+        if not isinstance(payload, bytes):
+            raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
+        if len(payload) > MAX_PAYLOAD_BYTES:
+            raise StreamFormatError(
+                f"payload of {len(payload)} bytes exceeds 4 GiB", path=self.path
+            )
+        if timestamp_ms is None:
+            timestamp_ms = time.time_ns() // 1_000_000
+        elif not 0 <= timestamp_ms <= MAX_TIMESTAMP_MS:
+            raise TimestampRangeError(
+                f"timestamp {timestamp_ms} ms outside 0..{MAX_TIMESTAMP_MS}", path=self.path
+            )
+        return key, payload, timestamp_ms
 
     def _acquire(self) -> None:
         if self._exclusive is None:
@@ -426,8 +434,8 @@ class StreamWriter:
         wrote (without the lock; nothing else if a batch is encoded already)."""
         self._others_appended = False
         encoder = self._encoder
-        if self._exclusive is not None or encoder.buffered:
-            return
+        if not self._contended or self._exclusive is not None or encoder.buffered:
+            return  # alone (the catch-up under the lock notices others) or encoded already
         size = os.fstat(self._fd).st_size
         if size > encoder.committed_offset:
             # Buffer unencoded from now on (what is buffered already stays before it).
