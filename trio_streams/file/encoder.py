@@ -131,13 +131,6 @@ class FrameEncoder:
         """The state of (key, shard) including the batch, without touching it; None if unknown."""
         return self._streams.get((key, shard))
 
-    def restore(self, states: list[StreamState]) -> None:
-        """Continue from the states recovered by scanning an existing file."""
-        for recovered in states:
-            state = self.stream(recovered.key, recovered.shard)
-            state.seq, state.ts, state.running = recovered.seq, recovered.ts, recovered.checksum()
-        self.commit()
-
     def streams(self) -> list[StreamState]:
         """Every stream's current state, in the beacons' order."""
         return [self._streams[(k.decode(), shard)] for k, shard in self._order]
