@@ -4,14 +4,19 @@ Prints the median of several runs of the writer (append + flush every 1000 messa
 fsync) and its ratio against a peer measured in the same run on the same messages: a bare writer
 (``encode_frame`` per message, one ``write`` per 1000, fsync at the end; no beacons, no
 per-stream state, no sequence numbering), i.e. what the frames alone cost from Python. Then the
-aim (400k msgs/s) and the upstream Rust writer's figure, as references, and the CRC16/CDMA2000
-candidates measured on 1M 100-byte payloads.
+aim (400k msgs/s) and the upstream Rust writer's figure, as references.
+
+Then many writers: 1, 2 and 4 writer processes append the same total to one file (one key, so
+every flush of one finds the others' appends and catches up on them), started together; their
+aggregate rate (messages over the wall time from the start signal to the last close) against the
+single in-process writer above. Last, the CRC16/CDMA2000 candidates on 1M 100-byte payloads.
 """
 
 from __future__ import annotations
 
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -23,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import PAYLOAD, REFERENCE_WRITER, median_rate, parse_args, reference, row
 
 from trio_streams.file.format import Header, encode_frame, encode_header, encode_key
+from trio_streams.file.reader import FileReader
 from trio_streams.file.writer import StreamWriter
 
 AIM = 400_000
@@ -60,6 +66,64 @@ def bare_write(path: Path, count: int) -> int:
         out.flush()
         os.fsync(out.fileno())
     return count
+
+
+def _child(path: str, count: int) -> None:
+    """One of the writer processes: open, say so, wait for the start, write ``count``."""
+    writer = StreamWriter(path)
+    append = writer.append
+    print("ready", flush=True)
+    sys.stdin.readline()
+    for i in range(count):
+        append("bench", PAYLOAD, T0 + i)
+        if i % 1000 == 999:
+            writer.flush()
+    writer.close()
+    print("done", flush=True)
+
+
+def processes_write(path: Path, count: int, processes: int) -> int:
+    """``processes`` writer processes append ``count`` messages between them to one file."""
+    if path.exists():
+        path.unlink()
+    StreamWriter(path).close()
+    children = [
+        subprocess.Popen(
+            [sys.executable, __file__, "--child", str(path), str(count // processes)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(processes)
+    ]
+    for child in children:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+    start = time.perf_counter()
+    for child in children:
+        assert child.stdin is not None
+        child.stdin.write("go\n")
+        child.stdin.flush()
+    for child in children:  # done once the last has closed (its interpreter's exit left out)
+        assert child.stdout is not None and child.stdout.readline() == "done\n"
+    elapsed = time.perf_counter() - start
+    for child in children:
+        child.communicate(timeout=600)
+        assert child.returncode == 0
+    return round(count // processes * processes / elapsed)
+
+
+def many_writers(tmp: str, count: int, repeats: int) -> None:
+    path = Path(tmp) / "many.ss"
+    print("\nmany writers on one file (aggregate; peer: one writer in this process, same run)")
+    peer, _ = median_rate(lambda: write_file(path, count), repeats)
+    print(row("1 writer in this process (peer)", peer, peer=peer, peer_name="in-process"))
+    for processes in (1, 2, 4):
+        rates = [processes_write(path, count, processes) for _ in range(repeats)]
+        rate = statistics.median(rates)
+        with FileReader(path) as reader:
+            assert reader.file_size() == path.stat().st_size
+        name = f"{processes} writer process{'es' if processes > 1 else ''}"
+        print(row(name, rate, peer=peer, peer_name="in-process"))
 
 
 def crc_candidates(count: int) -> None:
@@ -114,6 +178,9 @@ def crc_candidates(count: int) -> None:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--child"]:
+        _child(sys.argv[2], int(sys.argv[3]))
+        return
     args = parse_args(__doc__)
     with tempfile.TemporaryDirectory() as tmp:
         path, bare = Path(tmp) / "bench.ss", Path(tmp) / "bare.ss"
@@ -127,6 +194,8 @@ def main() -> None:
     print(row("write (append+flush+fsync)", rate, peer=peer, peer_name="bare frames"))
     print(f"aim: {AIM / 1000:.0f}k msgs/s ({'met' if rate >= AIM else 'NOT met'})")
     print(reference("Rust writer", f"~{REFERENCE_WRITER / 1000:.0f}k msgs/s"))
+    with tempfile.TemporaryDirectory() as tmp:
+        many_writers(tmp, args.messages, min(args.repeats, 3))
     crc_candidates(args.messages)
 
 

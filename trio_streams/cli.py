@@ -29,17 +29,24 @@ EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 
 
 def _registrars() -> list[Registrar]:
-    from . import cli_asyncapi, cli_run
+    from . import cli_asyncapi, cli_publish, cli_run
     from .file.cli import register as register_file
     from .record.cli import register as register_record
     from .top.cli import register as register_top
 
-    return [cli_run.register, register_file, register_record, register_top, cli_asyncapi.register]
+    return [
+        cli_run.register,
+        cli_publish.register,
+        register_file,
+        register_record,
+        register_top,
+        cli_asyncapi.register,
+    ]
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="trio-streams", description="Run and inspect trio-streams services."
+        prog="trio-streams", description="Run, feed and inspect trio-streams services."
     )
     parser.add_argument("--version", action="version", version=f"trio-streams {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")

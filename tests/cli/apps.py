@@ -6,8 +6,9 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
-from trio_streams import App, MemoryBroker, MemoryStream
+from trio_streams import App, Context, MemoryBroker, MemoryStream, Position
 from trio_streams.file import FileBroker, FileStream
 from trio_streams.transport import Transport
 
@@ -33,14 +34,33 @@ async def connect_database() -> None:
     raise RuntimeError("database unreachable")
 
 
-# Publishes at startup: a second writer while another process writes the file.
-publisher = App("publisher")
-_publishing = publisher.broker(FileBroker(PATH))
+# A service consuming orders with retries and a dead letter while scripts publish to the file:
+# a payload {"id": n, "fail": k} fails its first k deliveries. Prints what it handles.
+service = App("service")
+_service = service.broker(FileBroker(PATH, durable_interval=0.01))
 
 
-@publisher.after_startup
-async def announce() -> None:
-    await _publishing.publish("orders", 1)
+@dataclass
+class Order:
+    id: int
+    fail: int
+
+
+@_service.subscriber(
+    FileStream("orders", durable="svc", start_at=Position.beginning()),
+    max_attempts=3,
+    dead_letter="orders.dead",
+    name="orders",
+)
+async def take(order: Order, ctx: Context) -> None:
+    os.write(1, b"handled %d %d\n" % (order.id, ctx.attempt))
+    if ctx.attempt <= order.fail:
+        raise ValueError(f"order {order.id} failed on attempt {ctx.attempt}")
+
+
+@_service.subscriber(FileStream("orders.dead", start_at=Position.beginning()), name="dead")
+async def dead(order: Order) -> None:
+    os.write(1, b"dead %d\n" % order.id)
 
 
 # A durable consumer: a second instance finds its lock held.

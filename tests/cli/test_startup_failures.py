@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 from trio_streams.file.durable import DurableStore
-from trio_streams.file.writer import StreamWriter
 
 from .support import cli, run_command, stderr_lines, stream_file
 
@@ -34,20 +33,6 @@ def test_a_missing_file_is_one_line_that_names_it_and_what_to_do(tmp_path: Path)
     line = the_one_line(run("missing", path))
     assert line.startswith(f"{PREFIX}app 'missing' did not start: {path}: no such stream file")
     assert "leave existing_only out" in line
-
-
-def test_a_second_writer_on_a_locked_file_is_one_line_asking_for_the_other_instance(
-    tmp_path: Path,
-) -> None:
-    path = stream_file(tmp_path / "orders.ss", 1)
-    holder = StreamWriter(path)  # another process's writer, as far as the app can tell
-    try:
-        line = the_one_line(run("publisher", path))
-    finally:
-        holder.close()
-    assert f"app 'publisher' did not start: {path}: another writer" in line
-    assert "in the after_startup hook announce" in line
-    assert "is another instance of this app" in line and "running? Stop it" in line
 
 
 def test_a_second_instance_of_a_durable_consumer_is_one_line_asking_to_stop_the_other(

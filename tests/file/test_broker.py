@@ -30,7 +30,6 @@ from trio_streams.file import (
     FilePosition,
     FileStream,
     StreamFileNotFoundError,
-    WriterLockedError,
 )
 from trio_streams.file.envelope import open_envelope
 from trio_streams.file.format import Message
@@ -188,15 +187,19 @@ async def test_publishers_of_one_file_in_one_process_share_its_writer(tmp_path: 
     assert [m.payload for m in messages_in(path)] == [b"%d" % (i // 2) for i in range(8)]
 
 
-async def test_publishing_while_another_writer_holds_the_file_is_a_clear_error(
+async def test_publishing_while_another_writer_has_the_file_open_continues_its_numbers(
     tmp_path: Path,
 ) -> None:
-    path = tmp_path / "locked.ss"
-    app, broker = file_app(path, name="locked")
-    with StreamWriter(path):  # another open of the file: as good as another process
+    path = tmp_path / "shared.ss"
+    app, broker = file_app(path, name="shared")
+    with StreamWriter(path) as other:  # another open of the file: as good as another process
+        other.publish("k", b"theirs")
         async with serving(app):
-            with pytest.raises(WriterLockedError, match=r"locked\.ss"):
-                await broker.publish("k", 1)
+            mine = await broker.publish("k", 1)
+            other.publish("k", b"theirs again")
+            again = await broker.publish("k", 2)
+    assert (mine.value, again.value) == (2, 4)
+    assert [m.seq for m in messages_in(path)] == [1, 2, 3, 4]
 
 
 async def test_end_with_eos_ends_the_file_and_replays_end_there(tmp_path: Path) -> None:

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from trio_streams.cli import main as cli_main
-from trio_streams.file.errors import UnprovenTailError, WriterLockedError
+from trio_streams.file.errors import UnprovenTailError
+from trio_streams.file.lock import hold_exclusively
 from trio_streams.file.reader import FileReader
 from trio_streams.file.repair import apply_repair, plan_repair
-from trio_streams.file.writer import StreamWriter, lock_for_writing
+from trio_streams.file.writer import StreamWriter
 
 from .test_write_safety import CREATED_AT_MS, frames_of, make
 
@@ -107,8 +108,9 @@ def test_after_repair_a_writer_appends_and_readers_read_everything_before_the_of
     plan = plan_repair(path)
     fd = os.open(path, os.O_RDWR)
     try:
-        lock_for_writing(fd, str(path))
+        lock = hold_exclusively(fd, str(path))
         apply_repair(plan, fd)
+        os.close(lock)
     finally:
         os.close(fd)
     with StreamWriter(path) as writer:
@@ -183,23 +185,56 @@ def test_a_crash_cut_tail_is_moved_aside_too_and_called_a_cut(tmp_path: Path) ->
     assert "not provably" not in plan.reason
 
 
-def test_repair_refuses_while_a_writer_holds_the_file(tmp_path: Path) -> None:
-    path = make(tmp_path, "beacons")
-    data = path.read_bytes()
-    path.write_bytes(data[:-40])
-    with StreamWriter(path) as writer:  # a writer, as in another process, holds the lock
-        result = repair(str(path), "--yes")
-        fd = os.open(path, os.O_RDWR)
-        try:
-            with pytest.raises(WriterLockedError):
-                lock_for_writing(fd, str(path))
-        finally:
-            os.close(fd)
-        cut_to = writer.offset
+def test_repair_waits_for_the_lock_and_refuses_after_wait_seconds(tmp_path: Path) -> None:
+    path, data, _, _ = damaged_length(tmp_path)
+    fd = os.open(path, os.O_RDWR)
+    lock = hold_exclusively(fd, str(path))  # as `file write` in another process holds it
+    try:
+        result = repair(str(path), "--yes", "--wait", "0.2")
+    finally:
+        os.close(lock)
+        os.close(fd)
     assert result.returncode == 1
-    assert "holds its lock" in result.stderr
-    assert path.read_bytes() == data[:cut_to]  # the writer's doing (it cut the tail), not repair's
+    assert "held the file's lock for 0.2 s" in result.stderr
+    assert path.read_bytes() == data
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+
+
+def test_an_open_writer_does_not_keep_repair_out(tmp_path: Path) -> None:
+    path, data, offset, kept = damaged_length(tmp_path)
+    with FileReader(path) as reader:
+        before = reader.read_messages(kept)
+    with pytest.raises(UnprovenTailError):
+        StreamWriter(path)
+    writer = StreamWriter(tmp_path / "other.ss")  # open writers hold no lock between appends
+    result = repair(str(path), "--yes")
+    writer.close()
+    assert result.returncode == 0, result.stderr
+    assert path.read_bytes() == data[:offset]
+    with StreamWriter(path) as again:
+        assert again.publish("orders", b"after").offset == offset
+    with FileReader(path) as reader:
+        assert list(reader)[:-1] == before
+
+
+def test_a_writer_open_before_a_repair_continues_after_it(tmp_path: Path) -> None:
+    path, data, offset, kept = damaged_length(tmp_path)
+    head = data[:offset]
+    path.write_bytes(head)
+    writer = StreamWriter(path)  # open on the good part
+    path.write_bytes(data)  # then the damage appears after it
+    with pytest.raises(UnprovenTailError):
+        writer.publish("orders", b"refused")
+    assert path.read_bytes() == data
+    assert repair(str(path), "--yes").returncode == 0
+    receipt = writer.publish("orders", b"after repair")
+    writer.close()
+    assert receipt.offset == offset
+    with FileReader(path) as reader:
+        messages = list(reader)
+    assert len(messages) == kept + 1
+    assert messages[-1].payload == b"after repair"
+    assert b"refused" not in path.read_bytes()
 
 
 def test_a_damaged_header_cannot_be_repaired(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The writer: reopening continues correctly, the lock keeps a second writer out, sharing."""
+"""The writer: reopening continues correctly, writers take turns at the lock, sharing."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 
 from trio_streams.file.errors import FileRemovedError, WriterClosedError, WriterLockedError
 from trio_streams.file.format import Message
+from trio_streams.file.lock import hold_exclusively
 from trio_streams.file.reader import FileReader
 from trio_streams.file.writer import StreamWriter, WriterRegistry
 
@@ -88,33 +89,51 @@ def test_header_only_file_with_interval_128_reopens(tmp_path: Path) -> None:
     assert path.read_bytes()[:2] == b"Ss"
 
 
-def test_a_second_writer_in_this_process_is_refused(tmp_path: Path) -> None:
-    path = tmp_path / "locked.ss"
-    with StreamWriter(path), pytest.raises(WriterLockedError) as error:
-        StreamWriter(path)
-    assert str(path) in str(error.value)
+def test_a_second_writer_in_this_process_appends_after_the_first(tmp_path: Path) -> None:
+    path = tmp_path / "two.ss"
+    with StreamWriter(path, beacon_interval=1024) as first, StreamWriter(path) as second:
+        first.append("k", b"one", 1)
+        first.flush()
+        assert second.publish("k", b"two", 2).seq == 2
+        assert first.publish("k", b"three", 3).seq == 3
+    assert [(m.seq, m.payload) for m in _messages(path)] == [
+        (1, b"one"),
+        (2, b"two"),
+        (3, b"three"),
+    ]
 
 
-def test_a_second_writer_in_another_process_is_refused(tmp_path: Path) -> None:
-    path = tmp_path / "locked.ss"
+def test_a_writer_in_another_process_appends_while_this_one_is_open(tmp_path: Path) -> None:
+    path = tmp_path / "shared.ss"
     with StreamWriter(path) as writer:
-        writer.append("k", b"mine", 1)
-        writer.flush()
+        writer.publish("k", b"mine", 1)
         code = (
-            "import sys\n"
             "from trio_streams.file.writer import StreamWriter\n"
-            "from trio_streams.file.errors import WriterLockedError\n"
-            "try:\n"
-            f"    StreamWriter({str(path)!r})\n"
-            "except WriterLockedError as exc:\n"
-            "    print(exc); sys.exit(3)\n"
+            f"with StreamWriter({str(path)!r}) as w:\n"
+            "    print(w.publish('k', b'theirs', 2).seq)\n"
         )
         result = subprocess.run(
             [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
         )
-    assert result.returncode == 3, result.stderr
-    assert "lock" in result.stdout
-    assert [m.payload for m in _messages(path)] == [b"mine"]
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip() == "2"
+        assert writer.publish("k", b"mine again", 3).seq == 3
+    assert [m.payload for m in _messages(path)] == [b"mine", b"theirs", b"mine again"]
+
+
+def test_an_exclusive_writer_keeps_others_out_until_it_closes(tmp_path: Path) -> None:
+    path = tmp_path / "exclusive.ss"
+    with StreamWriter(path, exclusive=True) as writer:
+        writer.publish("k", b"alone", 1)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            with pytest.raises(WriterLockedError) as error:
+                hold_exclusively(fd, str(path), timeout=0.05)
+        finally:
+            os.close(fd)
+        assert str(path) in str(error.value)
+    with StreamWriter(path) as after:
+        assert after.publish("k", b"next", 2).seq == 2
 
 
 def test_registry_shares_one_writer_and_closes_with_the_last_handle(tmp_path: Path) -> None:

@@ -3,7 +3,9 @@
 The pieces, from the bottom up: :mod:`.format` (pure codec and CRC), :mod:`.decoder` and
 :mod:`.encoder` (sans-io cores), :mod:`.survey` (beacon search), :mod:`.reader` (synchronous
 reads, rewinds and seeks over one open file), :mod:`.watch` (one inotify watch per file per
-process), :mod:`.follower` (the Trio source) and :mod:`.writer` (the locked, shared writer).
+process), :mod:`.follower` (the Trio source), :mod:`.writer` (appends, any number of writers,
+serialized by :mod:`.lock` and kept exact by :mod:`.catchup`) and :mod:`.publisher` (publishing
+from a script).
 """
 
 from .broker import FileBroker
@@ -25,9 +27,10 @@ from .errors import (
 from .follower import FileSource
 from .format import Header, Message
 from .positions import FilePosition
+from .publisher import FilePublisher, open_publisher
 from .reader import FileReader
 from .sources import FileStream
-from .writer import StreamWriter
+from .writer import Receipt, StreamWriter
 
 __all__ = [
     "ChecksumError",
@@ -36,12 +39,14 @@ __all__ = [
     "EnvelopeError",
     "FileBroker",
     "FilePosition",
+    "FilePublisher",
     "FileReader",
     "FileRemovedError",
     "FileSource",
     "FileStream",
     "Header",
     "Message",
+    "Receipt",
     "SeekError",
     "SeekOutOfRangeError",
     "StreamFileError",
@@ -52,4 +57,5 @@ __all__ = [
     "UnprovenTailError",
     "WriterClosedError",
     "WriterLockedError",
+    "open_publisher",
 ]

@@ -1,9 +1,11 @@
 """``FileBroker``: subscriptions and publishers on a SeaStreamer stream file, with no server.
 
 - **Publishing** appends through the process's one writer of the file (``writers.acquire``),
-  taken at the first publish and kept until the app stops, and flushes, so followers in this
-  process and others see each message as soon as ``publish`` returns. Another process writing
-  the same file holds its lock: publishing here then fails with ``WriterLockedError``.
+  taken at the first publish and kept until the app stops, and writes the message out at once,
+  so followers in this process and others see it as soon as ``publish`` returns. Other
+  processes (and other apps of this one) may write the same file meanwhile: each append takes
+  the file's lock for just that append and continues after what the others wrote (see
+  :mod:`.writer`), so sequence numbers stay dense per stream whoever writes.
 - **Subscriptions** each read through their own ``FileSource`` (one inotify watch per file is
   shared). The subscription's driver task is the only one that reads and seeks; a seek runs to
   completion in bounded steps, shielded by the driver.
@@ -43,7 +45,7 @@ from .durable import (
     Watermark,
 )
 from .envelope import PREFIXES, open_envelope, seal
-from .errors import SeekError, StreamFileNotFoundError, WriterLockedError
+from .errors import SeekError, StreamFileNotFoundError
 from .follower import FileSource
 from .format import DEFAULT_BEACON_INTERVAL, Message
 from .positions import format_position
@@ -139,10 +141,7 @@ def _prepare(path: str, *, existing_only: bool, beacon_interval: int) -> None:
             "leave existing_only out so the broker creates the file",
             path=path,
         )
-    try:
-        writers.acquire(path, beacon_interval=beacon_interval).close()
-    except WriterLockedError:
-        pass  # another process created it a moment ago and writes it
+    writers.acquire(path, beacon_interval=beacon_interval).close()
 
 
 def _check_count(options: Mapping[str, Any]) -> int:
@@ -175,25 +174,27 @@ class FileTransport(Transport):
     async def publish(
         self, destination: str, payload: bytes, headers: Mapping[str, str]
     ) -> Position:
-        """Append and flush one message; returns its position (``sequence(seq, stream=key)``).
+        """Append and write out one message; returns its position (``sequence(seq, stream=key)``).
 
-        A cancel point before the append, so a cancelled publish appended nothing."""
+        Cancellable until the file's lock is taken (while another writer appends), so a
+        cancelled publish appended nothing."""
         await trio.lowlevel.checkpoint_if_cancelled()
-        seq, _ = self.append(destination, payload, headers)
+        seq, _ = await self.append(destination, payload, headers)
         await self._share.after_progress()
         return Position(_SEQUENCE, seq, destination)
 
-    def append(self, key: str, payload: bytes, headers: Mapping[str, str]) -> tuple[int, int]:
-        """Append and flush one message now; returns its (sequence number, frame offset)."""
+    async def append(self, key: str, payload: bytes, headers: Mapping[str, str]) -> tuple[int, int]:
+        """Append and write out one message now; returns its (sequence number, frame offset).
+
+        Cancellable while it waits for the file's lock; a cancelled call appended nothing."""
         if not isinstance(payload, bytes):
             raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
         if key not in self._keys:
             check_stream_key(key)
             self._keys.add(key)
         writer = self._writer if self._writer is not None else self._open_writer()
-        seq, _, offset = writer.append(key, seal(payload, headers))
-        writer.flush()
-        return seq, offset
+        receipt = await writer.apublish(key, seal(payload, headers))
+        return receipt.seq, receipt.offset
 
     def _open_writer(self) -> WriterHandle:
         if self._closed:
@@ -449,7 +450,7 @@ class FileSubscription(SubscriptionSource):
 
     async def settle(self, delivery: Delivery, outcome: Outcome) -> None:
         if outcome.kind in _RETRIES:
-            _, offset = self._transport.append(
+            _, offset = await self._transport.append(
                 delivery.stream, delivery.payload, retry_headers(delivery, self._retry_target)
             )
             if not self.live and (self._appended_from is None or offset < self._appended_from):

@@ -34,11 +34,12 @@ from .format import (
     Message,
     encode_header,
 )
+from .lock import EXCLUSIVE_WAIT, hold_exclusively
 from .ndjson_input import InputError, check_against, read_input
 from .positions import format_position, parse_position
 from .reader import FileReader
 from .repair import RepairPlan, apply_repair, plan_repair
-from .writer import StreamWriter, lock_for_writing
+from .writer import StreamWriter
 
 #: Files at least this large show a progress bar on ``stat`` (when stderr is a terminal).
 _PROGRESS_FROM_BYTES = 32 << 20
@@ -241,8 +242,14 @@ def _write(args: argparse.Namespace) -> int:
         )
     except StreamFileError as exc:
         raise SystemExit(f"error: {exc.reason}") from None
+    # The given sequence numbers are checked against the file's, then written: no other
+    # writer may append in between.
     writer = StreamWriter(
-        args.file, beacon_interval=interval, created_at_ms=created_at_ms, file_name=file_name
+        args.file,
+        beacon_interval=interval,
+        created_at_ms=created_at_ms,
+        file_name=file_name,
+        exclusive=True,
     )
     try:
         check_against(given.rows, writer.last_sequences(), writer.path)
@@ -308,7 +315,6 @@ def _repair(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise StreamFileNotFoundError(f"cannot open: {exc.strerror}", path=args.file) from exc
     try:
-        lock_for_writing(fd, args.file)  # no writer may append while the tail is moved
         plan = plan_repair(args.file, fd)
         _describe(plan, out)
         if plan.offset is None:
@@ -316,7 +322,17 @@ def _repair(args: argparse.Namespace) -> int:
         if not args.yes and not _confirmed(out):
             out.write("refused: nothing changed\n")
             return 1
-        side = apply_repair(plan, fd)
+        # No writer may append while the tail is moved; the file must be as it was planned.
+        lock = hold_exclusively(fd, args.file, timeout=args.wait)
+        try:
+            if plan_repair(args.file, fd) != plan:
+                raise StreamFileError(
+                    "the file changed since it was scanned; nothing was changed, run repair again",
+                    path=args.file,
+                )
+            side = apply_repair(plan, fd)
+        finally:
+            os.close(lock)
     finally:
         os.close(fd)
     out.write(
@@ -431,4 +447,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     repair.add_argument("file", help="the stream file (.ss)")
     repair.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     repair.add_argument("--dry-run", action="store_true", help="only say what would be done")
+    repair.add_argument(
+        "--wait",
+        type=float,
+        default=EXCLUSIVE_WAIT,
+        metavar="SECONDS",
+        help="how long to wait for writers' appends to let repair have the file to itself "
+        f"(default {EXCLUSIVE_WAIT:g})",
+    )
     repair.set_defaults(handler=_guarded(_repair))

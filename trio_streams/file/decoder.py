@@ -97,7 +97,10 @@ class FrameDecoder:
         self.held_eos: Message | None = None
         #: The file bytes of :attr:`held_eos` as they were fed (beacons they span included).
         self.held_eos_bytes = b""
-        self._held_next = (0, 0, 0)
+        self._held_next = (0, 0, 0, 0)
+        #: Markers in every beacon stepped over so far: a writer continuing the file after the
+        #: bytes decoded carries on its round-robin choice of markers from here.
+        self.beacon_markers = 0
 
     # -- feeding ---------------------------------------------------------------------------------
 
@@ -184,6 +187,7 @@ class FrameDecoder:
         interval = self.beacon_interval
         key_info = self._key_info
         append = out.append
+        mk = self.beacon_markers
         try:
             while len(out) < max_n:
                 if off == nb:
@@ -192,6 +196,7 @@ class FrameDecoder:
                         break
                     beacon, size = parsed
                     self.last_beacon = (off // interval, beacon)
+                    mk += len(beacon.markers)
                     p += size
                     off += size
                     nb += interval
@@ -201,6 +206,7 @@ class FrameDecoder:
                 klen = buf[p]
                 head_len = klen + _HEAD_FIXED
                 last_beacon = None
+                gm = 0
                 if off + head_len <= nb:
                     if p + head_len > end:
                         break
@@ -220,7 +226,7 @@ class FrameDecoder:
                         got = self._gather(buf, p, off, nb, flen)
                         if got is None:
                             break
-                        frame, np, noff, nnb, last_beacon = got
+                        frame, np, noff, nnb, last_beacon, gm = got
                         kb = frame[1 : 1 + klen]
                         payload = frame[head_len : head_len + plen]
                         received = (frame[-3] << 8) | frame[-2]
@@ -228,13 +234,14 @@ class FrameDecoder:
                     got = self._gather(buf, p, off, nb, head_len)
                     if got is None:
                         break
-                    head, hp, hoff, hnb, hbeacon = got
+                    head, hp, hoff, hnb, hbeacon, hm = got
                     shard, seq, ts, plen = _unpack_fixed(head, 1 + klen)
                     got = self._gather(buf, hp, hoff, hnb, plen + 3)
                     if got is None:
                         break
-                    rest, np, noff, nnb, last_beacon = got
+                    rest, np, noff, nnb, last_beacon, gm = got
                     last_beacon = last_beacon or hbeacon
+                    gm += hm
                     kb = head[1 : 1 + klen]
                     payload = rest[:plen]
                     received = (rest[-3] << 8) | rest[-2]
@@ -257,27 +264,30 @@ class FrameDecoder:
                     if self._on_eos == "hold":
                         self.held_eos = eos
                         self.held_eos_bytes = buf[p:np]
-                        self._held_next = (np, noff, nnb)
+                        self._held_next = (np, noff, nnb, mk + gm)
                     else:
                         self.eos = eos
                         p, off, nb = np, noff, nnb
+                        mk += gm
                     break
                 if info[1]:
                     append(_new_message(Message, (info[0], shard, seq, ts, payload, off)))
                 if last_beacon is not None:
                     self.last_beacon = last_beacon
                 p, off, nb = np, noff, nnb
+                mk += gm
         except StreamFormatError:
             if not out:
-                self._commit(p, off, nb)
+                self._commit(p, off, nb, mk)
                 raise
-        self._commit(p, off, nb)
+        self._commit(p, off, nb, mk)
         return out
 
-    def _commit(self, p: int, off: int, nb: int) -> None:
+    def _commit(self, p: int, off: int, nb: int, markers: int) -> None:
         self._pos = p
         self.offset = off
         self._next_beacon = nb
+        self.beacon_markers = markers
 
     def _learn_key(self, kb: bytes, offset: int) -> tuple[str, bool, bool]:
         if not key_is_valid(kb):
@@ -293,15 +303,16 @@ class FrameDecoder:
 
     def _gather(
         self, buf: bytes, p: int, off: int, nb: int, n: int
-    ) -> tuple[bytes, int, int, int, tuple[int, Beacon] | None] | None:
+    ) -> tuple[bytes, int, int, int, tuple[int, Beacon] | None, int] | None:
         """Collect ``n`` frame bytes from ``buf[p:]`` (offset ``off``), stepping over beacons.
 
-        Returns the bytes, the new buffer index, offset and next-beacon offset, and the last
-        beacon stepped over; None if the buffer ends first.
+        Returns the bytes, the new buffer index, offset and next-beacon offset, the last beacon
+        stepped over and the markers of the beacons stepped over; None if the buffer ends first.
         """
         parts = []
         end = len(buf)
         last = None
+        markers = 0
         while n > 0:
             if off == nb:
                 parsed = decode_beacon(buf, p, off, self.path)
@@ -309,6 +320,7 @@ class FrameDecoder:
                     return None
                 beacon, size = parsed
                 last = (off // self.beacon_interval, beacon)
+                markers += len(beacon.markers)
                 p += size
                 off += size
                 nb += self.beacon_interval
@@ -320,4 +332,4 @@ class FrameDecoder:
             p += take
             off += take
             n -= take
-        return b"".join(parts), p, off, nb, last
+        return b"".join(parts), p, off, nb, last, markers

@@ -8,6 +8,14 @@ byte order of their keys, exactly as upstream, so files come out byte for byte t
 
 The running checksum is only needed in beacons, so payload checksums are queued per stream and
 folded into the register (one CRC call over their big-endian bytes) when a beacon names it.
+
+Several writers may append to one file (each under the file's lock, see :mod:`.writer`), so what
+an encoder holds is in two parts: the state *committed* — as of the end of the file when this
+writer last wrote it or caught up with it — and the messages encoded since, not yet written.
+A stream's state is updated in place; on the first message of a batch its values are noted, so
+:meth:`FrameEncoder.rollback` can take the batch back (to encode it again after what another
+writer appended, see :mod:`.catchup`) and :meth:`FrameEncoder.commit` forgets the notes once the
+batch is written; the common case, one writer, pays for one note per stream per flush.
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ from __future__ import annotations
 import bisect
 import struct
 
-from .decoder import first_beacon_at_or_after
+from .decoder import FrameDecoder, first_beacon_at_or_after
 from .errors import StreamFormatError, TimestampRangeError
 from .format import (
     EOS_PAYLOAD,
@@ -24,6 +32,7 @@ from .format import (
     MAX_PAYLOAD_BYTES,
     MAX_TIMESTAMP_MS,
     MAX_U64,
+    Message,
     crc16,
     encode_beacon,
     encode_frame,
@@ -33,6 +42,7 @@ from .format import (
 
 _pack_fixed = FRAME_FIXED.pack
 _pack_tail = struct.Struct(">HB").pack
+_INTERNAL = INTERNAL_KEY.encode()
 
 
 class StreamState:
@@ -54,10 +64,11 @@ class StreamState:
         """The running checksum including every payload so far."""
         if self.crcs:
             self.running = crc16(struct.pack(f">{len(self.crcs)}H", *self.crcs), self.running)
-            self.crcs.clear()
+            self.crcs = []  # a new list: a batch's undo note may hold the old one
         return self.running
 
     def copy(self) -> StreamState:
+        """An independent state with the same values (queued checksums folded in)."""
         other = StreamState.__new__(StreamState)
         other.key, other.shard, other.prefix = self.key, self.shard, self.prefix
         other.seq, other.ts, other.running = self.seq, self.ts, self.checksum()
@@ -75,35 +86,180 @@ class FrameEncoder:
         self.path = path
         self._next_beacon = first_beacon_at_or_after(offset, beacon_interval)
         self._markers = markers_per_beacon(beacon_interval)
-        #: Total markers written by this encoder: drives the round-robin choice.
+        #: Total markers written to the file so far: drives the round-robin choice.
         self._beacon_count = 0
+        #: Every stream's state, the uncommitted batch included.
         self._streams: dict[tuple[str, int], StreamState] = {}
-        #: Shard-0 states by key: the producer path looks keys up here without building a tuple.
+        #: What the streams the batch touched held before it (None: the batch created it):
+        #: (seq, ts, running, checksum list, its length).
+        self._undo: dict[tuple[str, int], tuple[int, int, int, list[int], int] | None] = {}
+        #: The shard-0 states the batch touched, by key: the producer path looks keys up here
+        #: without building a tuple.
         self._shard0: dict[str, StreamState] = {}
         self._order: list[tuple[bytes, int]] = []
         self._out: list[bytes] = []
+        #: Offsets of the batch's messages written with a given seq (not numbered here).
+        self._explicit: set[int] = set()
+        self._committed_order = self._order
+        #: Where the file ended when this encoder last committed (or caught up).
+        self.committed_offset = offset
+        self._committed_at = (self._next_beacon, 0)
 
     # -- state -----------------------------------------------------------------------------------
 
     def stream(self, key: str, shard: int = 0) -> StreamState:
-        """The state of (key, shard), created empty on first use (validating the key)."""
-        state = self._streams.get((key, shard))
-        if state is None:
-            state = StreamState(key, shard)
-            self._streams[(key, shard)] = state
-            if shard == 0:
-                self._shard0[key] = state
+        """The state of (key, shard) the batch updates, created empty on first use (validating
+        the key); on the batch's first use its values are noted for :meth:`rollback`."""
+        stream = (key, shard)
+        state = self._streams.get(stream)
+        if stream in self._undo:
+            assert state is not None
+            return state
+        if state is not None:
+            self._undo[stream] = (state.seq, state.ts, state.running, state.crcs, len(state.crcs))
+        else:
+            state = self._streams[stream] = StreamState(key, shard)
+            self._undo[stream] = None
+            if self._order is self._committed_order:
+                self._order = list(self._order)
             bisect.insort(self._order, (key.encode(), shard))
+        if shard == 0:
+            self._shard0[key] = state
         return state
 
-    def restore(self, states: list[StreamState]) -> None:
-        """Continue from the states recovered by scanning an existing file."""
-        for recovered in states:
-            state = self.stream(recovered.key, recovered.shard)
-            state.seq, state.ts, state.running = recovered.seq, recovered.ts, recovered.checksum()
+    def current(self, key: str, shard: int = 0) -> StreamState | None:
+        """The state of (key, shard) including the batch, without touching it; None if unknown."""
+        return self._streams.get((key, shard))
 
     def streams(self) -> list[StreamState]:
-        return [self._streams[(k.decode(), s)] for k, s in self._order]
+        """Every stream's current state, in the beacons' order."""
+        return [self._streams[(k.decode(), shard)] for k, shard in self._order]
+
+    # -- committing and taking back --------------------------------------------------------------
+
+    def commit(self) -> None:
+        """The batch was written: its states become the committed ones."""
+        if self._undo:
+            self._undo = {}
+            self._shard0 = {}
+        self._committed_order = self._order
+        self.committed_offset = self.offset
+        self._committed_at = (self._next_beacon, self._beacon_count)
+        self._explicit.clear()
+
+    def rollback(self) -> list[tuple[Message, bool]]:
+        """Take back the batch not yet committed; returns its messages, each with whether it was
+        written with a given seq (else numbered by :meth:`append`), in order.
+
+        The bytes not yet taken are decoded to recover them, so this costs only when it is
+        needed. Call it before :meth:`take`.
+        """
+        data = b"".join(self._out)
+        start = self.committed_offset
+        explicit = self._explicit
+        batch: list[tuple[Message, bool]] = []
+        if data:
+            decoder = FrameDecoder(
+                self.beacon_interval, start, internal=True, on_eos="include", path=self.path
+            )
+            decoder.feed(data)
+            while messages := decoder.next_messages(4096):
+                batch.extend((m, m.offset in explicit) for m in messages)
+        self.discard()
+        return batch
+
+    def discard(self) -> None:
+        """Forget the batch not yet committed (it was not written)."""
+        self._out.clear()
+        streams = self._streams
+        for stream, before in self._undo.items():
+            if before is None:
+                del streams[stream]
+                continue
+            state = streams[stream]
+            state.seq, state.ts, state.running, crcs, count = before
+            del crcs[count:]
+            state.crcs = crcs
+        self._undo = {}
+        self._shard0 = {}
+        self._order = self._committed_order
+        self.offset = self.committed_offset
+        self._next_beacon, self._beacon_count = self._committed_at
+        self._explicit.clear()
+
+    def replay(self, batch: list[tuple[Message, bool]]) -> None:
+        """Encode again, after the committed state, what :meth:`rollback` took back (first the
+        beacon due where the file ends, if it ends on a boundary)."""
+        self.beacon_now()
+        for message, explicit in batch:
+            if explicit:
+                self.write(
+                    message.stream_key,
+                    message.shard,
+                    message.seq,
+                    message.timestamp_ms,
+                    message.payload,
+                )
+            else:
+                self.append(message.stream_key, message.payload, message.timestamp_ms)
+
+    # -- catching up with what other writers appended (no batch held) ----------------------------
+
+    def observe(self, key: str, shard: int, seq: int, timestamp_ms: int, payload_crc: int) -> None:
+        """Count a message another writer appended, as if this encoder had written it."""
+        state = self._streams.get((key, shard))
+        if state is None:
+            state = self._streams[(key, shard)] = StreamState(key, shard)
+            self._order = self._committed_order = list(self._committed_order)
+            bisect.insort(self._order, (key.encode(), shard))
+        if seq > state.seq:
+            state.seq = seq
+        if timestamp_ms > state.ts:
+            state.ts = timestamp_ms
+        state.crcs.append(payload_crc)
+
+    def observe_messages(self, messages: list[Message]) -> None:
+        """:meth:`observe` each of ``messages`` (decoded, so their checksums are right)."""
+        get = self._streams.get
+        for key, shard, seq, timestamp_ms, payload, _ in messages:
+            state = get((key, shard))
+            if state is None:
+                self.observe(key, shard, seq, timestamp_ms, crc16(payload))
+                continue
+            if seq > state.seq:
+                state.seq = seq
+            if timestamp_ms > state.ts:
+                state.ts = timestamp_ms
+            state.crcs.append(crc16(payload))
+
+    def mark(self) -> StreamState | None:
+        """What :meth:`forget_eos` needs to take back an end-of-stream message observed next."""
+        state = self._streams.get((INTERNAL_KEY, 0))
+        return None if state is None else state.copy()
+
+    def forget_eos(self, before: StreamState | None) -> None:
+        """Take back the end-of-stream message observed since :meth:`mark` returned ``before``
+        (the next message overwrites it); the caller takes back the markers of the beacons
+        after it with :meth:`observe_markers`."""
+        if before is not None:
+            self._streams[(INTERNAL_KEY, 0)] = before
+        else:
+            self._streams.pop((INTERNAL_KEY, 0), None)
+            self._order = self._committed_order = [
+                k for k in self._committed_order if k != (_INTERNAL, 0)
+            ]
+
+    def observe_markers(self, count: int) -> None:
+        """Count the markers of beacons another writer wrote (the round-robin continues)."""
+        self._beacon_count += count
+
+    def move_to(self, offset: int) -> None:
+        """The file now ends at ``offset`` (a frame or beacon start): continue from there."""
+        assert not self._out and not self._undo, "move_to with a batch held"
+        self.offset = offset
+        self._next_beacon = first_beacon_at_or_after(offset, self.beacon_interval)
+        self.committed_offset = offset
+        self._committed_at = (self._next_beacon, self._beacon_count)
 
     # -- encoding --------------------------------------------------------------------------------
 
@@ -154,6 +310,7 @@ class FrameEncoder:
         frame = encode_frame(state.prefix, shard, seq, timestamp_ms, payload)
         state.crcs.append((frame[-3] << 8) | frame[-2])
         offset = self.offset
+        self._explicit.add(offset)
         self._splice(frame)
         return offset
 
@@ -195,8 +352,9 @@ class FrameEncoder:
             start = self._beacon_count % len(order)
             chosen = (order[start:] + order[:start])[: min(len(order), self._markers)]
             self._beacon_count += len(chosen)
+            streams = self._streams
             for key, shard in chosen:
-                state = self._streams[(key.decode(), shard)]
+                state = streams[(key.decode(), shard)]
                 markers.append((state.prefix, shard, state.seq, state.ts, state.checksum()))
         beacon = encode_beacon(remaining, markers)
         self._out.append(beacon)

@@ -107,11 +107,13 @@ class FileRemovedError(StreamFileError):
 
 
 class WriterLockedError(StreamFileError):
-    """Another process (or another open file description) already writes this file."""
+    """Something that needs the file to itself (``trio-streams file write``, ``file repair``,
+    ``StreamWriter(exclusive=True)``) could not get its lock: writers' appends, or another such
+    tool, held it longer than the wait. Ordinary writers never raise it: they take turns."""
 
     advice = (
-        "is another instance of this app (or a `trio-streams file write` or `repair`) running? "
-        "Stop it, or have this one write another file"
+        "is a `trio-streams file write` or `file repair` (or another exclusive writer) running "
+        "on this file? Let it finish, or stop it"
     )
 
 

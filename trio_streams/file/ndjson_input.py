@@ -22,16 +22,26 @@ from typing import Any
 
 from .encoder import FrameEncoder
 from .errors import StreamFileError
-from .format import DEFAULT_BEACON_INTERVAL, HEADER_SIZE, INTERNAL_KEY, Header, encode_header
+from .format import (
+    DEFAULT_BEACON_INTERVAL,
+    HEADER_SIZE,
+    INTERNAL_KEY,
+    MAX_TIMESTAMP_MS,
+    Header,
+    encode_header,
+)
+from .sources import check_stream_key
 
 __all__ = [
     "InputError",
+    "PublishRow",
     "Row",
     "WriteInput",
     "check_against",
     "header_from_json",
     "payload_from_json",
     "read_input",
+    "read_publish_input",
 ]
 
 _MESSAGE_SHAPE = (
@@ -207,3 +217,60 @@ def _check_sequences(rows: list[Row]) -> None:
 
 def _stream(row: Row) -> str:
     return repr(row.stream_key) if row.shard == 0 else f"{row.stream_key!r} shard {row.shard}"
+
+
+@dataclass(frozen=True, slots=True)
+class PublishRow:
+    """One message of a ``trio-streams publish --ndjson`` input, checked."""
+
+    line: int
+    stream_key: str
+    payload: bytes
+    timestamp_ms: int | None
+    headers: dict[str, str]
+
+
+def read_publish_input(lines: Iterable[str], default_key: str | None) -> list[PublishRow]:
+    """Read and check the messages of a ``publish --ndjson`` input; raises :class:`InputError`.
+
+    The lines are ``file write``'s (the output of ``file decode --format ndjson``): a first
+    ``file_header`` line is skipped, and so are internal messages (the end-of-stream message
+    decoding stops at). ``seq`` is not used: publishing numbers the messages after what the
+    file holds. ``shard``, if given, must be 0; ``stream_key`` defaults to ``default_key``;
+    ``timestamp_ms`` defaults to the time of publishing; ``headers``, an object of strings, is
+    optional.
+    """
+    rows: list[PublishRow] = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        value = _json(number, line)
+        if "file_header" in value:
+            if rows:
+                raise InputError(number, "a file_header line must come first")
+            continue
+        try:
+            key = value.get("stream_key", default_key)
+            if key is None:
+                raise ValueError("no stream_key, and no KEY on the command line")
+            if not isinstance(key, str):
+                raise TypeError(f"stream_key must be a string, not {key!r}")
+            if key == INTERNAL_KEY:
+                continue
+            check_stream_key(key)
+            if _integer(value.get("shard", 0), "shard") != 0:
+                raise ValueError("shard must be 0: publishing appends to shard 0")
+            ts = value.get("timestamp_ms")
+            if ts is not None and not 0 <= _integer(ts, "timestamp_ms") <= MAX_TIMESTAMP_MS:
+                raise ValueError(f"timestamp_ms {ts} outside 0..{MAX_TIMESTAMP_MS}")
+            headers = value.get("headers", {})
+            if not isinstance(headers, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+            ):
+                raise TypeError(f"headers must be an object of strings, not {headers!r}")
+            rows.append(PublishRow(number, key, payload_from_json(value), ts, headers))
+        except KeyError as exc:
+            raise InputError(number, f"bad message: no {exc.args[0]!r} field") from None
+        except (ValueError, TypeError, binascii.Error) as exc:  # ConfigurationError included
+            raise InputError(number, f"bad message: {exc}") from None
+    return rows

@@ -1,59 +1,86 @@
-"""Appending to a stream file: one writer per file per process, an exclusive lock across them.
+"""Appending to a stream file: any number of writers, in this process and others, one at a time.
 
-:class:`StreamWriter` owns the file: it takes an exclusive ``flock`` (a second writer, in this or
-another process, gets :class:`~trio_streams.file.errors.WriterLockedError` instead of corrupting
-the file), encodes messages with a :class:`~trio_streams.file.encoder.FrameEncoder` into memory,
-and writes them out on :meth:`StreamWriter.flush` (or once 1 MiB has built up). Followers see a
-message as soon as it is flushed; only :meth:`StreamWriter.close` fsyncs.
+:class:`StreamWriter` encodes messages with a :class:`~trio_streams.file.encoder.FrameEncoder`
+into memory and writes them out on :meth:`StreamWriter.flush` (or once 1 MiB has built up).
+Followers see a message as soon as it is flushed; only :meth:`StreamWriter.close` fsyncs.
 
-Reopening an existing file continues it correctly (this deliberately differs from upstream): the
-whole file is scanned once, so each stream's sequence numbers and the beacons' running checksums
-continue from their true values; the write position is after the last complete frame; a trailing
-end-of-stream message is overwritten by the next write; the header is never rewritten. A tail
-that does not decode is truncated away only when it is provably a write cut short by a crash
-(:func:`~trio_streams.file.repair.check_cut_tail`); otherwise, as for any corruption found by the
-scan, opening raises a typed :class:`~trio_streams.file.errors.StreamFormatError` naming the
-offset and leaves the file byte for byte as it was (``trio-streams file repair`` moves such a tail
-aside).
+**Many writers.** Appends are serialized by the file's exclusive ``flock``
+(:class:`~trio_streams.file.lock.FileLock`), held only for the append itself: take the lock,
+``fstat``, write, let go. A writer that finds the file longer than it left it catches up first
+(:mod:`.catchup`): it counts what the others appended — sequence numbers, timestamps, the
+beacons' running checksums and round-robin, the write position — and encodes its buffered
+messages again after theirs. So sequence numbers stay dense per stream whoever writes, and the
+file is byte for byte what one writer would have written for the same messages in the same order.
+When nobody else wrote, a flush costs two ``flock`` calls and one ``fstat`` more than the write.
+The numbers :meth:`StreamWriter.append` returns are those the message gets *unless* another
+writer appends before this one flushes; :meth:`StreamWriter.publish` (and its async and batch
+kin) append under the lock and return final :class:`Receipt` values.
 
-Publishers of one path in one process share the writer through :class:`WriterRegistry`, which
+While others keep appending (the last flush had to catch up), a writer stops encoding messages
+as they are appended — the work would be thrown away — and only buffers them; its flush first
+counts, without the lock, what the others finished writing, then takes the lock, counts the
+little appended meanwhile, encodes its messages and writes them. So the lock is held for the
+encoding and the write, not for decoding the others' messages. The first flush that finds nobody
+else wrote returns the writer to encoding on append.
+
+**Reopening** an existing file is the same catch-up from the header on (this deliberately
+differs from upstream): each stream's sequence numbers and the beacons' running checksums and
+round-robin continue from their true values; the write position is after the last complete
+frame; a trailing end-of-stream message is overwritten by the next write; the header is never
+rewritten. A tail that does not decode is truncated away only when it is provably a write cut
+short by a crash (:func:`~trio_streams.file.repair.check_cut_tail`); otherwise, as for any
+corruption found, the append raises a typed
+:class:`~trio_streams.file.errors.StreamFormatError` naming the offset and leaves the file byte
+for byte as it was (``trio-streams file repair`` moves such a tail aside).
+
+``StreamWriter(path, exclusive=True)`` holds the lock from open to close instead, for tools that
+need the file to themselves (``trio-streams file write`` checks the sequence numbers it is given
+against the file's); other writers wait meanwhile, and it fails with
+:class:`~trio_streams.file.errors.WriterLockedError` if their appends keep it out for 10 s.
+
+Publishers of one path in one process share one writer through :class:`WriterRegistry`, which
 counts references and closes the file when the last :class:`WriterHandle` is closed.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple, final
 
 import trio
 
+from ..positions import Position
 from ._closing import AsyncClosing
-from .decoder import FrameDecoder
-from .encoder import FrameEncoder, StreamState
+from .catchup import catch_up
+from .encoder import FrameEncoder
 from .errors import (
     FileRemovedError,
     StreamFileError,
     StreamFileNotFoundError,
     StreamFormatError,
+    TimestampRangeError,
     WriterClosedError,
-    WriterLockedError,
 )
 from .format import (
     DEFAULT_BEACON_INTERVAL,
     HEADER_SIZE,
+    MAX_PAYLOAD_BYTES,
+    MAX_TIMESTAMP_MS,
     Header,
-    crc16,
     decode_header,
     encode_header,
+    encode_key,
 )
-from .reader import READ_CHUNK
-from .repair import check_cut_tail, repair_hint
+from .lock import FileLock, hold_exclusively
 
 #: Buffered bytes that trigger a write without an explicit flush (as upstream: 1 MiB).
 AUTO_FLUSH_BYTES = 1 << 20
+
+#: A message to publish: (stream key, payload, timestamp in ms or None for now).
+Item = tuple[str, bytes, int | None]
 
 
 def now_ms() -> int:
@@ -61,25 +88,37 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def lock_for_writing(fd: int, path: str) -> None:
-    """Take the exclusive lock every writer of a stream file holds (dropped when ``fd`` closes).
+@final
+class Receipt(NamedTuple):
+    """Where a published message went: its stream, sequence number, timestamp and offset."""
 
-    Raises :class:`WriterLockedError` at once if another writer (or repair) holds it.
-    """
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise WriterLockedError(
-            "another writer (another process, or another open of this file) holds its lock",
-            path=path,
-        ) from None
+    stream: str
+    seq: int
+    timestamp_ms: int
+    #: File offset of the message's frame.
+    offset: int
+    shard: int = 0
+
+    @property
+    def position(self) -> Position:
+        """The position a reader seeks to for this message (inclusive)."""
+        return Position.sequence(self.seq, stream=self.stream, shard=self.shard or None)
+
+    def __str__(self) -> str:
+        return f"{self.stream} seq:{self.seq} ts:{self.timestamp_ms} offset:{self.offset}"
 
 
 class StreamWriter:
-    """The single writer of the stream file at ``path`` (created if missing).
+    """A writer of the stream file at ``path`` (created if missing), one of any number.
 
     ``beacon_interval``, ``created_at_ms`` and ``file_name`` only matter when the file is created;
-    an existing file keeps its header.
+    an existing file keeps its header. ``exclusive=True`` holds the file's lock until
+    :meth:`close` (see the module docs).
+
+    Opening counts the existing file, under the lock if it is free (so a damaged tail is
+    reported at once), else what other writers finished and the rest at the first flush; it
+    waits for the lock only while another writer creates the file. Not thread-safe: use a
+    writer from one thread.
     """
 
     def __init__(
@@ -89,6 +128,7 @@ class StreamWriter:
         beacon_interval: int = DEFAULT_BEACON_INTERVAL,
         created_at_ms: int | None = None,
         file_name: str | None = None,
+        exclusive: bool = False,
     ) -> None:
         self.path = os.fspath(path)
         try:
@@ -98,98 +138,72 @@ class StreamWriter:
                 f"cannot open for writing: {exc}", path=self.path
             ) from exc
         self._closed = False
+        self._lock = FileLock(self._fd, self.path)
+        #: The descriptor an exclusive writer holds the lock on for its lifetime.
+        self._exclusive: int | None = None
+        #: Where a trailing end-of-stream message starts that the next write overwrites.
         self._overwrite_at: int | None = None
+        #: Others appended before the last flush: buffer messages unencoded (see module docs).
+        self._contended = False
+        #: What ``append`` encodes or buffers with (see :meth:`_use`).
+        self._encode: Callable[[str, bytes, int], tuple[int, int]]
+        #: Whether the flush under way found others' appends.
+        self._others_appended = False
+        #: Messages buffered unencoded, and what numbers and bytes they will take (provisional).
+        self._pending: list[tuple[str, bytes, int]] = []
+        self._pending_seqs: dict[str, int] = {}
+        self._pending_bytes = 0
         try:
-            self._lock()
-            size = os.fstat(self._fd).st_size
-            if size == 0:
-                self.header = Header(
-                    os.path.basename(self.path) if file_name is None else file_name,
-                    now_ms() if created_at_ms is None else created_at_ms,
-                    beacon_interval,
-                )
-                self._write_at(encode_header(self.header), 0)
-                self._encoder = FrameEncoder(beacon_interval, HEADER_SIZE, path=self.path)
-            else:
-                self._encoder = self._reopen(size)
+            if exclusive:
+                self._exclusive = hold_exclusively(self._fd, self.path)
+            elif not self._lock.try_acquire():
+                # Another writer appends: count what is settled now, the first flush the rest
+                # (under the lock); wait only for a header still being written.
+                size = os.fstat(self._fd).st_size
+                if size >= HEADER_SIZE:
+                    self._open_unlocked(size)
+                    return
+                self._lock.acquire()
+            try:
+                size = os.fstat(self._fd).st_size
+                if size == 0:
+                    self.header = Header(
+                        os.path.basename(self.path) if file_name is None else file_name,
+                        now_ms() if created_at_ms is None else created_at_ms,
+                        beacon_interval,
+                    )
+                    self._write_at(encode_header(self.header), 0)
+                    self._encoder = FrameEncoder(beacon_interval, HEADER_SIZE, path=self.path)
+                else:
+                    self.header = decode_header(os.pread(self._fd, HEADER_SIZE, 0), self.path)
+                    self._encoder = self._new_encoder()
+                    self._sync(size)
+            finally:
+                self._lock.release()
         except BaseException:
-            self._closed = True
-            os.close(self._fd)
+            self._release()
             raise
-        self._flushed = self._encoder.offset
+        self._opened()
+
+    def _open_unlocked(self, size: int) -> None:
+        try:
+            self.header = decode_header(os.pread(self._fd, HEADER_SIZE, 0), self.path)
+            self._encoder = self._new_encoder()
+            catch_up(self._fd, self._encoder, size, path=self.path, settled=True)
+        except BaseException:
+            self._release()
+            raise
+        self._opened()
+
+    def _opened(self) -> None:
+        self._flushed = self._encoder.committed_offset
+        self._use(contended=False)  # counting the file at open is not others appending
         self._encoder.beacon_now()
 
-    def _lock(self) -> None:
-        lock_for_writing(self._fd, self.path)
+    def _new_encoder(self) -> FrameEncoder:
+        return FrameEncoder(self.header.beacon_interval, HEADER_SIZE, path=self.path)
 
-    def _reopen(self, size: int) -> FrameEncoder:
-        """Scan the file to continue it: per-stream state, write position, trailing EOS."""
-        self.header = decode_header(os.pread(self._fd, HEADER_SIZE, 0), self.path)
-        interval = self.header.beacon_interval
-        decoder = FrameDecoder(
-            interval, HEADER_SIZE, internal=True, on_eos="include", path=self.path
-        )
-        states: dict[tuple[str, int], StreamState] = {}
-        trailing_eos: tuple[int, StreamState | None] | None = None
-        at = HEADER_SIZE
-        while True:
-            try:
-                batch = decoder.next_messages(4096)
-            except StreamFormatError as exc:
-                exc.add_note(f"{self.path}: {repair_hint(self.path)}")
-                raise
-            for message in batch:
-                state = states.get((message.stream_key, message.shard))
-                if message.is_eos:
-                    trailing_eos = (message.offset, None if state is None else state.copy())
-                else:
-                    trailing_eos = None
-                if state is None:
-                    state = states[(message.stream_key, message.shard)] = StreamState(
-                        message.stream_key, message.shard
-                    )
-                state.seq = max(state.seq, message.seq)
-                state.ts = max(state.ts, message.timestamp_ms)
-                state.crcs.append(crc16(message.payload))
-            if batch:
-                continue  # until a call returns nothing: that call raises on corruption
-            if at >= size:
-                break
-            data = os.pread(self._fd, READ_CHUNK, at)
-            if not data:
-                break
-            at += len(data)
-            decoder.feed(data)
-        position = decoder.offset
-        if size > position:
-            # The file ends inside a frame or beacon. Cut it away only if it provably holds no
-            # message (a write cut short by a crash): a damaged length field looks the same.
-            check_cut_tail(
-                self._read,
-                interval,
-                position,
-                size,
-                path=self.path,
-                streams={k: (s.seq, s.ts) for k, s in states.items()},
-            )
-            os.ftruncate(self._fd, position)
-        if trailing_eos is not None:
-            position, before = trailing_eos
-            key = (before.key, before.shard) if before else None
-            internal = [k for k in states if k[0] == "SEA_STREAMER_INTERNAL" and k[1] == 0]
-            for k in internal:
-                del states[k]
-            if before is not None and key is not None:
-                states[key] = before
-            self._overwrite_at = position
-        encoder = FrameEncoder(interval, position, path=self.path)
-        encoder.restore(list(states.values()))
-        return encoder
-
-    def _read(self, offset: int, n: int) -> bytes:
-        return os.pread(self._fd, n, offset)
-
-    # -- writing ---------------------------------------------------------------------------------
+    # -- state -----------------------------------------------------------------------------------
 
     @property
     def offset(self) -> int:
@@ -201,64 +215,303 @@ class StreamWriter:
         return self.header.beacon_interval
 
     def last_sequences(self) -> dict[tuple[str, int], int]:
-        """The highest sequence number of every (key, shard) the file holds, or was written."""
+        """The highest sequence number of every (key, shard) the file held when this writer last
+        wrote or caught up with it, or that it has buffered since."""
+        self._encode_pending()
         return {(state.key, state.shard): state.seq for state in self._encoder.streams()}
 
     def last_seq(self, key: str, shard: int = 0) -> int:
-        """The highest sequence number written to (key, shard); 0 if none."""
-        return self._encoder.stream(key, shard).seq
+        """The highest sequence number of (key, shard), as :meth:`last_sequences`; 0 if none."""
+        self._encode_pending()
+        state = self._encoder.current(key, shard)
+        return 0 if state is None else state.seq
+
+    # -- buffering -------------------------------------------------------------------------------
 
     def append(
         self, key: str, payload: bytes, timestamp_ms: int | None = None
     ) -> tuple[int, int, int]:
-        """Append the next message of ``key`` (shard 0); returns (seq, timestamp_ms, offset).
+        """Buffer the next message of ``key`` (shard 0); returns (seq, timestamp_ms, offset).
 
-        The sequence number is the stream's last plus one; the timestamp defaults to now. The
-        message is buffered: :meth:`flush` makes it visible to followers.
+        The sequence number is the stream's last plus one; the timestamp defaults to now.
+        :meth:`flush` makes it visible to followers. If another writer appends to the file
+        before that, the flush numbers this message after theirs, so the seq and offset
+        returned here are final only for a file nobody else writes: use :meth:`publish` for
+        final ones.
         """
         if self._closed:
             raise WriterClosedError("append to a closed writer", path=self.path)
         if timestamp_ms is None:
             timestamp_ms = time.time_ns() // 1_000_000
-        seq, offset = self._encoder.append(key, payload, timestamp_ms)
+        seq, offset = self._encode(key, payload, timestamp_ms)
         if self._encoder.offset - self._flushed >= AUTO_FLUSH_BYTES:
             self.flush()
         return seq, timestamp_ms, offset
 
+    def _use(self, *, contended: bool) -> None:
+        """Encode on append (alone), or buffer unencoded (while others keep appending)."""
+        self._contended = contended
+        self._encode = self._defer if contended else self._encoder.append
+
+    def _defer(self, key: str, payload: bytes, timestamp_ms: int) -> tuple[int, int]:
+        """Buffer a message unencoded; its provisional numbers (the offset leaves beacons out)."""
+        if not 0 <= timestamp_ms <= MAX_TIMESTAMP_MS:
+            raise TimestampRangeError(
+                f"timestamp {timestamp_ms} ms outside 0..{MAX_TIMESTAMP_MS}", path=self.path
+            )
+        if len(payload) > MAX_PAYLOAD_BYTES:
+            raise StreamFormatError(
+                f"payload of {len(payload)} bytes exceeds 4 GiB", path=self.path
+            )
+        seqs = self._pending_seqs
+        seq = seqs.get(key)
+        if seq is None:
+            state = self._encoder.current(key)
+            if state is None:
+                encode_key(key)  # a new key: refuse it now, not in the middle of the flush
+            seq = 0 if state is None else state.seq
+        seqs[key] = seq = seq + 1
+        offset = self._encoder.offset + self._pending_bytes
+        self._pending.append((key, payload, timestamp_ms))
+        self._pending_bytes += len(key) + len(payload) + 32
+        if self._pending_bytes >= AUTO_FLUSH_BYTES:
+            self.flush()
+        return seq, offset
+
+    def _encode_pending(self) -> None:
+        """Encode the messages buffered unencoded (before anything buffered after them)."""
+        pending = self._pending
+        if not pending:
+            return
+        self._pending, self._pending_seqs, self._pending_bytes = [], {}, 0
+        encoder = self._encoder
+        encoder.beacon_now()
+        append = encoder.append
+        for key, payload, ts in pending:
+            append(key, payload, ts)
+
     def write_message(
         self, key: str, shard: int, seq: int, timestamp_ms: int, payload: bytes
     ) -> int:
-        """Write a message with the exact shard and sequence number given (fixtures, tools).
+        """Buffer a message with the exact shard and sequence number given (fixtures, tools).
 
-        Returns its offset. Beacons record the highest sequence number seen per stream.
+        Returns its offset (final as :meth:`append`'s). Beacons record the highest sequence
+        number seen per stream.
         """
         if self._closed:
             raise WriterClosedError("write to a closed writer", path=self.path)
+        self._encode_pending()
         offset = self._encoder.write(key, shard, seq, timestamp_ms, payload)
         if self._encoder.offset - self._flushed >= AUTO_FLUSH_BYTES:
             self.flush()
         return offset
 
     def write_eos(self, timestamp_ms: int | None = None) -> int:
-        """Write the end-of-stream message (buffered); returns its offset."""
+        """Buffer the end-of-stream message; returns its offset."""
         if self._closed:
             raise WriterClosedError("write to a closed writer", path=self.path)
+        self._encode_pending()
         return self._encoder.write_eos(now_ms() if timestamp_ms is None else timestamp_ms)
 
+    @property
+    def buffered(self) -> bool:
+        """Whether messages wait for :meth:`flush`."""
+        return bool(self._pending) or self._encoder.buffered
+
+    # -- writing out (under the lock) ------------------------------------------------------------
+
     def flush(self) -> None:
-        """Write out everything buffered, so followers see it. Does not fsync."""
+        """Write out everything buffered, so followers see it. Does not fsync.
+
+        Waits (blocking this thread) while another writer appends. If the write itself fails,
+        what was buffered is dropped (part of it may have reached the file).
+        """
         if self._closed:
             raise WriterClosedError("flush of a closed writer", path=self.path)
-        data = self._encoder.take()
+        if self._pending or self._exclusive is not None:
+            self._prepare()
+        elif self._encoder.buffered:
+            self._others_appended = False  # encoded already: nothing to count before the lock
+        else:
+            return
+        self._acquire()
+        try:
+            self._flush_locked()
+        finally:
+            self._lock.release()
+
+    async def aflush(self) -> None:
+        """As :meth:`flush`, waiting for the lock in a worker thread (cancellable: a cancelled
+        call wrote nothing, and what was buffered stays buffered)."""
+        if self._closed:
+            raise WriterClosedError("flush of a closed writer", path=self.path)
+        if not self.buffered:
+            await trio.lowlevel.checkpoint()
+            return
+        self._prepare()
+        await self._acquire_async()
+        try:
+            self._flush_locked()
+        finally:
+            self._lock.release()
+
+    def publish(self, key: str, payload: bytes, timestamp_ms: int | None = None) -> Receipt:
+        """Append one message of ``key`` and write it out now, with anything buffered before it;
+        returns its final :class:`Receipt`. Blocks this thread while another writer appends."""
+        return self.publish_many([(key, payload, timestamp_ms)])[0]
+
+    def publish_many(self, items: Iterable[Item]) -> list[Receipt]:
+        """Append ``(key, payload, timestamp_ms or None)`` items and write them out now, in one
+        append under the lock; returns their final receipts. A bad item (key, timestamp, size)
+        raises before anything is written."""
+        checked = self._check(items)
+        self._prepare()
+        self._acquire()
+        try:
+            return self._publish_locked(checked)
+        finally:
+            self._lock.release()
+
+    async def apublish(self, key: str, payload: bytes, timestamp_ms: int | None = None) -> Receipt:
+        """As :meth:`publish`, waiting for the lock in a worker thread. Cancellable while it
+        waits; a cancelled call appended nothing."""
+        item = self._check_one(key, payload, timestamp_ms)
+        self._prepare()
+        await self._acquire_async()
+        try:
+            return self._publish_locked([item])[0]
+        finally:
+            self._lock.release()
+
+    async def apublish_many(self, items: Iterable[Item]) -> list[Receipt]:
+        """As :meth:`publish_many`, waiting for the lock in a worker thread (cancellable; a
+        cancelled call appended nothing)."""
+        checked = self._check(items)
+        self._prepare()
+        await self._acquire_async()
+        try:
+            return self._publish_locked(checked)
+        finally:
+            self._lock.release()
+
+    def _check(self, items: Iterable[Item]) -> list[tuple[str, bytes, int]]:
+        return [self._check_one(key, payload, ts) for key, payload, ts in items]
+
+    def _check_one(
+        self, key: str, payload: bytes, timestamp_ms: int | None
+    ) -> tuple[str, bytes, int]:
+        """What the format refuses, refused before anything is written."""
+        if self._closed:
+            raise WriterClosedError("publish to a closed writer", path=self.path)
+        if self._encoder.current(key) is None:
+            encode_key(key)  # a key the file holds is valid
+        if not isinstance(payload, bytes):
+            raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
+        if len(payload) > MAX_PAYLOAD_BYTES:
+            raise StreamFormatError(
+                f"payload of {len(payload)} bytes exceeds 4 GiB", path=self.path
+            )
+        if timestamp_ms is None:
+            timestamp_ms = time.time_ns() // 1_000_000
+        elif not 0 <= timestamp_ms <= MAX_TIMESTAMP_MS:
+            raise TimestampRangeError(
+                f"timestamp {timestamp_ms} ms outside 0..{MAX_TIMESTAMP_MS}", path=self.path
+            )
+        return key, payload, timestamp_ms
+
+    def _acquire(self) -> None:
+        if self._exclusive is None:
+            self._lock.acquire()
+
+    async def _acquire_async(self) -> None:
+        if self._exclusive is None:
+            await self._lock.acquire_async()
+        else:
+            await trio.lowlevel.checkpoint_if_cancelled()
+
+    def _prepare(self) -> None:
+        """Before taking the lock: count what others finished appending since this writer last
+        wrote (without the lock; nothing else if a batch is encoded already)."""
+        self._others_appended = False
+        encoder = self._encoder
+        if not self._contended or self._exclusive is not None or encoder.buffered:
+            return  # alone (the catch-up under the lock notices others) or encoded already
+        size = os.fstat(self._fd).st_size
+        if size > encoder.committed_offset:
+            # Buffer unencoded from now on (what is buffered already stays before it).
+            self._others_appended = True
+            self._use(contended=True)
+            catch_up(self._fd, encoder, size, path=self.path, settled=True)
+            self._flushed = encoder.committed_offset
+            encoder.beacon_now()
+
+    def _publish_locked(self, items: list[tuple[str, bytes, int]]) -> list[Receipt]:
+        self._sync(self._stat())
+        self._encode_pending()
+        self._encoder.beacon_now()
+        append = self._encoder.append
+        receipts = []
+        for key, payload, ts in items:
+            seq, offset = append(key, payload, ts)
+            receipts.append(Receipt(key, seq, ts, offset))
+        self._write_out()
+        self._settle_mode()
+        return receipts
+
+    def _flush_locked(self) -> None:
+        self._sync(self._stat())
+        self._encode_pending()
+        self._write_out()
+        self._settle_mode()
+
+    def _settle_mode(self) -> None:
+        """After a write: encode on append again if nobody else appended during this flush.
+
+        Only here, with nothing buffered unencoded, may the writer go back to encoding on
+        append (what it buffers unencoded must come after what it encoded)."""
+        if self._contended is not self._others_appended:
+            self._use(contended=self._others_appended)
+
+    def _stat(self) -> int:
+        st = os.fstat(self._fd)
+        if st.st_nlink == 0:
+            self._encoder.discard()  # nothing can reach a removed file
+            raise FileRemovedError("stream file was removed from disk", path=self.path)
+        return st.st_size
+
+    def _sync(self, size: int) -> None:
+        """Catch up with what other writers appended since this one last wrote (lock held)."""
+        encoder = self._encoder
+        if size == encoder.committed_offset:
+            return
+        self._others_appended = True
+        self._use(contended=True)
+        batch = encoder.rollback()
+        try:
+            if size < encoder.committed_offset:
+                # The file was cut shorter (a repair): count it again from the start.
+                self._encoder = encoder = self._new_encoder()
+            self._overwrite_at = catch_up(self._fd, encoder, size, path=self.path).overwrite_at
+        finally:
+            self._flushed = encoder.committed_offset
+            self._use(contended=True)  # the encoder may be a new one
+            encoder.replay(batch)
+
+    def _write_out(self) -> None:
+        encoder = self._encoder
+        data = encoder.take()
         if not data:
             return
-        if os.fstat(self._fd).st_nlink == 0:
-            raise FileRemovedError("stream file was removed from disk", path=self.path)
-        if self._overwrite_at is not None:
-            os.ftruncate(self._fd, self._overwrite_at)
-            self._overwrite_at = None
-        self._write_at(data, self._flushed)
-        self._flushed += len(data)
+        try:
+            if self._overwrite_at is not None:
+                os.ftruncate(self._fd, self._overwrite_at)
+                self._overwrite_at = None
+            self._write_at(data, encoder.committed_offset)
+        except BaseException:
+            encoder.discard()
+            raise
+        encoder.commit()
+        self._flushed = encoder.committed_offset
 
     def _write_at(self, data: bytes, offset: int) -> None:
         view = memoryview(data)
@@ -279,37 +532,43 @@ class StreamWriter:
         return self._closed
 
     def close(self, *, eos: bool = False, eos_timestamp_ms: int | None = None) -> None:
-        """Optionally write end-of-stream, flush, fsync, unlock and close (blocking)."""
+        """Optionally write end-of-stream, flush, fsync and close (blocking)."""
         if self._closed:
             return
         try:
-            self._finish(eos, eos_timestamp_ms)
+            if eos:
+                self.write_eos(eos_timestamp_ms)
+            if self.buffered:
+                self.flush()
             os.fsync(self._fd)
         finally:
             self._release()
 
     async def aclose(self, *, eos: bool = False, eos_timestamp_ms: int | None = None) -> None:
-        """As :meth:`close`, with the fsync in a worker thread; always completes (shielded)."""
+        """As :meth:`close`, waiting for the lock and fsyncing in worker threads; always
+        completes (shielded)."""
         if self._closed:
             await trio.lowlevel.checkpoint()
             return
         with trio.CancelScope(shield=True):
             try:
-                self._finish(eos, eos_timestamp_ms)
+                if eos:
+                    self.write_eos(eos_timestamp_ms)
+                if self.buffered:
+                    await self.aflush()
                 await trio.to_thread.run_sync(os.fsync, self._fd)
             finally:
                 self._release()
 
-    def _finish(self, eos: bool, eos_timestamp_ms: int | None) -> None:
-        if eos:
-            self.write_eos(eos_timestamp_ms)
-        if self._encoder.buffered:
-            self.flush()
-
     def _release(self) -> None:
         self._closed = True
+        self._lock.release()
+        exclusive, self._exclusive = self._exclusive, None
+        if exclusive is not None:
+            os.close(exclusive)
         fd, self._fd = self._fd, -1
-        os.close(fd)  # closing the descriptor drops the flock
+        if fd >= 0:
+            os.close(fd)
 
     def __enter__(self) -> StreamWriter:
         return self
@@ -345,6 +604,18 @@ class WriterHandle(AsyncClosing):
     def flush(self) -> None:
         """See :meth:`StreamWriter.flush`."""
         self.writer.flush()
+
+    async def apublish(self, key: str, payload: bytes, timestamp_ms: int | None = None) -> Receipt:
+        """See :meth:`StreamWriter.apublish`."""
+        if self._closed:
+            raise WriterClosedError("publish through a closed handle", path=self.path)
+        return await self.writer.apublish(key, payload, timestamp_ms)
+
+    async def apublish_many(self, items: Iterable[Item]) -> list[Receipt]:
+        """See :meth:`StreamWriter.apublish_many`."""
+        if self._closed:
+            raise WriterClosedError("publish through a closed handle", path=self.path)
+        return await self.writer.apublish_many(items)
 
     def close(self, *, eos: bool = False) -> None:
         """Release this share; the last one closes the file (with EOS if any share asked)."""

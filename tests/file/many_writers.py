@@ -1,0 +1,123 @@
+"""Writer and follower processes of one stream file, for the concurrent-append tests.
+
+``python -m tests.file.many_writers write PATH ID COUNT KEYS [--batch N] [--crash-after M]``
+appends COUNT messages, payload ``ID:n`` (n from 0), the n-th on key ``k{n % KEYS}``, flushing
+every 1..N messages (a random batch); after each flush it prints ``ack n`` for the last message
+it wrote, unbuffered. With ``--crash-after M`` it writes, once M messages have been acked, half
+of its next batch's bytes under the file's lock and kills itself with SIGKILL: a crash mid-append.
+
+``python -m tests.file.many_writers follow PATH`` follows the file live from its tip (start it
+on a file nobody wrote yet to see every message), prints ``ready`` once its reader is open, then
+one ``key seq payload`` line per message, and exits after the first message of key ``end``.
+
+:func:`reencoded` is the oracle: the file as one writer would have written its messages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import sys
+from pathlib import Path
+
+import trio
+
+from trio_streams.file.encoder import FrameEncoder
+from trio_streams.file.follower import FileSource
+from trio_streams.file.format import HEADER_SIZE, encode_header
+from trio_streams.file.reader import FileReader
+from trio_streams.file.writer import StreamWriter
+
+
+def reencoded(path: Path | str) -> bytes:
+    """The project's encoder's bytes for the messages decoded from ``path``, EOS included."""
+    with FileReader(path, internal=True, on_eos="include") as reader:
+        header = reader.header
+        encoder = FrameEncoder(header.beacon_interval, HEADER_SIZE)
+        encoder.beacon_now()  # at interval 128 the first beacon follows the header at once
+        for message in reader:
+            encoder.write(
+                message.stream_key,
+                message.shard,
+                message.seq,
+                message.timestamp_ms,
+                message.payload,
+            )
+        reader.check_finished()
+    return encode_header(header) + encoder.take()
+
+
+def _write(args: argparse.Namespace) -> None:
+    rng = random.Random(args.id)
+    writer = StreamWriter(args.path, beacon_interval=args.interval)
+    out = sys.stdout.buffer
+    n = args.start
+    while n < args.count:
+        batch = min(rng.randint(1, args.batch), args.count - n)
+        if args.crash_after is not None and n >= args.crash_after:
+            _crash(writer, args, n, batch)
+        for _ in range(batch):
+            writer.append(f"k{n % args.keys}", f"{args.id}:{n}".encode())
+            n += 1
+        writer.flush()
+        out.write(b"ack %d\n" % (n - 1))
+        out.flush()
+    writer.close()
+
+
+def _crash(writer: StreamWriter, args: argparse.Namespace, n: int, batch: int) -> None:
+    """Write half of a batch under the lock, as a writer killed mid-``pwrite`` leaves it."""
+    for i in range(n, n + max(batch, 3)):
+        writer.append(f"k{i % args.keys}", f"{args.id}:{i}:".encode() + bytes(200))
+    lock = writer._lock
+    lock.acquire()
+    writer._sync(os.fstat(writer._fd).st_size)
+    writer._encode_pending()
+    data = writer._encoder.take()
+    os.pwrite(writer._fd, data[: len(data) // 2], writer._encoder.committed_offset)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+async def _follow(args: argparse.Namespace) -> None:
+    out = sys.stdout.buffer
+    async with await FileSource.open(args.path, mode="live") as source:
+        out.write(b"ready\n")
+        out.flush()
+        while True:
+            batch = source.read_available(4096)
+            if not batch:
+                await source.wait()
+                continue
+            out.write(
+                b"".join(b"%s %d %s\n" % (m.stream_key.encode(), m.seq, m.payload) for m in batch)
+            )
+            out.flush()
+            if any(m.stream_key == "end" for m in batch):
+                return
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="role", required=True)
+    write = sub.add_parser("write")
+    write.add_argument("path")
+    write.add_argument("id")
+    write.add_argument("count", type=int)
+    write.add_argument("keys", type=int)
+    write.add_argument("--start", type=int, default=0)
+    write.add_argument("--batch", type=int, default=64)
+    write.add_argument("--interval", type=int, default=1024)
+    write.add_argument("--crash-after", type=int, default=None)
+    follow = sub.add_parser("follow")
+    follow.add_argument("path")
+    args = parser.parse_args()
+    if args.role == "write":
+        _write(args)
+    else:
+        trio.run(_follow, args)
+
+
+if __name__ == "__main__":
+    main()
