@@ -105,6 +105,11 @@ class Dispatcher:
         #: The middlewares' ``handle`` hooks, and the call record of each delivery they wrap.
         self._hooks = runner.handle_hooks
         self._calls: dict[int, HandlerCall] = {}
+        #: A source whose consumer a test can kill (``t.kill_consumer``), and the cancel scope
+        #: of each delivery in hand, to end them as the crash would.
+        source = runner.source
+        self._killable: Any = source if getattr(source, "killable", False) else None
+        self._live: dict[int, tuple[Delivery, trio.CancelScope]] = {}
 
     async def run(self) -> None:
         """Handle deliveries until the channel is closed and drained.
@@ -226,10 +231,46 @@ class Dispatcher:
     # ---- one delivery ------------------------------------------------------------------------
 
     async def _process(self, delivery: Delivery, message: Any, ordered: bool = False) -> None:
-        if self._hooks:
+        if self._killable is not None:
+            await self._process_killable(delivery, message, ordered)
+        elif self._hooks:
             await self._process_wrapped(delivery, message, ordered)
         else:
             await self._process_plain(delivery, message, ordered)
+
+    async def _process_killable(self, delivery: Delivery, message: Any, ordered: bool) -> None:
+        """``_process`` on a source whose consumer a test can kill (the in-process work queue,
+        ``t.kill_consumer``): a delivery the dead consumer still had queued is dropped
+        unhandled, and one in a handler is cancelled there, as the crash would end it."""
+        killable = self._killable
+        assert killable is not None
+        if killable.dead(delivery):
+            self._runner.unsettled(delivery, Unsettled.STALE)
+            self._channel.finished(delivery)
+            await trio.lowlevel.checkpoint()
+            return
+        with trio.CancelScope() as scope:
+            self._live[id(delivery)] = (delivery, scope)
+            try:
+                if self._hooks:
+                    await self._process_wrapped(delivery, message, ordered)
+                else:
+                    await self._process_plain(delivery, message, ordered)
+            finally:
+                del self._live[id(delivery)]
+
+    def end_dead(self) -> int:
+        """Cancel the handlers of the deliveries the source now calls dead (its consumer was
+        killed); returns how many. Their deliveries end unsettled, as a crash leaves them."""
+        killable = self._killable
+        if killable is None:
+            return 0
+        ended = 0
+        for delivery, scope in list(self._live.values()):
+            if killable.dead(delivery):
+                scope.cancel()
+                ended += 1
+        return ended
 
     async def _process_wrapped(self, delivery: Delivery, message: Any, ordered: bool) -> None:
         """``_process`` inside the middlewares' ``handle`` hooks (outermost first): entered

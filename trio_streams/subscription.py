@@ -126,6 +126,8 @@ class SubscriptionRunner:
             on_abandoned=lambda delivery: self.unsettled(delivery, Unsettled.ABANDONED),
         )
         self.state = SubscriptionState.CREATED
+        #: Its dispatcher, once it runs.
+        self.dispatcher: Dispatcher | None = None
         #: True once its tasks are running (a failure after this fails the app, not its start).
         self.started = False
         self.error: BaseException | None = None
@@ -334,7 +336,8 @@ class SubscriptionRunner:
         # dispatcher drains what was read and ends.
 
     async def _dispatch(self) -> None:
-        await Dispatcher(self).run()
+        self.dispatcher = Dispatcher(self)
+        await self.dispatcher.run()
         if self.state is SubscriptionState.RUNNING:
             self.state = SubscriptionState.DRAINING
         self.delayed.close()

@@ -171,6 +171,8 @@ class MemoryListSubscription(SubscriptionSource):
         self._retry_target: str | None = None
         #: Entries put back by :meth:`kill`.
         self.killed = 0
+        #: Tokens below this were handed out before the last :meth:`kill`.
+        self._dead_below = 0
 
     async def open(self, host: SubscriptionHost) -> None:
         self._hub.check_key(self._source.key, "list")  # as the live open checks the key's type
@@ -213,6 +215,9 @@ class MemoryListSubscription(SubscriptionSource):
         one loses what it holds. Returns how many entries went back."""
         held = list(self._holding.values())
         self._holding.clear()
+        # Everything taken so far was the dead process's: its handlers end with it, and what
+        # it still had queued is gone with its memory (``dead``).
+        self._dead_below = next(self._tokens)
         for entry in held:
             entry.redelivered += 1
         if held:
@@ -220,6 +225,15 @@ class MemoryListSubscription(SubscriptionSource):
             self.killed += len(held)
             self._hub.wake()
         return len(held)
+
+    #: Handlers of deliveries this source calls dead are cancelled by the dispatcher, and such
+    #: deliveries still queued are dropped unhandled (:meth:`dead`).
+    killable = True
+
+    def dead(self, delivery: Delivery) -> bool:
+        """``delivery`` was taken by a consumer that :meth:`kill` killed since."""
+        token: int = delivery.handle
+        return token < self._dead_below
 
     # ---- the window (pipeline=True), as the in-process stream emulates it ---------------------
 

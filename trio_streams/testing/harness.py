@@ -267,14 +267,18 @@ class TestClient:
     def kill_consumer(self, handler: Callable[..., Any] | str) -> int:
         """The consumer of ``handler``'s list subscription dies, and a reaper runs: what a
         reliable list's consumer holds (taken, not yet settled) goes back to the front of the
-        list and is delivered again; its handlers' later settles remove nothing. A simple list's
+        list and is delivered again; its handlers are cancelled where they are, and what it had
+        read but not handed to a handler is dropped, as a crash ends them. A simple list's
         consumer loses what it holds (nothing goes back). Returns how many entries went back.
         The subscription itself keeps reading, as a restarted consumer would."""
         for runner in self._runners:
             if handler in (runner.label, runner.subscription.handler.fn):
                 source = runner.source
                 if isinstance(source, MemoryListSubscription):
-                    return source.kill()
+                    moved = source.kill()
+                    if runner.dispatcher is not None:
+                        runner.dispatcher.end_dead()  # its handlers die with it
+                    return moved
                 raise ConfigurationError(
                     f"{runner.label} does not read a list, so it has no consumer to kill"
                 )

@@ -184,3 +184,36 @@ async def test_a_name_holds_a_list_or_a_stream_never_both_live_and_in_process(
             await t.publish(order[0], 1)
             with pytest.raises(WrongKeyType, match=f"'jobs' holds a {first}, not a"):
                 await t.publish(order[1], 1)
+
+
+async def test_kill_consumer_ends_the_dead_consumers_handlers_and_its_window_as_a_crash_would() -> (
+    None
+):
+    app = App("svc", shutdown_timeout=0.1)
+    broker = app.broker(RedisBroker(URL))
+    inside = trio.Event()
+    seen: list[tuple[int, int]] = []
+    cancelled: list[int] = []
+
+    @broker.subscriber(RedisList("jobs", reliable=True), workers=2, pipeline=True)
+    async def work(n: int, ctx: Context) -> None:
+        seen.append((n, ctx.attempt))
+        ctx.pipeline.incr(f"count:{n}")
+        if len(seen) == 1:
+            inside.set()
+            try:
+                await trio.sleep_forever()  # the consumer dies while this runs
+            except trio.Cancelled:
+                cancelled.append(n)
+                raise
+
+    async with app.test() as t:
+        await broker.publish(Destination.list("jobs"), 1)
+        with trio.fail_after(5):
+            await inside.wait()
+        assert t.kill_consumer(work) == 1
+        await t.settled()  # nothing of the dead consumer is left in flight
+        kept = [segment for segment in t.segments(work) if segment.kept]
+    assert cancelled == [1]  # its handler ended with it
+    assert seen == [(1, 1), (1, 2)]  # delivered again, counted
+    assert len(kept) == 1  # only the live consumer's window was sent
