@@ -29,7 +29,7 @@ from .delivery import Delivery
 from .dispatch import Dispatcher, HandledMessage
 from .driver import Seeker, SubscriptionDriver
 from .host import Fault, SubscriptionHost
-from .outcome import Outcome, drop, retry
+from .outcome import Outcome, OutcomeKind, drop, retry
 from .pipeline import Pipeline
 from .routing import Subscription
 from .transport import DeadLetter, SourceFault, SubscriptionSource, Transport, Unsettled
@@ -272,6 +272,9 @@ class SubscriptionRunner:
     async def settle(self, delivery: Delivery, outcome: Outcome) -> None:
         """Settle through the source; a ``SourceFault`` is reported, and clears at the next
         settle that succeeds (the transport keeps the delivery pending, to deliver it again)."""
+        if outcome.kind is OutcomeKind.ACK and self.source.acks_are_noops:
+            self.ended_by_noop_ack(delivery)
+            return
         delivery.ended = True
         try:
             await self.source.settle(delivery, outcome)
@@ -279,6 +282,14 @@ class SubscriptionRunner:
             self._settle_failed(fault)
             return
         self._settle_recovered()
+
+    def ended_by_noop_ack(self, delivery: Delivery) -> None:
+        """``delivery`` was acknowledged where an ack settles nothing
+        (``source.acks_are_noops``): it ends as a settle that succeeded ends it, without the
+        call."""
+        delivery.ended = True
+        if self._settle_failing:
+            self._settle_recovered()
 
     def _settle_failed(self, fault: SourceFault) -> None:
         self._settle_failing[fault.kind] = None
