@@ -7,8 +7,8 @@ one read: 64) and a larger read and channel (256 and 256).
 
 Prints medians of several runs, with ratios against the peer measured in the same run: the
 stream-file library alone (``FileSource.read_available``, no framework), the limit the framework
-can only approach. Then the aim (100k msgs/s) and the upstream Rust high-level consumer's figure,
-as references.
+can only approach. Then the aim (the defaults at 0.45 of the library alone or more) and the
+upstream Rust high-level consumer's figure, as a reference.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from file_write import write_file
 from trio_streams import App
 from trio_streams.file import FileBroker, FileStream
 
-AIM = 100_000
+#: The aim: with the defaults, at least this share of what the library alone reads.
+AIM_RATIO = 0.45
 LIMIT = "library alone"
 
 
@@ -65,20 +66,23 @@ def main() -> None:
         )
         limit, _ = median_rate(lambda: read_trio(path), args.repeats)
         print(row("library alone (the limit, peer)", limit, peer=limit, peer_name=LIMIT))
-        slowest = limit
+        defaults = 0.0
         for label, count, buffer in (
             ("app, defaults (64 / 64)", 64, None),
             ("app, count=256 buffer=256", 256, 256),
         ):
             run = partial(replay_through_the_app, path, count, buffer)
             rate, rates = median_rate(run, args.repeats)
-            slowest = min(slowest, rate)
+            if count == 64:
+                defaults = rate
             print(
                 row(label, rate, peer=limit, peer_name=LIMIT)
                 + "   runs: "
                 + ", ".join(f"{r / 1000:.0f}k" for r in rates)
             )
-        print(f"aim: {AIM / 1000:.0f}k msgs/s ({'met' if slowest >= AIM else 'NOT met'})")
+        ratio = defaults / limit
+        met = "met" if ratio >= AIM_RATIO else "NOT met"
+        print(f"aim: defaults >= x{AIM_RATIO:.2f} of the library alone ({met}: x{ratio:.2f})")
         print(
             reference(
                 "Rust high-level consumer replay", f"~{REFERENCE_CONSUMER / 1000:.0f}k msgs/s"
