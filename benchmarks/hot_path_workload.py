@@ -7,12 +7,14 @@
 
 It times nothing and prints only what it handled: the profile is the figure. Run:
 ``py-spy record -f flamegraph -o out.svg -- python benchmarks/hot_path_workload.py file PATH``.
+Without arguments it runs both workloads once, small (100k messages), on a temporary file.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from pathlib import Path
 
 import trio
@@ -26,10 +28,22 @@ from inprocess_dispatch import framework
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("workload", choices=("file", "inprocess"))
-    parser.add_argument("target", help="the stream file (file) or how many messages (inprocess)")
+    parser.add_argument("workload", nargs="?", choices=("file", "inprocess"))
+    parser.add_argument(
+        "target", nargs="?", help="the stream file (file) or how many messages (inprocess)"
+    )
     parser.add_argument("--write", type=int, metavar="N", help="first write N messages to PATH")
     args = parser.parse_args()
+    if args.workload is None:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "replay.ss"
+            write_file(path, 100_000)
+            print(replay_through_the_app(path, 64, None), "handled from a stream file")
+        rate = trio.run(framework, "json", 1, 100_000)
+        print(f"100000 handled in process ({rate:.0f} msgs/s)")
+        return
+    if args.target is None:
+        parser.error("give the stream file (file) or how many messages (inprocess)")
     if args.workload == "file":
         path = Path(args.target)
         if args.write:
