@@ -272,16 +272,18 @@ class SubscriptionRunner:
     async def settle(self, delivery: Delivery, outcome: Outcome) -> None:
         """Settle through the source; a ``SourceFault`` is reported, and clears at the next
         settle that succeeds (the transport keeps the delivery pending, to deliver it again)."""
-        if outcome.kind is OutcomeKind.ACK and self.source.acks_are_noops:
+        source = self.source
+        if outcome.kind is OutcomeKind.ACK and source.acks_are_noops:
             self.ended_by_noop_ack(delivery)
             return
         delivery.ended = True
         try:
-            await self.source.settle(delivery, outcome)
+            await source.settle(delivery, outcome)
         except SourceFault as fault:
             self._settle_failed(fault)
             return
-        self._settle_recovered()
+        if self._settle_failing:  # once per delivery: the call only when there is a fault
+            self._settle_recovered()
 
     def ended_by_noop_ack(self, delivery: Delivery) -> None:
         """``delivery`` was acknowledged where an ack settles nothing
