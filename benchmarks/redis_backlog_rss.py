@@ -34,6 +34,8 @@ import trio
 # The test servers' launcher lives with the tests (it is not part of the package).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from _rss import Sampler, memory_mb, verdict
+
 from tests.redis_servers import redis_server
 from trio_streams import App, Position
 from trio_streams.redis import RedisBroker, RedisStream
@@ -42,58 +44,6 @@ from trio_streams.redis.client import connect
 COUNT = 100
 PAYLOAD = b'{"id":1,"amount":9.5,"note":"a backlog entry of about a hundred bytes, padded."}'
 KEY = "backlog"
-
-
-def memory_mb() -> tuple[float, float]:
-    """This process's ``(VmRSS, VmHWM)`` in MB."""
-    values: dict[str, float] = {}
-    with open("/proc/self/status") as status:
-        for line in status:
-            name, _, rest = line.partition(":")
-            if name in ("VmRSS", "VmHWM"):
-                values[name] = int(rest.split()[0]) / 1024
-    return values["VmRSS"], values["VmHWM"]
-
-
-class Sampler:
-    """RSS every ``interval`` seconds while the drain runs; the curve at each tenth of it."""
-
-    def __init__(self, entries: int, interval: float) -> None:
-        self.entries = entries
-        self.interval = interval
-        self.done = 0
-        self.peak_sampled = 0.0
-        self.curve: list[tuple[int, float, float]] = []  # (percent drained, seconds, MB)
-        self._next_tenth = 0
-        self._started = time.monotonic()
-
-    def start(self) -> None:
-        self._started = time.monotonic()
-
-    async def run(self) -> None:
-        while True:
-            self.sample()
-            await trio.sleep(self.interval)
-
-    def sample(self) -> None:
-        rss, _ = memory_mb()
-        self.peak_sampled = max(self.peak_sampled, rss)
-        while self._next_tenth <= 10 and self.done * 10 >= self._next_tenth * self.entries:
-            elapsed = time.monotonic() - self._started
-            self.curve.append((self._next_tenth * 10, elapsed, rss))
-            self._next_tenth += 1
-
-    def report(self, before: float, elapsed: float) -> dict[str, Any]:
-        self.sample()
-        _, hwm = memory_mb()
-        return {
-            "before_mb": before,
-            "peak_mb": hwm,
-            "peak_sampled_mb": self.peak_sampled,
-            "handled": self.done,
-            "seconds": elapsed,
-            "curve": self.curve,
-        }
 
 
 async def drain_raw(url: str, entries: int, interval: float) -> dict[str, Any]:
@@ -223,6 +173,7 @@ def main(args: argparse.Namespace) -> None:
         f"({framework['peak_mb']:.1f} MB / {raw['peak_mb']:.1f} MB); framework peak over its "
         f"own RSS before reading: +{framework['peak_mb'] - framework['before_mb']:.1f} MB"
     )
+    print(verdict(framework["peak_mb"]))
 
 
 if __name__ == "__main__":

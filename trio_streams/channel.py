@@ -197,9 +197,13 @@ class DeliveryChannel:
         return delivery
 
     def receive_nowait(self) -> Delivery:
+        """The next queued delivery without waiting: ``trio.WouldBlock`` if none is queued,
+        ``trio.EndOfChannel`` once closed and drained. Not a checkpoint (a worker taking a run
+        of deliveries passes one per run)."""
         if self._buffer:
             delivery = self._buffer.popleft()
-            self._send_waiters.unpark()
+            if self._send_waiters:
+                self._send_waiters.unpark()
             return delivery
         if self._closed:
             raise trio.EndOfChannel
@@ -223,7 +227,12 @@ class DeliveryChannel:
 
     def finished(self, delivery: Delivery) -> None:
         """The dispatcher is done with ``delivery``: settled, found stale, or abandoned."""
-        self._release(1)
+        # _release(1), in line: once per delivery.
+        self._outstanding -= 1
+        if self._outstanding == 0:
+            self._idle_waiters.unpark_all()
+        if self._on_change is not None:
+            self._on_change()
 
     def _release(self, count: int) -> None:
         if not count:

@@ -8,6 +8,14 @@ inside those ``UUID``, ``Decimal``, ``datetime``/``date``/``time``/``timedelta``
 so the hot path is a single call. A payload that does not fit raises ``DecodeError``, which names
 the path inside the document (``$.items[2].qty``) and what was expected.
 
+Where every part of the type is one msgspec decodes exactly as the general path converts it
+(JSON values, dataclasses with generated ``__init__``s, msgspec Structs, enums, ``UUID``, dates
+and times, containers and ``Optional`` of those), the decoder first tries a compiled
+``msgspec.json.Decoder`` for the type, which parses and converts in one step. Whatever it
+refuses goes through the general path, so what is accepted, what it becomes and the error a bad
+payload gets are the general path's (a dataclass's ``__post_init__`` that refuses a payload
+runs twice: once in each path).
+
 Encoding is msgspec's JSON encoder (pydantic models through ``model_dump_json``, or
 ``model_dump(mode="json")`` when nested), so what a handler can decode it can also publish. A
 value that cannot be encoded raises ``EncodeError`` naming the path of the part that cannot.
@@ -77,6 +85,23 @@ def decoder_for(annotation: Any) -> Decoder:
     model_decoder = _model_decoder(annotation)
     if model_decoder is not None:
         return model_decoder
+    general = _general_decoder(annotation)
+    compiled = _compiled_decoder(annotation)
+    if compiled is None:
+        return general
+
+    def decode_typed(payload: bytes) -> Any:
+        try:
+            return compiled(payload)
+        except Exception:  # noqa: BLE001 - the general path decides, and words the error
+            return general(payload)
+
+    return decode_typed
+
+
+def _general_decoder(annotation: Any) -> Decoder:
+    """Parse JSON, then check and convert the value with ``_converter`` (the reference path,
+    whose errors name the path inside the document)."""
     convert = _converter(annotation)
 
     def decode_json(payload: bytes) -> Any:
@@ -94,6 +119,81 @@ def decoder_for(annotation: Any) -> Decoder:
             raise DecodeError("value nested too deeply") from None
 
     return decode_json
+
+
+def _compiled_decoder(annotation: Any) -> Decoder | None:
+    """A ``msgspec.json.Decoder(annotation).decode``, where msgspec decodes every value it
+    accepts exactly as ``_converter`` converts it; None where it might not (``datetime``,
+    ``Decimal``, pydantic models, unions other than ``Optional``, dataclasses with fields left
+    out of ``__init__`` or an ``__init__`` of their own...)."""
+    try:
+        if not _compilable(annotation, set()):
+            return None
+    except TypeError:  # an unhashable part of an annotation: not one to compile
+        return None
+    try:
+        return msgspec.json.Decoder(annotation).decode
+    except (TypeError, ValueError):  # a type msgspec cannot build a decoder for
+        return None
+
+
+#: Leaves msgspec decodes from JSON as the general path converts them (``msgspec.convert``).
+_COMPILED_LEAVES = frozenset({uuid.UUID, _dt.date, _dt.time})
+_JSON_LEAVES = frozenset({type(None), None, bool, int, float, str, dict, list, Mapping, Sequence})
+
+
+def _compilable(annotation: Any, seen: set[type]) -> bool:
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return _compilable(args[0], seen)
+    if annotation is Any or annotation is object or annotation in _JSON_LEAVES:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        options = [a for a in args if a is not type(None)]
+        return len(options) == 1 and len(args) == 2 and _compilable(options[0], seen)
+    if origin is typing.Literal:
+        return all(type(a) in (str, int) or a is None for a in args)
+    if origin in (list, Sequence, typing.Sequence, set, frozenset):
+        return all(_compilable(a, seen) for a in args)
+    if origin is tuple:
+        return all(a is Ellipsis or _compilable(a, seen) for a in args)
+    if origin in (dict, Mapping, typing.Mapping):
+        return len(args) == 2 and args[0] is str and _compilable(args[1], seen)
+    if not isinstance(annotation, type):
+        return False
+    if annotation in _COMPILED_LEAVES:
+        return True
+    if issubclass(annotation, enum.Flag):
+        return False
+    if issubclass(annotation, enum.Enum):
+        return True
+    if issubclass(annotation, msgspec.Struct):
+        return True
+    if dataclasses.is_dataclass(annotation):
+        return _compilable_dataclass(annotation, seen)
+    return False
+
+
+def _compilable_dataclass(cls: type, seen: set[type]) -> bool:
+    if cls in seen:
+        return True  # a type that refers back to itself: decided where it began
+    seen.add(cls)
+    init = getattr(cls, "__init__", None)
+    code = getattr(init, "__code__", None)
+    if code is None or code.co_filename != "<string>":
+        return False  # an __init__ of its own, which msgspec would not call
+    declared: dict[str, Any] = cls.__dataclass_fields__  # type: ignore[attr-defined]
+    if any(repr(f._field_type) == "_FIELD_INITVAR" for f in declared.values()):
+        return False  # an InitVar: the general path cannot fill it either
+    fields = dataclasses.fields(cls)  # the instance fields (no ClassVar)
+    if not all(f.init for f in fields):
+        return False  # a field left out of __init__: msgspec would set it from the payload
+    try:
+        hints = typing.get_type_hints(cls, include_extras=True)
+    except Exception:  # noqa: BLE001 - unresolvable: the general path reports it
+        return False
+    return all(_compilable(hints[f.name], seen) for f in fields)
 
 
 def _identity(payload: bytes) -> bytes:

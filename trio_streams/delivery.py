@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .positions import Position
+from .positions import Position, delivered_position
 
 __all__ = [
     "RETRY_COUNT_HEADER",
     "RETRY_TARGET_HEADER",
     "Delivery",
+    "SequenceDelivery",
     "attempt_from_headers",
     "retry_headers",
 ]
@@ -78,6 +79,63 @@ class Delivery:
             f"<Delivery {self.stream!r}{where} attempt={self.attempt} "
             f"{len(self.payload)} bytes, {len(self.headers)} headers>"
         )
+
+
+# The base class's slot, reached under the property that shadows it in SequenceDelivery.
+_POSITION: Any = Delivery.__dict__["position"]
+
+
+class SequenceDelivery(Delivery):
+    """A :class:`Delivery` of the message at sequence ``seq`` of its stream (and ``shard``),
+    whose ``position`` is built the first time it is read (then kept).
+
+    Stream files and in-process streams address messages by sequence; most handlers never look
+    at a position, and building one costs a good share of a no-op delivery. Read, it equals
+    ``delivered_position(seq, stream, shard)``, what an eagerly built delivery holds; set, it
+    holds what was set.
+    """
+
+    __slots__ = ("seq", "shard")
+
+    def __init__(
+        self,
+        stream: str,
+        payload: bytes,
+        headers: Mapping[str, str],
+        seq: int,
+        shard: int | None,
+        attempt: int,
+        timestamp_ms: int | None,
+        handle: Any = None,
+    ) -> None:
+        # Delivery.__init__'s work without its keyword parsing (one per message on the hot
+        # path): every slot it sets but ``position``, which stays unset until read. A test
+        # checks that no slot of Delivery is left out.
+        self.stream = stream
+        self.payload = payload
+        self.headers = headers
+        self.attempt = attempt
+        self.handle = handle
+        self.timestamp_ms = timestamp_ms
+        self.generation = 0
+        self.ended = False
+        #: The message's sequence number on its stream, and its shard (None for shard 0).
+        self.seq = seq
+        self.shard = shard
+
+    @property
+    def position(self) -> Position | None:
+        """The message's position on its stream (``Position.sequence(seq, stream=...)``)."""
+        try:
+            position: Position | None = _POSITION.__get__(self, Delivery)
+        except AttributeError:  # not read yet
+            position = delivered_position(self.seq, self.stream, self.shard)
+            _POSITION.__set__(self, position)
+        return position
+
+    @position.setter
+    def position(self, value: Position | None) -> None:
+        _POSITION.__set__(self, value)
 
 
 def attempt_from_headers(headers: Mapping[str, str]) -> int:

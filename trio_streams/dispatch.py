@@ -9,6 +9,14 @@ Three shapes, all reading the one bounded channel:
   and n lane tasks keep per-key order (lanes are bounded channels too);
 - ``batch=n, max_wait=s``: each worker collects up to n deliveries, waiting at most s after the
   first, and hands the handler a list; the handler answers per element.
+
+Workers take runs: after one wait on the channel, a worker handles what is already queued
+(``receive_nowait``), up to ``RUN`` deliveries, then passes a schedule point, so one pass
+through Trio's scheduler serves a run rather than each delivery, and a busy subscription still
+yields to every other task once a run. A handler that takes the payload alone (no other
+parameter, outside an ordered lane) is handled in line: decode, call, and for the common
+outcome (``None``: ack) the settle, which is skipped altogether where the source says an ack
+settles nothing (``SubscriptionSource.acks_are_noops``). Everything else goes the general way.
 """
 
 from __future__ import annotations
@@ -36,9 +44,12 @@ from .transport import DeadLetter, Unsettled
 if TYPE_CHECKING:
     from .subscription import SubscriptionRunner
 
-__all__ = ["Dispatcher", "HandledMessage"]
+__all__ = ["RUN", "Dispatcher", "HandledMessage"]
 
 _ACK = ack()
+#: The most deliveries a worker handles between two schedule points when they are already
+#: queued (see the module docstring).
+RUN = 32
 #: Deliveries waiting in each ordered lane.
 _LANE_BUFFER = 4
 _UNDECODED: Any = UNDECODED
@@ -100,6 +111,7 @@ class Dispatcher:
         self._handle_delivery = (
             self._handle_one if self._handler.dependencies is None else self._handle_scoped
         )
+        handler = self._handler
         #: Deliveries taken off the channel by the lane router, not yet by their lane's worker.
         self._in_lanes: dict[int, Delivery] = {}
         #: The middlewares' ``handle`` hooks, and the call record of each delivery they wrap.
@@ -110,6 +122,15 @@ class Dispatcher:
         source = runner.source
         self._killable: Any = source if getattr(source, "killable", False) else None
         self._live: dict[int, tuple[Delivery, trio.CancelScope]] = {}
+        #: The handler takes the payload alone: its deliveries are handled in line (unless a
+        #: middleware wraps each one, or a test may kill the consumer mid-handler).
+        self._payload_only = (
+            handler.dependencies is None
+            and not handler.extractors
+            and not handler.needs_context
+            and not self._hooks
+            and self._killable is None
+        )
 
     async def run(self) -> None:
         """Handle deliveries until the channel is closed and drained.
@@ -136,16 +157,104 @@ class Dispatcher:
     # ---- shapes ------------------------------------------------------------------------------
 
     async def _worker(self) -> None:
-        receive = self._channel.receive
-        process = self._process
         # by_key with one worker: one lane, so retries keep the key's order as lanes do.
         ordered = self._options.by_key is not None
+        if self._payload_only and not ordered:
+            await self._payload_worker()
+            return
+        channel = self._channel
+        receive = channel.receive
+        take = channel.receive_nowait
+        process = self._process
+        checkpoint = trio.lowlevel.checkpoint
         while True:
             try:
                 delivery = await receive()
             except trio.EndOfChannel:
                 return
-            await process(delivery, _UNDECODED, ordered)
+            run = RUN
+            while True:
+                await process(delivery, _UNDECODED, ordered)
+                run -= 1
+                if not run:
+                    await checkpoint()  # a run's schedule point
+                    break
+                try:
+                    delivery = take()
+                except trio.WouldBlock:
+                    break
+                except trio.EndOfChannel:
+                    return
+
+    async def _payload_worker(self) -> None:
+        """``_worker`` for a handler that takes the payload alone, outside an ordered lane: the
+        common path in line (current, first attempt, decoded, the handler returns None, ack),
+        everything else through the general path, with the same outcome for every delivery.
+
+        Cancelled, the delivery in hand is reported abandoned, as ``_process`` does."""
+        channel = self._channel
+        runner = self._runner
+        receive = channel.receive
+        take = channel.receive_nowait
+        finished = channel.finished
+        process = self._process
+        decode = self._handler.decode
+        fn = self._handler.fn
+        settle = runner.settle
+        source = runner.source
+        quick_acks = not runner.observers
+        checkpoint = trio.lowlevel.checkpoint
+        while True:
+            try:
+                delivery = await receive()
+            except trio.EndOfChannel:
+                return
+            # Read once per run: an ack settles nothing there, so the delivery ends as a
+            # settle would end it.
+            noop_acks = quick_acks and source.acks_are_noops
+            run = RUN
+            while True:
+                if delivery.attempt != 1 or not channel.is_current(delivery):
+                    # A retry copy (maybe another's, maybe spent), or made stale by a seek.
+                    await process(delivery, _UNDECODED)
+                else:
+                    later = False
+                    try:
+                        try:
+                            message = decode(delivery.payload)
+                        except DecodeError as exc:
+                            later = await self._undecodable(delivery, exc)
+                        else:
+                            try:
+                                result = await fn(message)
+                            except Exception as exc:  # noqa: BLE001 - runs the failure policy
+                                outcome = self._failed(delivery, exc)
+                                concluded = await self._conclude(delivery, message, outcome, exc)
+                                later = concluded is True
+                            else:
+                                if result is not None or not quick_acks:
+                                    later = await self._conclude_result(delivery, message, result)
+                                elif noop_acks:
+                                    runner.ended_by_noop_ack(delivery)
+                                else:
+                                    await settle(delivery, _ACK)
+                    except BaseException:
+                        # Cancelled (or failed) before it was settled: it never will be.
+                        runner.unsettled(delivery, Unsettled.ABANDONED)
+                        finished(delivery)
+                        raise
+                    if not later:
+                        finished(delivery)
+                run -= 1
+                if not run:
+                    await checkpoint()  # a run's schedule point
+                    break
+                try:
+                    delivery = take()
+                except trio.WouldBlock:
+                    break
+                except trio.EndOfChannel:
+                    return
 
     async def _route_lanes(self, nursery: trio.Nursery, lanes: int) -> None:
         key_of = self._key_function()
@@ -370,28 +479,58 @@ class Dispatcher:
             # A seek made it stale while its arguments were being built.
             self._runner.unsettled(delivery, Unsettled.STALE)
             return False
-        if args is not None:
-            try:
-                result = await handler.fn(*args)
-                outcome = await self._outcome_of(result)
-            except _Unencodable as exc:
-                if scope is not None:
-                    scope.error = exc.error
-                return await self._unencodable(delivery, args[0], exc.error)
-            except Exception as exc:  # noqa: BLE001 - a failing handler runs the failure policy
-                error = exc
-                if scope is not None:
-                    scope.error = exc
-                outcome = self._failed(delivery, exc)
+        if args is None:
+            return await self._conclude(
+                delivery, None, outcome, error, called=False, ordered=ordered
+            )
+        try:
+            result = await handler.fn(*args)
+            outcome = await self._outcome_of(result)
+        except _Unencodable as exc:
+            if scope is not None:
+                scope.error = exc.error
+            return await self._unencodable(delivery, args[0], exc.error)
+        except Exception as exc:  # noqa: BLE001 - a failing handler runs the failure policy
+            error = exc
+            if scope is not None:
+                scope.error = exc
+            outcome = self._failed(delivery, exc)
+        return await self._conclude(delivery, args[0], outcome, error, ordered=ordered)
+
+    async def _conclude_result(self, delivery: Delivery, message: Any, result: Any) -> bool:
+        """The handler of a payload-only delivery returned ``result``: publish it, then settle
+        (as ``_handle_one`` does). True if a delayed retry now owns the delivery."""
+        error: BaseException | None = None
+        try:
+            outcome = await self._outcome_of(result)
+        except _Unencodable as exc:
+            return await self._unencodable(delivery, message, exc.error)
+        except Exception as exc:  # noqa: BLE001 - a failing publish runs the failure policy
+            error = exc
+            outcome = self._failed(delivery, exc)
+        later = await self._conclude(delivery, message, outcome, error)
+        assert later is not _AGAIN
+        return later is True
+
+    async def _conclude(
+        self,
+        delivery: Delivery,
+        message: Any,
+        outcome: Outcome,
+        error: BaseException | None,
+        *,
+        called: bool = True,
+        ordered: bool = False,
+    ) -> bool | _Again:
+        """Decide and carry out what becomes of ``delivery`` after ``outcome``: observed,
+        settled, delayed or retried in its lane. True if a delayed retry now owns it; ``_AGAIN``
+        if an ordered lane is to handle it again in place."""
         if outcome is _ACK and not self._runner.observers and not self._hooks:
             # The common case, without building a verdict.
             await self._runner.settle(delivery, outcome)
             return False
         verdict = self._policy.decide(delivery, outcome)
-        if args is None:
-            self._observe(delivery, None, outcome, verdict, error, called=False)
-        else:
-            self._observe(delivery, args[0], outcome, verdict, error)
+        self._observe(delivery, message, outcome, verdict, error, called=called)
         if ordered and verdict.dead_letter is None and verdict.outcome.is_retry:
             return await self._retry_in_lane(delivery, verdict.outcome)
         return await self._settle(delivery, verdict, error)

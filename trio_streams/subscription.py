@@ -30,7 +30,7 @@ from .dispatch import Dispatcher, HandledMessage
 from .driver import Seeker, SubscriptionDriver
 from .host import Fault, SubscriptionHost
 from .middleware import Middleware, handle_hooks
-from .outcome import Outcome, drop, retry
+from .outcome import Outcome, OutcomeKind, drop, retry
 from .pipeline import Pipeline
 from .routing import Subscription
 from .transport import DeadLetter, SourceFault, SubscriptionSource, Transport, Unsettled
@@ -280,13 +280,26 @@ class SubscriptionRunner:
     async def settle(self, delivery: Delivery, outcome: Outcome) -> None:
         """Settle through the source; a ``SourceFault`` is reported, and clears at the next
         settle that succeeds (the transport keeps the delivery pending, to deliver it again)."""
+        source = self.source
+        if outcome.kind is OutcomeKind.ACK and source.acks_are_noops:
+            self.ended_by_noop_ack(delivery)
+            return
         delivery.ended = True
         try:
-            await self.source.settle(delivery, outcome)
+            await source.settle(delivery, outcome)
         except SourceFault as fault:
             self._settle_failed(fault)
             return
-        self._settle_recovered()
+        if self._settle_failing:  # once per delivery: the call only when there is a fault
+            self._settle_recovered()
+
+    def ended_by_noop_ack(self, delivery: Delivery) -> None:
+        """``delivery`` was acknowledged where an ack settles nothing
+        (``source.acks_are_noops``): it ends as a settle that succeeded ends it, without the
+        call."""
+        delivery.ended = True
+        if self._settle_failing:
+            self._settle_recovered()
 
     def _settle_failed(self, fault: SourceFault) -> None:
         self._settle_failing[fault.kind] = None

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Self, final
 
@@ -42,6 +42,7 @@ __all__ = [
     "SubscriptionSource",
     "Transport",
     "Unsettled",
+    "settles_with",
 ]
 
 
@@ -269,6 +270,20 @@ class SubscriptionSource(ABC):
     #: it is read once ``open`` has returned, so ``open`` may still set it.
     read_count: int = 0
 
+    @property
+    def acks_are_noops(self) -> bool:
+        """True if ``settle(delivery, ack())`` does nothing for this source, for every delivery
+        (a stream file without a durable consumer, an in-process stream without a window): the
+        core then ends an acknowledged delivery as a settle would, without calling ``settle``,
+        which saves a call per message. Acks only: every other outcome is settled.
+
+        False (the default) unless an ack is provably a no-op: a source that must hear of every
+        settle (a pending list, a watermark, a window) keeps it. A source that says True should
+        say so only while ``settle`` is its own (see :func:`settles_with`), so a subclass or a
+        wrapper that replaces ``settle`` is still called. The core reads it once per run of
+        deliveries, not once per subscription."""
+        return False
+
     async def open(self, host: SubscriptionHost) -> None:
         """Prepare, before the app reports started (create a consumer group, take back this
         consumer's own pending entries, check keys), and start the source's own tasks with
@@ -376,3 +391,10 @@ class Transport(ABC):
         self, source: Source, options: Mapping[str, Any], *, label: str
     ) -> SubscriptionSource:
         """The reader for one subscription. ``label`` names it in errors and logs."""
+
+
+def settles_with(source: SubscriptionSource, settle: Callable[..., Any]) -> bool:
+    """True while ``source.settle`` is ``settle`` (the function its class defined): not
+    overridden by a subclass, replaced on the class, nor set on the instance. For
+    ``acks_are_noops``, whose promise is about that ``settle`` only."""
+    return type(source).settle is settle and "settle" not in getattr(source, "__dict__", ())

@@ -29,13 +29,20 @@ import trio
 
 from .._schedule import FairShare
 from ..broker import Broker
-from ..delivery import Delivery, attempt_from_headers, retry_headers
+from ..delivery import Delivery, SequenceDelivery, attempt_from_headers, retry_headers
 from ..destinations import Destination
 from ..errors import ConfigurationError
 from ..host import SubscriptionHost
 from ..outcome import Outcome, OutcomeKind
-from ..positions import Position, PositionKind, delivered_position
-from ..transport import SeekRefused, Source, SubscriptionSource, Transport, read_count_option
+from ..positions import Position, PositionKind
+from ..transport import (
+    SeekRefused,
+    Source,
+    SubscriptionSource,
+    Transport,
+    read_count_option,
+    settles_with,
+)
 from .durable import (
     PERSIST_EVERY,
     PERSIST_INTERVAL,
@@ -359,26 +366,19 @@ class FileSubscription(SubscriptionSource):
         append = deliveries.append
         for key, shard, seq, timestamp_ms, payload, _offset in messages:
             # The values come from a checked frame, no need to validate them again. Shard 0 is
-            # left unnamed, so the position equals ``FilePosition.sequence(seq, stream=key)``.
-            position = delivered_position(seq, key, shard or None)
+            # left unnamed, so the position (built when first read) equals
+            # ``FilePosition.sequence(seq, stream=key)``.
             if payload.startswith(PREFIXES):
                 payload, headers = open_envelope(payload)
                 attempt = attempt_from_headers(headers) if headers else 1
                 append(
-                    Delivery(
-                        key,
-                        payload,
-                        headers,
-                        position=position,
-                        attempt=attempt,
-                        timestamp_ms=timestamp_ms,
+                    SequenceDelivery(
+                        key, payload, headers, seq, shard or None, attempt, timestamp_ms
                     )
                 )
             else:
                 append(
-                    Delivery(
-                        key, payload, _NO_HEADERS, position=position, timestamp_ms=timestamp_ms
-                    )
+                    SequenceDelivery(key, payload, _NO_HEADERS, seq, shard or None, 1, timestamp_ms)
                 )
         watermark = self._watermark
         if watermark is not None:
@@ -448,6 +448,11 @@ class FileSubscription(SubscriptionSource):
 
     # ---- settling ----------------------------------------------------------------------------
 
+    @property
+    def acks_are_noops(self) -> bool:
+        # Without a durable consumer an ack moves nothing: no watermark, no copy.
+        return self._watermark is None and settles_with(self, _FILE_SETTLE)
+
     async def settle(self, delivery: Delivery, outcome: Outcome) -> None:
         if outcome.kind in _RETRIES:
             _, offset = await self._transport.append(
@@ -498,6 +503,10 @@ class FileSubscription(SubscriptionSource):
 
     def __repr__(self) -> str:
         return f"<FileSubscription {self._label!r} on {self.path!r} keys={list(self._keys)}>"
+
+
+#: The settle ``acks_are_noops`` speaks for (a subclass or a wrapper may replace it).
+_FILE_SETTLE = FileSubscription.settle
 
 
 def _why(error: SeekError) -> str:

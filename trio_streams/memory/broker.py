@@ -10,7 +10,13 @@ from trio.lowlevel import cancel_shielded_checkpoint, checkpoint, checkpoint_if_
 
 from .._schedule import FairShare
 from ..broker import Broker
-from ..delivery import RETRY_COUNT_HEADER, Delivery, attempt_from_headers, retry_headers
+from ..delivery import (
+    RETRY_COUNT_HEADER,
+    Delivery,
+    SequenceDelivery,
+    attempt_from_headers,
+    retry_headers,
+)
 from ..destinations import Destination, DestinationKind
 from ..errors import ConfigurationError, UnsupportedError
 from ..host import SubscriptionHost
@@ -24,6 +30,7 @@ from ..transport import (
     Transport,
     Unsettled,
     read_count_option,
+    settles_with,
 )
 from .channels import MemoryChannel, MemoryChannelSubscription, channel_bus
 from .log import Cursor, Entry, MemoryHub
@@ -269,6 +276,11 @@ class MemorySubscription(SubscriptionSource):
         self._hub.wake()
         await checkpoint()
 
+    @property
+    def acks_are_noops(self) -> bool:
+        # Without a window an ack settles nothing: the log keeps every message anyway.
+        return self._window is None and settles_with(self, _MEMORY_SETTLE)
+
     def pipeline(self, delivery: Delivery) -> Pipeline | None:
         window = self._window
         if window is None:
@@ -312,14 +324,19 @@ class MemorySubscription(SubscriptionSource):
             )
 
 
+#: The settle ``acks_are_noops`` speaks for (a subclass or a wrapper may replace it).
+_MEMORY_SETTLE = MemorySubscription.settle
+
+
 def _deliver(entry: Entry) -> Delivery:
     headers = entry.headers
-    return Delivery(
+    return SequenceDelivery(
         entry.stream,
         entry.payload,
         headers,
-        position=delivered_position(entry.seq, entry.stream),
-        attempt=attempt_from_headers(headers) if RETRY_COUNT_HEADER in headers else 1,
-        handle=entry,
-        timestamp_ms=entry.timestamp_ms,
+        entry.seq,
+        None,
+        attempt_from_headers(headers) if RETRY_COUNT_HEADER in headers else 1,
+        entry.timestamp_ms,
+        entry,
     )

@@ -162,6 +162,17 @@ class Window(Generic[Token]):
 
     def consumed(self, token: Token, *, keep: bool) -> bool:
         """``ack`` (``keep``) or ``drop``: the flush settles it. True when a flush is due."""
+        slot = self._slots.get(token)
+        if slot is not None and slot.segment is None:
+            # No segment to decide (the common case, once per delivery): the read's settle
+            # covers it and the slot closes, as below, in one lookup.
+            del self._slots[token]
+            read = slot.read
+            read.consumed.append(token)
+            read.open -= 1
+            if read.open == 0:
+                self._complete.append(read)
+            return bool(self._complete)
         if not (self.decide_segment(token, keep=keep) and self.atomic):
             self._slot(token).read.consumed.append(token)
         return self._close(token)
