@@ -30,7 +30,7 @@ from .errors import ConfigurationError, TrioStreamsError
 from .groups import leaves, raise_lone_errors, reraise_unwrapped
 from .host import Fault
 from .logs import configure_default
-from .middleware import Middleware, check_middlewares
+from .middleware import Middleware, check_middlewares, observe_hooks
 from .reporting import describe, report
 from .routing import Subscription
 from .subscription import SubscriptionRunner, SubscriptionState, SubscriptionStats
@@ -530,7 +530,8 @@ class App:
             app_state=self.state,
             logger=logging.getLogger(f"trio_streams.subscription.{subscription.name}"),
             on_change=options.on_change,
-            observers=options.observers,
+            observers=options.observers
+            + observe_hooks(self.middlewares + subscription.middlewares),
             on_fault=lambda fault: self._fault_changed(fault, options),
             app_name=self.name,
             retry_target=retry_target,

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 __all__ = ["RUN", "Dispatcher", "HandledMessage"]
 
 _ACK = ack()
+_ACK_VERDICT = Verdict(_ACK)
 #: The most deliveries a worker handles between two schedule points when they are already
 #: queued (see the module docstring).
 RUN = 32
@@ -79,9 +80,11 @@ class _KeyFailed:
         self.error = error
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class HandledMessage:
-    """One handler call as observers (the test harness, metrics) see it."""
+    """One handler call as observers (the test harness, metrics) see it: a record made for
+    every delivery they watch, so it is a plain (not frozen) dataclass, cheap to build; treat
+    it as read-only."""
 
     subscription: str
     delivery: Delivery
@@ -95,6 +98,9 @@ class HandledMessage:
     #: False when the handler was not called: the payload could not be decoded, or the delivery
     #: had already been tried ``max_attempts`` times (its verdict says what became of it).
     called: bool = True
+    #: Seconds from the start of its handling (decoding included) to its verdict, before the
+    #: settle; None where it is not timed (a batch).
+    seconds: float | None = None
 
 
 class Dispatcher:
@@ -122,6 +128,8 @@ class Dispatcher:
         source = runner.source
         self._killable: Any = source if getattr(source, "killable", False) else None
         self._live: dict[int, tuple[Delivery, trio.CancelScope]] = {}
+        #: With observers: when the handling of each delivery in hand began (perf_counter).
+        self._starts: dict[int, float] | None = {} if runner.observers else None
         #: The handler takes the payload alone: its deliveries are handled in line (unless a
         #: middleware wraps each one, or a test may kill the consumer mid-handler).
         self._payload_only = (
@@ -202,7 +210,10 @@ class Dispatcher:
         fn = self._handler.fn
         settle = runner.settle
         source = runner.source
-        quick_acks = not runner.observers
+        observers = runner.observers
+        label = runner.label
+        starts = self._starts
+        perf_counter = time.perf_counter
         checkpoint = trio.lowlevel.checkpoint
         while True:
             try:
@@ -211,7 +222,7 @@ class Dispatcher:
                 return
             # Read once per run: an ack settles nothing there, so the delivery ends as a
             # settle would end it.
-            noop_acks = quick_acks and source.acks_are_noops
+            noop_acks = source.acks_are_noops
             run = RUN
             while True:
                 if delivery.attempt != 1 or not channel.is_current(delivery):
@@ -219,30 +230,48 @@ class Dispatcher:
                     await process(delivery, _UNDECODED)
                 else:
                     later = False
+                    began = perf_counter() if observers else 0.0
                     try:
                         try:
                             message = decode(delivery.payload)
                         except DecodeError as exc:
+                            if starts is not None:  # timed by _observe, off the common path
+                                starts[id(delivery)] = began
                             later = await self._undecodable(delivery, exc)
                         else:
                             try:
                                 result = await fn(message)
                             except Exception as exc:  # noqa: BLE001 - runs the failure policy
+                                if starts is not None:
+                                    starts[id(delivery)] = began
                                 outcome = self._failed(delivery, exc)
                                 concluded = await self._conclude(delivery, message, outcome, exc)
                                 later = concluded is True
                             else:
-                                if result is not None or not quick_acks:
+                                if result is not None:
+                                    if starts is not None:
+                                        starts[id(delivery)] = began
                                     later = await self._conclude_result(delivery, message, result)
-                                elif noop_acks:
-                                    runner.ended_by_noop_ack(delivery)
                                 else:
-                                    await settle(delivery, _ACK)
+                                    if observers:  # the verdict of an ack needs no policy
+                                        record = HandledMessage(
+                                            label, delivery, message, _ACK, _ACK_VERDICT,
+                                            None, True, perf_counter() - began,
+                                        )  # fmt: skip
+                                        for observer in observers:
+                                            observer(record)
+                                    if noop_acks:
+                                        runner.ended_by_noop_ack(delivery)
+                                    else:
+                                        await settle(delivery, _ACK)
                     except BaseException:
                         # Cancelled (or failed) before it was settled: it never will be.
                         runner.unsettled(delivery, Unsettled.ABANDONED)
                         finished(delivery)
                         raise
+                    finally:
+                        if starts:
+                            starts.pop(id(delivery), None)
                     if not later:
                         finished(delivery)
                 run -= 1
@@ -401,6 +430,9 @@ class Dispatcher:
     async def _process_plain(self, delivery: Delivery, message: Any, ordered: bool) -> None:
         later = False
         done = False
+        starts = self._starts
+        if starts is not None:
+            starts.setdefault(id(delivery), time.perf_counter())
         try:
             if not self._channel.is_current(delivery):
                 # A seek made it stale before its handler started.
@@ -416,6 +448,8 @@ class Dispatcher:
                 later = await self._handle_delivery(delivery, message) is True
             done = True
         finally:
+            if starts is not None:
+                starts.pop(id(delivery), None)
             if not done:
                 # Cancelled (or failed) before it was settled: it never will be.
                 self._runner.unsettled(delivery, Unsettled.ABANDONED)
@@ -863,8 +897,11 @@ class Dispatcher:
             call.error, call.called = error, called
         observers = self._runner.observers
         if observers:
+            starts = self._starts
+            began = None if starts is None else starts.get(id(delivery))
+            seconds = None if began is None else time.perf_counter() - began
             record = HandledMessage(
-                self._runner.label, delivery, message, outcome, verdict, error, called
+                self._runner.label, delivery, message, outcome, verdict, error, called, seconds
             )
             for observer in observers:
                 observer(record)

@@ -1,6 +1,7 @@
 """Middlewares: code that wraps each delivery's handling and each publish.
 
-A middleware is an object with up to two hooks, each an async context manager factory:
+A middleware is an object with up to three hooks; the first two are async context manager
+factories:
 
 - ``handle(call)`` wraps one delivery, from before its payload is decoded to after it is
   settled (acknowledged, retried, dead-lettered). ``call`` (:class:`HandlerCall`) is filled in
@@ -13,6 +14,9 @@ A middleware is an object with up to two hooks, each an async context manager fa
 - ``publish(call)`` wraps one publish (:class:`PublishCall`): ``headers`` may be changed before
   the ``yield`` (a trace context, a correlation id); ``receipt`` or ``error`` is set after it.
   An error of the publish is raised through the ``yield``.
+- ``observe(handled)`` is told, synchronously, of each delivery's verdict (a
+  :class:`~trio_streams.dispatch.HandledMessage`, with ``seconds`` its handling took): the cheap
+  hook for counting, which keeps the common path in line (metrics use it).
 
 Middlewares are given per app (``App(middlewares=...)``), per broker or router
 (``RedisBroker(..., middlewares=...)``, ``Router(middlewares=...)``) and per subscriber
@@ -35,7 +39,7 @@ Write one with :func:`contextlib.asynccontextmanager`::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, final
@@ -44,11 +48,19 @@ if TYPE_CHECKING:
     from .context import Context
     from .delivery import Delivery
     from .destinations import Destination
+    from .dispatch import HandledMessage
     from .failure import Verdict
     from .outcome import Outcome
     from .transport import Source
 
-__all__ = ["HandlerCall", "Middleware", "PublishCall", "handle_hooks", "publish_hooks"]
+__all__ = [
+    "HandlerCall",
+    "Middleware",
+    "PublishCall",
+    "handle_hooks",
+    "observe_hooks",
+    "publish_hooks",
+]
 
 
 class Middleware:
@@ -60,6 +72,13 @@ class Middleware:
 
     def publish(self, call: PublishCall) -> AbstractAsyncContextManager[None]:
         """Wrap one publish; ``call.headers`` may be changed before the ``yield``."""
+        raise NotImplementedError  # only overridden hooks are called
+
+    def observe(self, handled: HandledMessage) -> None:
+        """Be told, synchronously, of each delivery's verdict as it is decided (before its
+        settle), with how long its handling took: the cheap hook for counting. No context
+        manager is entered and the common path stays in line, so it costs a function call;
+        it must not block or raise."""
         raise NotImplementedError  # only overridden hooks are called
 
 
@@ -124,6 +143,13 @@ def handle_hooks(middlewares: Sequence[Middleware]) -> tuple[Middleware, ...]:
 def publish_hooks(middlewares: Sequence[Middleware]) -> tuple[Middleware, ...]:
     """The middlewares, outermost first, that wrap publishing."""
     return tuple(m for m in middlewares if _overrides(m, "publish"))
+
+
+def observe_hooks(
+    middlewares: Sequence[Middleware],
+) -> tuple[Callable[[HandledMessage], None], ...]:
+    """The ``observe`` hooks of the middlewares that have one, outermost first."""
+    return tuple(m.observe for m in middlewares if _overrides(m, "observe"))
 
 
 def check_middlewares(value: object, *, where: str) -> tuple[Middleware, ...]:
