@@ -16,11 +16,12 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections.abc import Mapping
 
 from .file.cli import _beacon_interval, _guarded
-from .file.envelope import seal
+from .file.envelope import open_envelope, seal
 from .file.format import DEFAULT_BEACON_INTERVAL
-from .file.ndjson_input import InputError, read_publish_input
+from .file.ndjson_input import InputError, PublishRow, read_publish_input
 from .file.sources import check_stream_key
 from .file.writer import StreamWriter
 
@@ -68,10 +69,7 @@ def _items(args: argparse.Namespace) -> list[tuple[str, bytes, int | None]]:
             rows = read_publish_input(lines, args.key)
         except InputError as exc:
             raise SystemExit(f"error: {exc}; nothing was published") from None
-        return [
-            (row.stream_key, seal(row.payload, {**common, **row.headers}), row.timestamp_ms)
-            for row in rows
-        ]
+        return [(row.stream_key, _stored(row, common), row.timestamp_ms) for row in rows]
     if args.key is None:
         raise SystemExit("error: KEY is needed (or --ndjson, whose lines name their keys)")
     try:
@@ -133,3 +131,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help=f"bytes between beacons if the file is created (default {DEFAULT_BEACON_INTERVAL})",
     )
     parser.set_defaults(handler=_guarded(_publish))
+
+
+def _stored(row: PublishRow, common: Mapping[str, str]) -> bytes:
+    """A ``--ndjson`` row's bytes in the file. Its ``payload`` is a frame as stored (the schema
+    ``file decode --format ndjson`` prints): a header envelope in it is the message's headers,
+    kept, with the row's ``headers`` and ``-H`` ones over them, so copying a file's decoded
+    messages keeps their payloads and headers."""
+    payload, stored = open_envelope(row.payload)
+    return seal(payload, {**stored, **common, **row.headers})

@@ -178,3 +178,27 @@ async def test_a_service_consumes_with_retries_and_a_dead_letter_while_scripts_p
     letters = [m for m in messages if m[0] == "orders.dead"]
     assert [m[3]["x-dead-letter-reason"] for m in letters] == ["max-attempts"] * len(letters)
     assert path.read_bytes() == reencoded(path)
+
+
+def test_decoded_messages_published_again_keep_their_payloads_and_headers(tmp_path: Path) -> None:
+    first, second = tmp_path / "a.ss", tmp_path / "b.ss"
+    assert cli("publish", str(first), "orders", "x", "-H", "trace=t1").returncode == 0
+    decoded = cli("file", "decode", str(first), "--format", "ndjson")
+    assert decoded.returncode == 0
+    copied = cli("publish", str(second), "--ndjson", stdin=decoded.stdout)
+    assert copied.returncode == 0, copied.stderr
+    assert [(k, p, dict(h)) for k, _, p, h in _messages(second)] == [
+        ("orders", b"x", {"trace": "t1"})
+    ]
+
+
+def test_an_ndjson_payload_that_is_not_a_string_is_refused_and_nothing_published(
+    tmp_path: Path,
+) -> None:
+    target = tmp_path / "o.ss"
+    for payload in ('{"id": 1}', "null", "5"):
+        result = cli("publish", str(target), "k", "--ndjson", stdin=f'{{"payload": {payload}}}\n')
+        assert result.returncode == 1
+        assert "payload must be a string" in result.stderr
+        assert "nothing was published" in result.stderr
+    assert not target.exists()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,7 @@ from trio_streams.file import (
     FileStream,
     StreamFileNotFoundError,
 )
+from trio_streams.file.broker import _process_name
 from trio_streams.file.envelope import open_envelope
 from trio_streams.file.format import Message
 from trio_streams.file.reader import FileReader
@@ -338,11 +341,13 @@ async def test_retry_appends_a_copy_with_the_retry_count_header(tmp_path: Path) 
     await run_to_end(replay_app(path, handle)[0])
     assert attempts == [(k, FilePosition.sequence(k, stream="s")) for k in (1, 2, 3)]
     copies = [open_envelope(m.payload) for m in messages_in(path)[1:]]
-    target = {RETRY_TARGET_HEADER: "file/sub"}  # <app>/<subscription>
+    # <app>/<subscription>@<this process>: a replica of the app elsewhere passes over it.
+    target = {RETRY_TARGET_HEADER: f"file/sub@{_process_name()}"}
     assert copies == [
         (b"1", {RETRY_COUNT_HEADER: "1", **target}),
         (b"1", {RETRY_COUNT_HEADER: "2", **target}),
     ]
+    assert _process_name().startswith(f"{socket.gethostname()}-{os.getpid()}-")
 
 
 async def test_spent_retries_are_dead_lettered_to_their_key_as_they_arrived(

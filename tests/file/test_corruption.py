@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
 from pathlib import Path
 
 import pytest
@@ -142,3 +144,25 @@ def test_mutated_files_raise_typed_errors_only(
                     assert stored == crc16(message.payload)
     except StreamFormatError:
         pass
+
+
+def test_a_frame_cut_short_while_another_writer_appends_it_ends_a_replay_without_an_error(
+    tmp_path: Path,
+) -> None:
+    # Writers hold the file's lock for each append; readers never wait for it. A frame found
+    # cut short while the lock is held is an append under way, not a damaged file.
+    data = BIG.read_bytes()
+    frames = _big_frames_from(3)
+    target = tmp_path / "appending.ss"
+    target.write_bytes(data[: frames[3] + 700])
+    expected = frames_before(target, frames[3])
+    writer = os.open(target, os.O_RDWR)
+    try:
+        fcntl.flock(writer, fcntl.LOCK_EX)  # a writer mid-append
+        with FileReader(target) as reader:
+            assert len(list(reader)) == expected  # what is complete, then the end
+        fcntl.flock(writer, fcntl.LOCK_UN)  # the writer is gone, the frame still cut
+        with FileReader(target) as reader, pytest.raises(TruncatedError):
+            list(reader)
+    finally:
+        os.close(writer)

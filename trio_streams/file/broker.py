@@ -21,6 +21,8 @@
 from __future__ import annotations
 
 import os
+import secrets
+import socket
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -235,6 +237,19 @@ class FileTransport(Transport):
             await trio.lowlevel.checkpoint()
 
 
+_process: tuple[int, str] | None = None
+
+
+def _process_name() -> str:
+    """This process's name in retry targets, ``host-pid-random``; another one in a forked
+    child."""
+    global _process
+    pid = os.getpid()
+    if _process is None or _process[0] != pid:
+        _process = (pid, f"{socket.gethostname()}-{pid}-{secrets.token_hex(3)}")
+    return _process[1]
+
+
 class FileSubscription(SubscriptionSource):
     """One subscription's reader over the file: deliveries, seeks, retry copies, its watermark."""
 
@@ -251,6 +266,7 @@ class FileSubscription(SubscriptionSource):
         self._count = count
         self.read_count = count
         self._keys = stream.keys
+        self._durable = stream.durable
         self.live = not stream.replaying
         self.path = transport.path
         #: Offset of the first retry copy appended since a replay last ended (None: none).
@@ -339,6 +355,12 @@ class FileSubscription(SubscriptionSource):
     # ---- reading -----------------------------------------------------------------------------
 
     async def open(self, host: SubscriptionHost) -> None:
+        if self._durable is None:
+            # Every process running this app reads the whole file (files have no consumer
+            # groups): a copy this one asks for names this process, so another replica passes
+            # over it. A resumable consumer's copies name it alone: its next run, in another
+            # process, handles the copies this one left.
+            host.retry_target = f"{host.retry_target}@{_process_name()}"
         self._retry_target = host.retry_target
         await trio.lowlevel.checkpoint()
 

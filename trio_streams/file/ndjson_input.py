@@ -90,8 +90,13 @@ def payload_from_json(row: dict[str, Any]) -> bytes:
     """The payload bytes of an ndjson object."""
     encoding = row.get("encoding", "utf8")
     text = row["payload"]
+    if not isinstance(text, str):
+        raise ValueError(
+            f'payload must be a string (UTF-8 text, or base64 with "encoding": "base64"), '
+            f"not {type(text).__name__} {json.dumps(text)[:40]}"
+        )
     if encoding == "utf8":
-        return str(text).encode("utf-8")
+        return text.encode("utf-8")
     if encoding == "base64":
         return base64.b64decode(text, validate=True)
     raise ValueError(f"encoding must be utf8 or base64, not {encoding!r}")

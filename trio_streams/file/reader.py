@@ -16,6 +16,7 @@ the file is finished.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import stat
 from collections.abc import Collection, Generator, Iterator
@@ -28,6 +29,7 @@ from .errors import (
     SeekOutOfRangeError,
     StreamFileNotFoundError,
     StreamFormatError,
+    TruncatedError,
 )
 from .format import (
     HEADER_SIZE,
@@ -202,9 +204,31 @@ class FileReader:
         return "stays" if len(now) > len(expected) else "tip"
 
     def check_finished(self) -> None:
-        """For a finished file: raise :class:`TruncatedError` if the last frame is cut short."""
-        if self.at_eof:
+        """For a finished file: raise :class:`TruncatedError` if the last frame is cut short.
+
+        A frame is cut short at the end also while another process is appending it (writers
+        hold the file's lock for each append, readers never wait for it): then the file is
+        not finished, and what was read is all there is yet, with no error. Told apart by
+        the lock: held by a writer (a shared lock cannot be had at once), or the file grew
+        past what was read meanwhile, it is an append in progress."""
+        if not self.at_eof:
+            return
+        try:
             self._decoder.check_finished()
+        except TruncatedError:
+            if self._being_appended():
+                return
+            raise
+
+    def _being_appended(self) -> bool:
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True  # a writer holds the lock: its append is under way
+        try:
+            return os.fstat(self._fd).st_size > self.known_size  # it finished meanwhile
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def __iter__(self) -> Iterator[Message]:
         """Every message to the end of a finished file (raising if it ends inside a frame)."""
