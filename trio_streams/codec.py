@@ -93,8 +93,8 @@ def decoder_for(annotation: Any) -> Decoder:
     def decode_typed(payload: bytes) -> Any:
         try:
             return compiled(payload)
-        except Exception:  # noqa: BLE001 - the general path decides, and words the error
-            return general(payload)
+        except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+            return general(payload)  # refused: the general path decides, and words the error
 
     return decode_typed
 
@@ -169,7 +169,9 @@ def _compilable(annotation: Any, seen: set[type]) -> bool:
     if issubclass(annotation, enum.Enum):
         return True
     if issubclass(annotation, msgspec.Struct):
-        return True
+        # A __post_init__ is user code: where the compiled decoder refused a payload, the
+        # general path would run it a second time. Such types take the general path alone.
+        return getattr(annotation, "__post_init__", None) is None
     if dataclasses.is_dataclass(annotation):
         return _compilable_dataclass(annotation, seen)
     return False
@@ -179,6 +181,8 @@ def _compilable_dataclass(cls: type, seen: set[type]) -> bool:
     if cls in seen:
         return True  # a type that refers back to itself: decided where it began
     seen.add(cls)
+    if getattr(cls, "__post_init__", None) is not None:
+        return False  # user code, run once: the general path alone (see Structs above)
     init = getattr(cls, "__init__", None)
     code = getattr(init, "__code__", None)
     if code is None or code.co_filename != "<string>":

@@ -238,6 +238,15 @@ class Dispatcher:
                             if starts is not None:  # timed by _observe, off the common path
                                 starts[id(delivery)] = began
                             later = await self._undecodable(delivery, exc)
+                        except Exception as exc:  # noqa: BLE001 - a payload's constructor failed
+                            # As the general path: the failure policy, the handler not called.
+                            if starts is not None:
+                                starts[id(delivery)] = began
+                            outcome = self._failed(delivery, exc)
+                            concluded = await self._conclude(
+                                delivery, None, outcome, exc, called=False
+                            )
+                            later = concluded is True
                         else:
                             try:
                                 result = await fn(message)
@@ -318,6 +327,8 @@ class Dispatcher:
                 message = decode(delivery.payload)
             except DecodeError:
                 return None, _UNDECODED  # the lane decodes again and runs the decode policy
+            except Exception as exc:  # noqa: BLE001 - a payload's own constructor failed
+                return None, _KeyFailed(exc)  # the lane runs the failure policy
             try:
                 key = key_function(message)
                 hash(key)

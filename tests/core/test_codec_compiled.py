@@ -88,7 +88,6 @@ COMPILED: list[Any] = [
     Order,
     Item,
     Tree,
-    Checked,
     Rich,
     dict[str, Order],
     list[Item],
@@ -228,6 +227,8 @@ LEFT: list[tuple[Any, bytes]] = [
     (Priced, b'{"price": 1.1}'),
     (Either, b'{"value": 1}'),
     (Holder, b'{"model": {"id": 1}}'),
+    # A __post_init__ is user code: a payload the compiled decoder refused would run it twice.
+    (Checked, b'{"qty": 0}'),
 ]
 
 
@@ -245,3 +246,22 @@ def test_a_dataclass_with_its_own_init_is_built_by_that_init() -> None:
 
 def test_a_field_left_out_of_init_keeps_its_default_whatever_the_payload_says() -> None:
     assert decoder_for(NotInInit)(b'{"qty": 1, "seen": 9}').seen == 5
+
+
+def test_a_post_init_runs_once_per_decode_whether_it_accepts_or_refuses() -> None:
+    calls: list[int] = []
+
+    @dataclass
+    class Counted:
+        qty: int
+
+        def __post_init__(self) -> None:
+            calls.append(self.qty)
+            if self.qty < 0:
+                raise ValueError("negative")
+
+    decode = decoder_for(Counted)
+    assert decode(b'{"qty": 1}') == Counted(1)
+    with pytest.raises(DecodeError):
+        decode(b'{"qty": -1}')
+    assert calls == [1, 1, -1]  # the equality's own Counted(1), and one run per decode

@@ -5,9 +5,11 @@ settles nothing, never where a settle is needed; positions built when first read
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 
@@ -287,3 +289,44 @@ def test_the_in_process_subscription_speaks_for_its_own_settle_only() -> None:
     wrapped = Wrapped(hub, MemoryStream("s"), label="b", count=1)
     assert plain.acks_are_noops
     assert not wrapped.acks_are_noops
+
+
+@dataclass
+class Fragile:
+    x: int
+
+    def __post_init__(self) -> None:
+        if self.x == 1:
+            raise RuntimeError("constructor failed")
+
+
+@pytest.mark.parametrize("shape", ["in line", "general", "lanes"])
+async def test_a_payload_constructor_that_raises_runs_the_failure_policy_in_every_shape(
+    shape: str,
+) -> None:
+    app = App("svc")
+    broker = app.broker(MemoryBroker())
+    handled: list[int] = []
+    options: dict[str, Any] = {"max_attempts": 2, "dead_letter": "dlq"}
+    if shape == "lanes":
+        options.update(workers=2, by_key=lambda f: f.x)
+
+    if shape == "general":
+
+        @broker.subscriber(MemoryStream("s"), name="sub", **options)
+        async def handle_with_context(f: Fragile, ctx: Context) -> None:
+            handled.append(f.x)
+
+    else:
+
+        @broker.subscriber(MemoryStream("s"), name="sub", **options)
+        async def handle(f: Fragile) -> None:
+            handled.append(f.x)
+
+    async with app.test() as t:
+        await t.publish("s", {"x": 1})  # its constructor raises: retried, then dead-lettered
+        await t.publish("s", {"x": 2})
+        letters = t.published("dlq")
+    assert handled == [2]  # the app goes on
+    [letter] = letters
+    assert letter.headers["x-dead-letter-error"] == "RuntimeError: constructor failed"
