@@ -524,6 +524,10 @@ class App:
         if options.dependency_overrides:
             handler = subscription.handler.overridden(options.dependency_overrides)
             subscription = replace(subscription, handler=handler)
+        for middleware in subscription.middlewares:  # a broker's, router's or subscriber's
+            attach = getattr(middleware, "attach", None)
+            if callable(attach):
+                attach(self)
         return SubscriptionRunner(
             subscription,
             broker.transport,

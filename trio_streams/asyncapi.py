@@ -13,7 +13,7 @@
 - **operations** — ``receive`` for each subscription (its handler's name and docstring),
   ``send`` for each publisher (what the handlers it decorates return);
 - **messages** — their payload schemas from the annotations: dataclasses, ``msgspec.Struct``,
-  ``TypedDict``, enums and plain types through msgspec's JSON Schema, pydantic models through
+  enums and plain types through msgspec's JSON Schema, pydantic models through
   their own ``model_json_schema``, ``bytes`` as a binary string; shared definitions go to
   ``components/schemas``.
 

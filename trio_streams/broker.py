@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from .codec import encode
 from .destinations import Destination, DestinationKind
 from .errors import ConfigurationError, TrioStreamsError, UnsupportedError
-from .middleware import Middleware, PublishCall, publish_hooks
+from .middleware import Middleware, PublishCall, broker_kind, publish_hooks
 from .pipeline import CommandCheck
 from .routing import Router, Subscription, _Declared
 from .transport import Source, Transport
@@ -185,7 +185,7 @@ class Broker(Router):
         hooks = publish_hooks(self.app_middlewares + middlewares)
         if not hooks:
             return await self._send(target, encode(message), headers or {})
-        call = PublishCall(self.name, target, message, dict(headers or {}))
+        call = PublishCall(self.name, target, message, dict(headers or {}), kind=broker_kind(self))
         async with AsyncExitStack() as stack:
             for hook in hooks:
                 await stack.enter_async_context(hook.publish(call))

@@ -36,7 +36,7 @@ from .delivery import Delivery, retry_target_of
 from .depends import DependencyScope
 from .failure import Verdict
 from .handler import UNDECODED
-from .middleware import HandlerCall
+from .middleware import HandlerCall, broker_kind
 from .outcome import Outcome, OutcomeKind, ack, drop, retry
 from .reporting import describe
 from .transport import DeadLetter, Unsettled
@@ -426,7 +426,10 @@ class Dispatcher:
         before decoding, left once the delivery is settled; the call record is filled in as
         it goes (``_observe``)."""
         runner = self._runner
-        call = HandlerCall(runner.label, runner.subscription.source, runner.broker_name, delivery)
+        call = HandlerCall(
+            runner.label, runner.subscription.source, runner.broker_name, delivery,
+            kind=broker_kind(runner.subscription.broker),
+        )  # fmt: skip
         calls = self._calls
         calls[id(delivery)] = call
         try:
@@ -708,8 +711,9 @@ class Dispatcher:
             async with AsyncExitStack() as stack:
                 for delivery in batch:  # each delivery of the batch has its own call
                     call = HandlerCall(
-                        runner.label, runner.subscription.source, runner.broker_name, delivery
-                    )
+                        runner.label, runner.subscription.source, runner.broker_name, delivery,
+                        kind=broker_kind(runner.subscription.broker),
+                    )  # fmt: skip
                     calls[id(delivery)] = call
                     for hook in self._hooks:
                         await stack.enter_async_context(hook.handle(call))

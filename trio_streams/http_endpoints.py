@@ -20,14 +20,17 @@ once every subscription is running, and is cancelled with the app's other tasks 
 from __future__ import annotations
 
 import json
+import os
+import socket
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import trio
 
 from .app import App, HealthState
+from .errors import TrioStreamsError
 
-__all__ = ["endpoints_asgi", "parse_address", "serve_endpoints"]
+__all__ = ["EndpointError", "endpoints_asgi", "parse_address", "serve_endpoints"]
 
 _Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
@@ -96,8 +99,14 @@ def endpoints_asgi(app: App, registry: Any = None) -> Callable[[Any, Any, Any], 
 
 
 def _registry_of(app: App, default: Any) -> Any:
-    """The registry of the app's Prometheus middleware, if it has one."""
-    for middleware in getattr(app, "middlewares", ()):
+    """The registry of the app's Prometheus middleware (the app's own, a broker's or a
+    subscription's), if it has one."""
+    middlewares = list(app.middlewares)
+    for broker in app.brokers:
+        middlewares += broker.middlewares
+        for subscription in broker.subscriptions:
+            middlewares += subscription.middlewares
+    for middleware in middlewares:
         registry = getattr(middleware, "registry", None)
         if registry is not None:
             return registry
@@ -133,8 +142,32 @@ async def serve_endpoints(
     from hypercorn.trio import serve
 
     config = Config()
-    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    config.bind = [where]
     config.accesslog = None
     config.errorlog = None
     config.graceful_timeout = 0.0
+    # Supervised workers share the port (SO_REUSEPORT): each answers for its own process.
+    config.workers = int(os.environ.get("TRIO_STREAMS_WORKERS", "1") or 1)
+    _check_free(host, port, where, shared=config.workers > 1)
     await serve(endpoints_asgi(app, registry), config, task_status=task_status, mode="asgi")
+
+
+def _check_free(host: str, port: int, where: str, *, shared: bool) -> None:
+    """Bind ``host:port`` as the server will, and let go: a taken address is a clear
+    :class:`EndpointError` here rather than a traceback from inside the server's nursery."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if shared:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise EndpointError(
+                f"--http {where}: cannot listen there: {exc.strerror or exc}"
+            ) from None
+
+
+class EndpointError(TrioStreamsError):
+    """The HTTP endpoints cannot be served (the address is taken, or not this machine's)."""

@@ -94,6 +94,8 @@ class HandlerCall:
     #: The broker it runs on (its name).
     broker: str
     delivery: Delivery
+    #: The broker's kind: ``redis``, ``file`` or ``memory`` (another broker: its class name).
+    kind: str = "memory"
     #: The handler's context (None for a handler that takes none and a batch).
     context: Context | None = None
     #: The decoded payload once decoded (None before, or when it could not be decoded).
@@ -122,13 +124,16 @@ class PublishCall:
     #: The broker's name.
     broker: str
     destination: Destination
-    #: What is published, before encoding.
+    #: What is published, before encoding (for a handler's return value, the bytes it was
+    #: encoded to, once for all of its publishers).
     message: Any
     #: The headers to send: a middleware may add or change them before the ``yield``.
     headers: dict[str, str] = field(default_factory=dict)
     #: The transport's receipt (a position, a length, a subscriber count), once published.
     receipt: Any = None
     error: BaseException | None = None
+    #: The broker's kind: ``redis``, ``file`` or ``memory`` (another broker: its class name).
+    kind: str = "memory"
 
 
 def _overrides(middleware: Middleware, hook: str) -> bool:
@@ -167,3 +172,9 @@ def check_middlewares(value: object, *, where: str) -> tuple[Middleware, ...]:
                 "override handle and/or publish)"
             )
     return tuple(value)
+
+
+def broker_kind(broker: object) -> str:
+    """``redis``, ``file``, ``memory``, or the class name of another broker."""
+    name = type(broker).__name__
+    return {"RedisBroker": "redis", "FileBroker": "file", "MemoryBroker": "memory"}.get(name, name)

@@ -36,12 +36,9 @@ __all__ = ["TracingMiddleware"]
 _SCOPE = "trio_streams"
 
 
-def _system(broker_kind: str) -> str:
-    if broker_kind.startswith("redis"):
-        return "redis"
-    if broker_kind.startswith("file"):
-        return "trio_streams.file"
-    return "trio_streams.memory"
+def _system(kind: str) -> str:
+    """``messaging.system`` of a broker kind (``redis``, ``file``, ``memory``, other)."""
+    return "redis" if kind == "redis" else f"trio_streams.{kind}"
 
 
 class TracingMiddleware(Middleware):
@@ -56,7 +53,7 @@ class TracingMiddleware(Middleware):
         delivery = call.delivery
         parent = propagate.extract(_Carrier(delivery.headers))
         attributes: dict[str, Any] = {
-            "messaging.system": _system(call.broker),
+            "messaging.system": _system(call.kind),
             "messaging.operation.type": "process",
             "messaging.operation.name": "process",
             "messaging.destination.name": delivery.stream,
@@ -97,7 +94,7 @@ class TracingMiddleware(Middleware):
             f"send {name}",
             kind=SpanKind.PRODUCER,
             attributes={
-                "messaging.system": _system(call.broker),
+                "messaging.system": _system(call.kind),
                 "messaging.operation.type": "send",
                 "messaging.operation.name": "send",
                 "messaging.destination.name": name,

@@ -49,6 +49,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from .codec import DecodeError
+from .errors import ConfigurationError
 from .middleware import Middleware, PublishCall
 from .outcome import OutcomeKind
 
@@ -103,6 +104,18 @@ class PrometheusMiddleware(Middleware):
         self._counts: dict[str, _Counts] = {}
         ns = namespace
         where = ["broker", "destination"]
+        try:
+            self._register(ns, where, buckets)
+        except ValueError as exc:  # prometheus-client: a name already in the registry
+            raise ConfigurationError(
+                f"PrometheusMiddleware: the registry already holds {ns}_* metrics ({exc}); give "
+                "each app its own registry= (prometheus_client.CollectorRegistry()), or share "
+                "one PrometheusMiddleware between them"
+            ) from None
+
+    def _register(self, ns: str, where: list[str], buckets: tuple[float, ...]) -> None:
+        collector = _StatsCollector(self, ns)
+        self.registry.register(collector)  # first: its names clash before any counter's
         self._published = Counter(
             "published", "Messages published.", where, namespace=ns, registry=self.registry
         )
@@ -114,7 +127,6 @@ class PrometheusMiddleware(Middleware):
             "publish_duration_seconds", "How long a publish took.", where, namespace=ns,
             registry=self.registry, buckets=buckets,
         )  # fmt: skip
-        self.registry.register(_StatsCollector(self, ns))
 
     def attach(self, app: App) -> None:
         """Read ``app``'s subscriptions at each scrape (called by ``App(middlewares=...)``)."""

@@ -6,12 +6,22 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
+import pytest
 import trio
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from trio_streams import App, Context, MemoryBroker, MemoryStream, Outcome, ack, retry
-from trio_streams.http_endpoints import serve_endpoints
+from trio_streams import (
+    App,
+    ConfigurationError,
+    Context,
+    MemoryBroker,
+    MemoryStream,
+    Outcome,
+    ack,
+    retry,
+)
+from trio_streams.http_endpoints import EndpointError, serve_endpoints
 from trio_streams.prometheus import PrometheusMiddleware
 
 from .http_client import get
@@ -132,3 +142,41 @@ async def test_top_names_an_endpoint_that_does_not_answer() -> None:
     )
     assert result.returncode == 1
     assert result.stderr.decode().startswith("error: cannot read http://127.0.0.1:1/metrics")
+
+
+async def test_a_prometheus_middleware_on_a_broker_also_reports_the_subscriptions_state() -> None:
+    registry = CollectorRegistry()
+    app = App("shop")
+    broker = app.broker(MemoryBroker(middlewares=[PrometheusMiddleware(registry=registry)]))
+
+    @broker.subscriber(MemoryStream("orders"), name="bill")
+    async def bill(order: Order) -> None: ...
+
+    async with app.test() as t, trio.open_nursery() as nursery:
+        # The app's own middleware's registry is found by the endpoint (not given here).
+        [url] = await nursery.start(serve_endpoints, app, "127.0.0.1", 0)
+        await t.publish("orders", Order(1))
+        _, _, body = await get(url, "/metrics")
+        nursery.cancel_scope.cancel()
+    got = samples(body)
+    assert got[("trio_streams_received_total", (("subscription", "bill"),))] == 1
+    assert got[("trio_streams_in_flight", (("subscription", "bill"),))] == 0
+    assert got[("trio_streams_up", ())] == 1
+
+
+def test_two_metrics_middlewares_on_one_registry_are_a_clear_configuration_error() -> None:
+    registry = CollectorRegistry()
+    PrometheusMiddleware(registry=registry)
+    with pytest.raises(ConfigurationError, match="already holds trio_streams_\\* metrics"):
+        PrometheusMiddleware(registry=registry)
+
+
+async def test_an_http_address_in_use_is_a_typed_error_naming_it() -> None:
+    app = App("shop")
+    app.broker(MemoryBroker())
+    with trio.socket.socket() as taken:
+        await taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(EndpointError, match=f"--http 127.0.0.1:{port}: cannot listen there"):
+            await serve_endpoints(app, "127.0.0.1", port)

@@ -110,3 +110,19 @@ def test_a_trace_crosses_two_processes_through_the_transport(
     [process] = [s for s in consumed if s["name"] == "process orders"]
     assert process["attributes"]["messaging.system"] == "redis"
     assert process["attributes"]["messaging.consumer.group.name"] == "g"
+
+
+async def test_messaging_system_comes_from_the_brokers_kind_not_its_name() -> None:
+    from trio_streams.redis import RedisBroker, RedisStream
+
+    middleware, exporter = tracing()
+    app = App("shop", middlewares=[middleware])
+    broker = app.broker(RedisBroker("redis://127.0.0.1:1", name="orders-db"))
+
+    @broker.subscriber(RedisStream("orders", group="g"))
+    async def bill(n: int) -> None: ...
+
+    async with app.test() as t:
+        await t.publish("orders", 1)
+    systems = {dict(s.attributes or {})["messaging.system"] for s in exporter.get_finished_spans()}
+    assert systems == {"redis"}
