@@ -8,6 +8,9 @@ its peak (``VmHWM``), its RSS before it started reading and the RSS at each tent
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -73,3 +76,48 @@ def verdict(peak_mb: float) -> str:
     """The aim next to a measured peak."""
     met = "met" if peak_mb < AIM_PEAK_MB else "NOT met"
     return f"aim: peak RSS < {AIM_PEAK_MB:.0f} MB ({met}: {peak_mb:.1f} MB)"
+
+
+def run_drain_process(script: str, args: Any, contender: str, *target: str) -> dict[str, Any]:
+    """Run ``script --drain CONTENDER [TARGET]`` in a fresh process (its own peak RSS) with
+    the run's sizes; the report it prints last, as JSON."""
+    command = [
+        sys.executable, script, "--drain", contender, *target, "--entries", str(args.entries),
+        "--workers", str(args.workers), "--sleep", str(args.sleep), "--sample", str(args.sample),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def show_drain(
+    contender: str, result: dict[str, Any], entries: int, memory: str, extra: str = ""
+) -> None:
+    """Three lines on one drain: rate, the RSS figures (``memory``, already worded), the curve."""
+    rate = result["handled"] / result["seconds"]
+    print(
+        f"{contender:>9}: handled {result['handled']} of {entries} in {result['seconds']:.1f} s "
+        f"({rate:.0f} msgs/s){extra}"
+    )
+    print(f"{'':>9}  {memory}")
+    curve = ", ".join(f"{pct}% {mb:.1f}" for pct, _, mb in result["curve"])
+    print(f"{'':>9}  RSS (MB) by share drained: {curve}")
+
+
+def compare_peaks(results: dict[str, dict[str, Any]]) -> None:
+    """The framework's peak against the raw reader's, same run, and the aim."""
+    framework, raw = results["framework"], results["raw"]
+    print(
+        f"peak RSS framework / raw: {framework['peak_mb'] / raw['peak_mb']:.2f} "
+        f"({framework['peak_mb']:.1f} MB / {raw['peak_mb']:.1f} MB, same run); framework peak "
+        f"over its own RSS before reading: +{framework['peak_mb'] - framework['before_mb']:.1f} MB"
+    )
+    print(verdict(framework["peak_mb"]))
+
+
+def reading_memory(result: dict[str, Any]) -> str:
+    """The RSS figures of a drain that read its backlog from outside the process."""
+    return (
+        f"RSS before reading {result['before_mb']:.1f} MB, peak {result['peak_mb']:.1f} MB "
+        f"(VmHWM; sampled peak {result['peak_sampled_mb']:.1f} MB)"
+    )

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,7 +30,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _rss import Sampler, memory_mb, verdict
+from _rss import Sampler, compare_peaks, memory_mb, reading_memory, run_drain_process, show_drain
 from file_write import write_file
 
 from trio_streams import App
@@ -87,27 +86,16 @@ async def drain_framework(
 
 
 def run_drain(args: argparse.Namespace, contender: str, path: Path) -> dict[str, Any]:
-    command = [
-        sys.executable, __file__, "--drain", contender, str(path), "--entries", str(args.entries),
-        "--workers", str(args.workers), "--sleep", str(args.sleep), "--sample", str(args.sample),
-    ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, check=True)
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return run_drain_process(__file__, args, contender, str(path))
 
 
 def show(contender: str, result: dict[str, Any], entries: int) -> None:
-    rate = result["handled"] / result["seconds"]
-    print(
-        f"{contender:>9}: handled {result['handled']} of {entries} in {result['seconds']:.1f} s "
-        f"({rate:.0f} msgs/s)"
+    show_drain(
+        contender,
+        result,
+        entries,
+        reading_memory(result),
     )
-    print(
-        f"{'':>9}  RSS before reading {result['before_mb']:.1f} MB, peak {result['peak_mb']:.1f} "
-        f"MB (VmHWM; sampled peak {result['peak_sampled_mb']:.1f} MB)"
-    )
-    curve = ", ".join(f"{pct}% {mb:.1f}" for pct, _, mb in result["curve"])
-    print(f"{'':>9}  RSS (MB) by share drained: {curve}")
 
 
 def main(args: argparse.Namespace) -> None:
@@ -123,13 +111,7 @@ def main(args: argparse.Namespace) -> None:
             if result["handled"] != args.entries:
                 raise SystemExit(f"{contender}: the backlog was not fully drained")
             results[contender] = result
-    framework, raw = results["framework"], results["raw"]
-    print(
-        f"peak RSS framework / raw: {framework['peak_mb'] / raw['peak_mb']:.2f} "
-        f"({framework['peak_mb']:.1f} MB / {raw['peak_mb']:.1f} MB, same run); framework peak "
-        f"over its own RSS before reading: +{framework['peak_mb'] - framework['before_mb']:.1f} MB"
-    )
-    print(verdict(framework["peak_mb"]))
+    compare_peaks(results)
 
 
 if __name__ == "__main__":

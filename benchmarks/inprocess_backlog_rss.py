@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -35,7 +34,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).parent))
 
 from _common import PAYLOAD
-from _rss import Sampler, memory_mb, verdict
+from _rss import Sampler, memory_mb, run_drain_process, show_drain, verdict
 
 from trio_streams import App, MemoryBroker, MemoryStream, Position
 from trio_streams.memory.log import Cursor
@@ -97,27 +96,17 @@ async def drain_framework(
 
 
 def run_drain(args: argparse.Namespace, contender: str) -> dict[str, Any]:
-    command = [
-        sys.executable, __file__, "--drain", contender, "--entries", str(args.entries),
-        "--workers", str(args.workers), "--sleep", str(args.sleep), "--sample", str(args.sample),
-    ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, check=True)
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return run_drain_process(__file__, args, contender)
 
 
 def show(contender: str, result: dict[str, Any], entries: int) -> None:
-    rate = result["handled"] / result["seconds"]
-    print(
-        f"{contender:>9}: handled {result['handled']} of {entries} in {result['seconds']:.1f} s "
-        f"({rate:.0f} msgs/s)"
+    show_drain(
+        contender,
+        result,
+        entries,
+        f"RSS before publishing {result['empty_mb']:.1f} MB, with the backlog "
+        f"{result['before_mb']:.1f} MB, peak {result['peak_mb']:.1f} MB (VmHWM)",
     )
-    print(
-        f"{'':>9}  RSS before publishing {result['empty_mb']:.1f} MB, with the backlog "
-        f"{result['before_mb']:.1f} MB, peak {result['peak_mb']:.1f} MB (VmHWM)"
-    )
-    curve = ", ".join(f"{pct}% {mb:.1f}" for pct, _, mb in result["curve"])
-    print(f"{'':>9}  RSS (MB) by share drained: {curve}")
 
 
 def main(args: argparse.Namespace) -> None:

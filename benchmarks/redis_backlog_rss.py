@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -34,7 +33,7 @@ import trio
 # The test servers' launcher lives with the tests (it is not part of the package).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _rss import Sampler, memory_mb, verdict
+from _rss import Sampler, compare_peaks, memory_mb, reading_memory, run_drain_process, show_drain
 
 from tests.redis_servers import redis_server
 from trio_streams import App, Position
@@ -131,27 +130,17 @@ async def check(url: str, group: str) -> tuple[int, int]:
 
 
 def run_drain(args: argparse.Namespace, contender: str, url: str) -> dict[str, Any]:
-    command = [
-        sys.executable, __file__, "--drain", contender, url, "--entries", str(args.entries),
-        "--workers", str(args.workers), "--sleep", str(args.sleep), "--sample", str(args.sample),
-    ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, check=True)
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return run_drain_process(__file__, args, contender, url)
 
 
 def show(contender: str, result: dict[str, Any], read: int, pending: int, entries: int) -> None:
-    rate = result["handled"] / result["seconds"]
-    print(
-        f"{contender:>9}: handled {result['handled']} of {entries} in {result['seconds']:.1f} s "
-        f"({rate:.0f} msgs/s); group read {read}, pending after {pending}"
+    show_drain(
+        contender,
+        result,
+        entries,
+        reading_memory(result),
+        f"; group read {read}, pending after {pending}",
     )
-    print(
-        f"{'':>9}  RSS before reading {result['before_mb']:.1f} MB, peak {result['peak_mb']:.1f} "
-        f"MB (VmHWM; sampled peak {result['peak_sampled_mb']:.1f} MB)"
-    )
-    curve = ", ".join(f"{pct}% {mb:.1f}" for pct, _, mb in result["curve"])
-    print(f"{'':>9}  RSS (MB) by share drained: {curve}")
 
 
 def main(args: argparse.Namespace) -> None:
@@ -167,13 +156,7 @@ def main(args: argparse.Namespace) -> None:
             if result["handled"] != args.entries or read != args.entries or pending:
                 raise SystemExit(f"{contender}: the backlog was not fully drained")
             results[contender] = result
-    framework, raw = results["framework"], results["raw"]
-    print(
-        f"peak RSS framework / raw: {framework['peak_mb'] / raw['peak_mb']:.2f} "
-        f"({framework['peak_mb']:.1f} MB / {raw['peak_mb']:.1f} MB); framework peak over its "
-        f"own RSS before reading: +{framework['peak_mb'] - framework['before_mb']:.1f} MB"
-    )
-    print(verdict(framework["peak_mb"]))
+    compare_peaks(results)
 
 
 if __name__ == "__main__":
