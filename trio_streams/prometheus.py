@@ -21,8 +21,9 @@ Read at each scrape from the running app (:class:`SubscriptionStats`):
 
 - ``trio_streams_in_flight{subscription}`` — read and not yet settled;
 - ``trio_streams_channel_depth{subscription}`` — waiting in the bounded delivery channel;
-- ``trio_streams_lag_messages{subscription}`` — what the transport could hand out now without
-  waiting, where it can tell (a stream file's messages behind the tail, a group's backlog);
+- ``trio_streams_lag_messages{subscription}`` — a Redis group's lag (entries it has not read),
+  or what the transport could hand out now without waiting, where it can tell;
+- ``trio_streams_lag_bytes{subscription}`` — bytes of a stream file not read yet;
 - ``trio_streams_delayed{subscription}`` — retries waiting out ``retry_after`` in process;
 - ``trio_streams_faults_total{subscription}`` and ``trio_streams_degraded{subscription}``;
 - ``trio_streams_up`` — 1 while the app is running (degraded or not).
@@ -227,6 +228,9 @@ class _StatsCollector(Collector):
             f"{ns}_degraded", "1 while a fault lasts.", labels=["subscription"]
         )
         up = GaugeMetricFamily(f"{ns}_up", "1 while the app runs (degraded or not).")
+        lag_bytes = GaugeMetricFamily(
+            f"{ns}_lag_bytes", "Bytes of a stream file not read yet.", labels=["subscription"]
+        )
         yield from self._counted(ns)
         running_any = False
         for app in self._metrics._apps:
@@ -234,13 +238,21 @@ class _StatsCollector(Collector):
             if running is None:
                 continue
             running_any = running_any or app.health.value.ok
+            lags = {runner.label: runner.source.lag() for runner in running._runners}
             for name, stats in running.stats().items():
-                for family, (_, attribute) in zip(families.values(), gauges.values(), strict=True):
-                    family.add_metric([name], getattr(stats, attribute))
+                lag = lags.get(name)
+                for key, family in families.items():
+                    value = getattr(stats, gauges[key][1])
+                    if key == "lag_messages" and lag is not None and lag[0] == "messages":
+                        value = lag[1]  # the transport's own figure (a group's lag)
+                    family.add_metric([name], value)
+                if lag is not None and lag[0] == "bytes":
+                    lag_bytes.add_metric([name], lag[1])
                 faults.add_metric([name], stats.faults)
                 degraded.add_metric([name], 1 if stats.degraded else 0)
         up.add_metric([], 1 if running_any else 0)
         yield from families.values()
         yield faults
         yield degraded
+        yield lag_bytes
         yield up

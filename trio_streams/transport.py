@@ -362,6 +362,13 @@ class SubscriptionSource(ABC):
         """
         del delivery, why  # nothing to do for a source that keeps no per-delivery state
 
+    def lag(self) -> tuple[str, float] | None:
+        """How far behind the transport's tip this subscription is, where the transport can
+        tell, as ``(unit, amount)``: ``("bytes", n)`` of a stream file not read yet,
+        ``("messages", n)`` of a Redis stream its group has not read; None where it cannot
+        (the default). Called synchronously (a metrics scrape): must not block."""
+        return None
+
     def unread(self) -> int:
         """Messages available to read without waiting, where the source can tell (0 if
         unknown). Not a Redis pending list: those are read and not yet settled."""

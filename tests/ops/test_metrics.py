@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import trio
@@ -18,6 +19,7 @@ from trio_streams import (
     MemoryBroker,
     MemoryStream,
     Outcome,
+    Position,
     ack,
     retry,
 )
@@ -180,3 +182,58 @@ async def test_an_http_address_in_use_is_a_typed_error_naming_it() -> None:
         port = taken.getsockname()[1]
         with pytest.raises(EndpointError, match=f"--http 127.0.0.1:{port}: cannot listen there"):
             await serve_endpoints(app, "127.0.0.1", port)
+
+
+async def test_lag_is_a_stream_files_unread_bytes_and_a_redis_groups_unread_entries(
+    tmp_path: Path,
+) -> None:
+    from tests.redis.client.redis_waits import eventually
+    from tests.redis_servers import redis_server
+    from trio_streams.file import FileBroker, FileStream
+    from trio_streams.file.writer import StreamWriter
+    from trio_streams.redis import RedisBroker, RedisStream
+    from trio_streams.redis.client import connect
+
+    path = tmp_path / "orders.ss"
+    writer = StreamWriter(path)
+    for n in range(40):
+        writer.append("orders", str(n).encode() * 100, 1_700_000_000_000 + n)
+    writer.close()
+    with redis_server() as server:
+        async with connect(server.url) as redis:
+            for n in range(50):
+                await redis.execute("XADD", "jobs", "*", "_payload", str(n))
+        registry = CollectorRegistry()
+        app = App("shop", middlewares=[PrometheusMiddleware(registry=registry)])
+        files = app.broker(FileBroker(path))
+        streams = app.broker(RedisBroker(server.url))
+        hold = trio.Event()
+
+        @files.subscriber(FileStream("orders").replay(), name="file", buffer=1, count=1)
+        async def from_file(n: int) -> None:
+            await hold.wait()
+
+        @streams.subscriber(
+            RedisStream("jobs", group="g", start=Position.beginning()), name="group", count=5
+        )
+        async def from_group(n: int) -> None:
+            await hold.wait()
+
+        async with trio.open_nursery() as nursery:
+            running = await nursery.start(app.serve)
+            [url] = await nursery.start(serve_endpoints, app, "127.0.0.1", 0)
+            got: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+
+            async def lag_known() -> bool:
+                got.update(samples((await get(url, "/metrics"))[2]))
+                lag = got.get(("trio_streams_lag_messages", (("subscription", "group"),)), 0)
+                return 0 < lag < 50  # known, after the group's first reads
+
+            await eventually(lag_known, within=20, what="the group's lag")
+            hold.set()
+            await running.aclose()
+            nursery.cancel_scope.cancel()
+    file_lag = got[("trio_streams_lag_bytes", (("subscription", "file"),))]
+    assert 0 < file_lag < path.stat().st_size  # read some, far from all (the handler holds)
+    group_lag = got[("trio_streams_lag_messages", (("subscription", "group"),))]
+    assert 0 < group_lag < 50  # the group read a few reads' worth, not the rest

@@ -425,6 +425,14 @@ class FileSubscription(SubscriptionSource):
     def unread(self) -> int:
         return 0
 
+    def lag(self) -> tuple[str, float] | None:
+        """Bytes of the file this subscription has not read yet (an ``fstat``)."""
+        source = getattr(self, "_source", None)
+        if source is None or self._closed:
+            return None
+        reader = source._reader
+        return ("bytes", float(max(0, reader.file_size() - source.offset)))
+
     # ---- seeking -----------------------------------------------------------------------------
 
     async def seek(self, position: Position) -> None:

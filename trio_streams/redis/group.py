@@ -73,6 +73,23 @@ from .wire import (
 
 __all__ = ["GroupSubscription", "GroupVanished"]
 
+#: How often a group member reads its group's lag (s).
+_LAG_EVERY = 2.0
+
+
+def _group_lag(reply: Any, group: str) -> int | None:
+    """The ``lag`` of ``group`` in an ``XINFO GROUPS`` reply (RESP2 lists or RESP3 maps)."""
+    for entry in reply or ():
+        fields = (
+            entry if isinstance(entry, dict) else dict(zip(entry[::2], entry[1::2], strict=False))
+        )
+        named = {text(k): v for k, v in fields.items()}
+        if text(named.get("name", b"")) == group:
+            lag = named.get("lag")
+            return int(lag) if isinstance(lag, int) else None
+    return None
+
+
 _log = logging.getLogger("trio_streams.redis")
 
 #: Error codes of a read whose group or stream is gone (a read blocked when the stream was
@@ -146,6 +163,8 @@ class GroupSubscription(SubscriptionSource):
         #: The last read of new entries was short (the reader is at the tip): see
         #: ``_let_handlers_start``.
         self._caught_up = False
+        #: The group's lag as the lag task last read it (None: not known).
+        self._lag: int | None = None
         #: Entries held (read, not yet acknowledged or let go): renewed by the lease task.
         self._held: dict[str, Delivery] = {}
         #: While a read of the own pending list is under way: what was acknowledged meanwhile.
@@ -194,6 +213,7 @@ class GroupSubscription(SubscriptionSource):
         host.start_soon(self._reclaim_loop, name=f"{self._label}: reclaim")
         host.start_soon(self._flush_loop, name=f"{self._label}: flush")
         host.start_soon(self._promote_loop, name=f"{self._label}: delayed retries")
+        host.start_soon(self._lag_loop, name=f"{self._label}: lag")
 
     def _start_id(self) -> str:
         start = self._stream.start
@@ -591,6 +611,23 @@ class GroupSubscription(SubscriptionSource):
                 self._host.report_fault("lease", f"renewing {len(ids)} entries: {exc}", error=exc)
             else:
                 self._host.clear_fault("lease")
+
+    def lag(self) -> tuple[str, float] | None:
+        """Entries of the stream the group has not read yet (``XINFO GROUPS``' ``lag``, as
+        last read by the lag task), or None before it is known."""
+        return None if self._lag is None else ("messages", float(self._lag))
+
+    async def _lag_loop(self) -> None:
+        """Every ``_LAG_EVERY`` s, read the group's lag (for metrics). Its failures are not
+        faults: the next pass tries again. Cancelled with the subscription."""
+        while True:
+            try:
+                reply = await self._client.execute("XINFO", "GROUPS", self._key)
+            except RedisError:
+                self._lag = None
+            else:
+                self._lag = _group_lag(reply, self.group)
+            await trio.sleep(_LAG_EVERY)
 
     async def _reclaim_loop(self) -> None:
         """Claim entries idle past ``min_idle`` (a dead consumer's), then have the reader take
