@@ -4,8 +4,9 @@ a list element (``RPUSH``) or a Pub/Sub message (``PUBLISH``).
 A message's payload and headers go out as they were recorded (``_payload`` and ``h:<name>``
 fields, or the list/Pub/Sub frame), without the headers the recording added
 (:data:`~.headers.RECORDING_HEADERS`) unless asked to keep them. An entry recorded from a
-producer that wrote no ``_payload`` (``x-redis-fields: json``) gets its fields back as they
-were. Entries get new ids (``*``): a stream's ids belong to the server that made them.
+producer whose fields the layout cannot hold (:data:`~.headers.FIELDS_HEADER`) gets its fields
+back as they were, byte for byte. Entries get new ids (``*``): a stream's ids belong to the
+server that made them.
 
 Messages due at once are sent in pipelines of up to ``batch`` commands, so an unpaced replay
 takes one round trip per batch; a paced one sleeps on Trio's clock until each is due and sends
@@ -34,6 +35,7 @@ from ..positions import Position
 from ..redis.client import RedisClient
 from ..redis.frames import encode_frame
 from ..redis.wire import encode_fields
+from .fields import JSON_OBJECT, BadFieldList, decode_field_list
 from .headers import FIELDS_HEADER, ID_HEADER, RECORDING_HEADERS, without_recording_headers
 from .pacing import Pacing
 
@@ -67,9 +69,18 @@ def _command(
     payload, headers = open_envelope(message.payload)
     kept = without_recording_headers(headers, drop)
     if target == "stream":
-        if headers.get(FIELDS_HEADER) == "json" and FIELDS_HEADER in drop:
-            fields = _original_fields(payload, message)
-            return ("XADD", key, "*", *fields)
+        marker = headers.get(FIELDS_HEADER)
+        if marker is not None and FIELDS_HEADER in drop:
+            if marker == JSON_OBJECT:
+                return ("XADD", key, "*", *_original_fields(payload, message))
+            try:
+                return ("XADD", key, "*", *decode_field_list(marker))
+            except BadFieldList as exc:
+                raise ReplayError(
+                    f"message #{message.seq} of {message.stream_key!r} (at byte "
+                    f"{message.offset}) keeps an entry's fields in {FIELDS_HEADER}, but they "
+                    f"cannot be read back: {exc}"
+                ) from None
         return ("XADD", key, "*", *encode_fields(payload, kept))
     value = encode_frame(payload, kept)
     return ("RPUSH", key, value) if target == "list" else ("PUBLISH", key, value)
