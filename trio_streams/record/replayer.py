@@ -8,10 +8,11 @@ producer whose fields the layout cannot hold (:data:`~.headers.FIELDS_HEADER`) g
 back as they were, byte for byte. Entries get new ids (``*``): a stream's ids belong to the
 server that made them.
 
-Messages due at once are sent in pipelines of up to ``batch`` commands, so an unpaced replay
-takes one round trip per batch; a paced one sleeps on Trio's clock until each is due and sends
-what is due together. The first error reply stops the replay with :class:`ReplayError` naming
-the message; what was published before it stays published.
+Messages due at once are sent in batches of up to ``batch`` commands (one script each, see
+:mod:`.sending`), so an unpaced replay takes one round trip per batch; a paced one sleeps on
+Trio's clock until each is due and sends what is due together. The first refused command stops
+the replay with :class:`ReplayError` naming the message: what was published before it stays
+published, and nothing after it is.
 
 Cancellation: a replay may be cancelled at any await; a pipeline already sent may or may not
 have been applied (the summary counts only what was confirmed).
@@ -38,6 +39,7 @@ from ..redis.wire import encode_fields
 from .fields import JSON_OBJECT, BadFieldList, decode_field_list
 from .headers import FIELDS_HEADER, ID_HEADER, RECORDING_HEADERS, without_recording_headers
 from .pacing import Pacing
+from .sending import send_in_order
 
 __all__ = ["ReplayError", "ReplaySummary", "Target", "replay_file"]
 
@@ -136,21 +138,22 @@ async def replay_file(
         async def send() -> None:
             if not pending:
                 return
-            pipeline = client.pipeline()
-            for command in pending:
-                pipeline.add(*command)
-            replies = await pipeline.execute()
-            for (key, message), reply in zip(pending_keys, replies, strict=True):
-                if isinstance(reply, Exception):
-                    raise ReplayError(
-                        f"message #{message.seq} of {message.stream_key!r} (at byte "
-                        f"{message.offset}) was refused by {key!r}: {reply}"
-                    )
+            refusal = await send_in_order(client, pending)
+            confirmed = len(pending) if refusal is None else refusal.index
+            for key, message in pending_keys[:confirmed]:
                 summary.published += 1
                 summary.per_key[key] = summary.per_key.get(key, 0) + 1
                 if summary.first_timestamp_ms is None:
                     summary.first_timestamp_ms = message.timestamp_ms
                 summary.last_timestamp_ms = message.timestamp_ms
+            if refusal is not None:
+                key, message = pending_keys[refusal.index]
+                on_batch(summary)
+                raise ReplayError(
+                    f"message #{message.seq} of {message.stream_key!r} (at byte "
+                    f"{message.offset}) was refused by {key!r}: {refusal.error}; nothing after "
+                    "it was published"
+                )
             pending.clear()
             pending_keys.clear()
             on_batch(summary)
