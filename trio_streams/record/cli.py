@@ -28,7 +28,7 @@ from .headers import ID_HEADER
 from .pacing import Pacing
 from .progress import make_progress
 from .recorder import RecordSummary, check_file_key, record_channel, record_list, record_stream
-from .replayer import ReplayError, ReplaySummary, replay_file
+from .replayer import MessageRefused, ReplaySummary, replay_file
 
 __all__ = ["register"]
 
@@ -179,7 +179,7 @@ async def _replay_main(args: argparse.Namespace) -> int:
 
         try:
             stopped = await _until_signal(work)
-        except ReplayError:
+        except MessageRefused:
             # The summary says what went out before the refused message, then the error.
             _replay_line(summary, args, pacing, trio.current_time() - began, "a refused message")
             raise

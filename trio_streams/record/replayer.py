@@ -32,7 +32,7 @@ from ..errors import TrioStreamsError
 from ..file.envelope import open_envelope
 from ..file.format import Message
 from ..file.reader import FileReader
-from ..positions import Position
+from ..positions import Position, PositionKind
 from ..redis.client import RedisClient
 from ..redis.frames import encode_frame
 from ..redis.wire import encode_fields
@@ -41,7 +41,14 @@ from .headers import FIELDS_HEADER, ID_HEADER, RECORDING_HEADERS, without_record
 from .pacing import Pacing
 from .sending import send_in_order
 
-__all__ = ["ReplayError", "ReplaySummary", "Target", "replay_file"]
+__all__ = [
+    "MessageRefused",
+    "ReplayError",
+    "ReplaySummary",
+    "StartNeedsKey",
+    "Target",
+    "replay_file",
+]
 
 #: Where messages go: stream entries, list elements (pushed at the tail) or channel messages.
 Target = Literal["stream", "list", "channel"]
@@ -50,7 +57,20 @@ UNPACED = Pacing()
 
 
 class ReplayError(TrioStreamsError):
-    """A message could not be published (the message names it and the server's error)."""
+    """A recording could not be replayed (the message says why and where)."""
+
+
+class MessageRefused(ReplayError):
+    """The server refused a message (the message names it and the server's error); nothing
+    after it was published."""
+
+
+class StartNeedsKey(ReplayError):
+    """A start at a sequence number or a time was given without naming the one stream key it
+    is in (a stream file numbers and stamps each key's messages on their own)."""
+
+    def hint(self) -> str | None:
+        return "name the stream key to start in with --key NAME"
 
 
 @final
@@ -128,9 +148,17 @@ async def replay_file(
     drop = (RECORDING_HEADERS | {id_header}) - frozenset(keep)
     key_list = None if keys is None else list(keys)
     with FileReader(path, keys=key_list) as reader:
-        if start is not None and start != Position.beginning():
-            one = key_list[0] if key_list and len(key_list) == 1 else None
-            reader.seek(start, key=one)
+        if start is not None and start.kind in (PositionKind.SEQUENCE, PositionKind.TIMESTAMP):
+            if not key_list or len(key_list) != 1:
+                where = "seq" if start.kind is PositionKind.SEQUENCE else "ts"
+                raise StartNeedsKey(
+                    f"{os.fspath(path)}: starting at {where}:{start.value} needs the one stream "
+                    f"key to start in ({'none' if not key_list else len(key_list)} given): each "
+                    "key of a stream file has its own sequence numbers and times"
+                )
+            reader.seek(start, key=key_list[0])
+        elif start is not None and start != Position.beginning():
+            reader.seek(start)
         began = trio.current_time()
         pending: list[tuple[object, ...]] = []
         pending_keys: list[tuple[str, Message]] = []
@@ -149,7 +177,7 @@ async def replay_file(
             if refusal is not None:
                 key, message = pending_keys[refusal.index]
                 on_batch(summary)
-                raise ReplayError(
+                raise MessageRefused(
                     f"message #{message.seq} of {message.stream_key!r} (at byte "
                     f"{message.offset}) was refused by {key!r}: {refusal.error}; nothing after "
                     "it was published"

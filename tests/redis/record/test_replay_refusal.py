@@ -1,5 +1,6 @@
 """A replay stops at the first refused command: what went before stays, nothing after it is
-published (not even what was in the same batch), and the command line still prints its summary."""
+published (not even what was in the same batch), and the command line still prints its summary.
+A start that needs a stream key says to give one."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ import trio
 
 from tests.cli.support import cli
 from tests.redis_servers import RedisClusterServers, RedisServer
+from trio_streams import Position
 from trio_streams.file.envelope import seal
 from trio_streams.file.writer import StreamWriter
 from trio_streams.record import replay_file
-from trio_streams.record.replayer import ReplayError, ReplaySummary
+from trio_streams.record.replayer import ReplayError, ReplaySummary, StartNeedsKey
 from trio_streams.record.sending import MAX_SCRIPT_ARGS
 from trio_streams.redis.client import RedisClient, connect, key_slot
 
@@ -104,3 +106,22 @@ async def test_on_a_cluster_nothing_after_the_refused_command_is_published(
             await replay_file(tmp_path / "r.ss", redis)
         assert _payloads(await raw_entries(redis, ok)) == [b"1"]
         assert _payloads(await raw_entries(redis, other)) == [b"2"]
+
+
+@pytest.mark.parametrize("start", ["ts:1000", "seq:1"])
+async def test_replay_from_a_time_or_sequence_without_key_says_to_give_key(
+    redis_server: RedisServer, redis: RedisClient, tmp_path: Path, start: str
+) -> None:
+    with StreamWriter(tmp_path / "r.ss") as writer:
+        writer.append("a", seal(b"1", {}), 1000)
+        writer.append("b", seal(b"2", {}), 2000)
+    path = str(tmp_path / "r.ss")
+    result = await trio.to_thread.run_sync(
+        lambda: cli("replay", path, "--to", redis_server.url, "--from", start)
+    )
+    assert result.returncode == 1 and result.stdout == ""
+    assert f"starting at {start} needs the one stream key" in result.stderr
+    assert result.stderr.splitlines()[-1] == "  name the stream key to start in with --key NAME"
+    assert await redis.execute("EXISTS", "a", "b") == 0
+    with pytest.raises(StartNeedsKey, match="2 given"):
+        await replay_file(path, redis, keys=["a", "b"], start=Position.timestamp(1000))
