@@ -53,7 +53,7 @@ from .durable import (
     StoredPosition,
     Watermark,
 )
-from .envelope import PREFIXES, open_envelope, seal
+from .envelope import PREFIXES, STORAGE_HEADERS, open_envelope, seal
 from .errors import SeekError, StreamFileNotFoundError
 from .follower import FileSource
 from .format import DEFAULT_BEACON_INTERVAL, Message
@@ -392,6 +392,8 @@ class FileSubscription(SubscriptionSource):
             # ``FilePosition.sequence(seq, stream=key)``.
             if payload.startswith(PREFIXES):
                 payload, headers = open_envelope(payload)
+                if headers and not STORAGE_HEADERS.isdisjoint(headers):
+                    headers = {k: v for k, v in headers.items() if k not in STORAGE_HEADERS}
                 attempt = attempt_from_headers(headers) if headers else 1
                 append(
                     SequenceDelivery(

@@ -27,12 +27,17 @@ from collections.abc import Mapping
 
 from ..errors import TrioStreamsError
 
-__all__ = ["PREFIXES", "EnvelopeError", "open_envelope", "seal"]
+__all__ = ["PREFIXES", "STORAGE_HEADERS", "EnvelopeError", "open_envelope", "seal"]
 
 RS1 = b"rs1:"
 RS2 = b"rs2:"
 #: What an enveloped payload starts with; a payload starting with either is always enveloped.
 PREFIXES = (RS1, RS2)
+
+#: Headers that say how a message was stored, not what it carries: a file subscription does not
+#: hand them to its handler. ``x-redis-fields`` is a recording's copy of a Redis entry's exact
+#: fields (see :mod:`trio_streams.record.fields`), which a handler reading Redis never sees.
+STORAGE_HEADERS = frozenset({"x-redis-fields"})
 
 _U32 = struct.Struct(">I")
 _NO_HEADERS: Mapping[str, str] = {}

@@ -28,7 +28,7 @@ from .headers import ID_HEADER
 from .pacing import Pacing
 from .progress import make_progress
 from .recorder import RecordSummary, check_file_key, record_channel, record_list, record_stream
-from .replayer import ReplaySummary, replay_file
+from .replayer import MessageRefused, ReplaySummary, replay_file
 
 __all__ = ["register"]
 
@@ -177,8 +177,23 @@ async def _replay_main(args: argparse.Namespace) -> int:
                 limit=args.limit, summary=summary,
             )  # fmt: skip
 
-        stopped = await _until_signal(work)
-    seconds = trio.current_time() - began
+        try:
+            stopped = await _until_signal(work)
+        except MessageRefused:
+            # The summary says what went out before the refused message, then the error.
+            _replay_line(summary, args, pacing, trio.current_time() - began, "a refused message")
+            raise
+    _replay_line(summary, args, pacing, trio.current_time() - began, stopped)
+    return 130 if stopped is not None else 0
+
+
+def _replay_line(
+    summary: ReplaySummary,
+    args: argparse.Namespace,
+    pacing: Pacing,
+    seconds: float,
+    stopped: str | None,
+) -> None:
     keys = ", ".join(f"{k!r}: {n}" for k, n in sorted(summary.per_key.items()))
     line = (
         f"replayed {summary.published} messages of {args.file} to {args.as_}"
@@ -188,7 +203,6 @@ async def _replay_main(args: argparse.Namespace) -> int:
     if stopped is not None:
         line += f"; stopped by {stopped}"
     sys.stdout.write(line + "\n")
-    return 130 if stopped is not None else 0
 
 
 def _guarded(main: Callable[[argparse.Namespace], Awaitable[int]]) -> Callable[..., int]:

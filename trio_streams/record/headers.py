@@ -2,10 +2,13 @@
 
 - :data:`ID_HEADER` (``x-redis-id``): the Redis entry id of a recorded stream entry. Its time
   (the id's milliseconds) is also the message's timestamp in the file.
-- :data:`FIELDS_HEADER` (``x-redis-fields``): set to ``json`` on an entry that had no
-  ``_payload`` field (written by a producer that does not use trio-streams' layout). Its payload
-  in the file is the entry's fields as a JSON object, as a handler reading it from Redis gets it;
-  a replay sends the fields back as they were instead of a ``_payload``.
+- :data:`FIELDS_HEADER` (``x-redis-fields``): on an entry written by a producer that does not
+  use trio-streams' layout. ``json`` on an entry with no ``_payload`` whose fields are text, each
+  named once: its payload in the file is the fields as a JSON object, as a handler reading it
+  from Redis gets it. Otherwise the entry's exact fields (see :mod:`.fields`). Either way a
+  replay sends the fields back as they were instead of a ``_payload``. A handler fed from the
+  file does not see it (:data:`~trio_streams.file.envelope.STORAGE_HEADERS`): from Redis it
+  would not either.
 - :data:`CHANNEL_HEADER` (``x-redis-channel``): the channel a Pub/Sub message was published on
   (a pattern recording names many).
 
@@ -29,6 +32,7 @@ __all__ = [
 ]
 
 ID_HEADER = "x-redis-id"
+#: Kept in the file, never handed to a file subscription's handler (it is a storage header).
 FIELDS_HEADER = "x-redis-fields"
 CHANNEL_HEADER = "x-redis-channel"
 #: Every header a recording may add.

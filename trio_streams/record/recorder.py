@@ -43,7 +43,6 @@ from ..redis.client.subscriber import Gap
 from ..redis.dedicated import DedicatedConnection
 from ..redis.frames import decode_frame
 from ..redis.wire import (
-    PAYLOAD_FIELD,
     Entry,
     decode_fields,
     id_before,
@@ -52,6 +51,7 @@ from ..redis.wire import (
     text,
 )
 from .bounds import StreamBounds
+from .fields import exact_fields
 from .headers import CHANNEL_HEADER, FIELDS_HEADER, ID_HEADER, add_header
 
 __all__ = [
@@ -149,12 +149,10 @@ def _write_entry(
     fields = entry.fields
     if fields is None:  # only XREADGROUP of a deleted pending entry answers this
         return
-    has_payload = fields[0] == PAYLOAD_FIELD if fields else False
-    if not has_payload:
-        has_payload = any(fields[i] == PAYLOAD_FIELD for i in range(2, len(fields), 2))
     payload, headers = decode_fields(fields)
-    if not has_payload:
-        add_header(headers, FIELDS_HEADER, "json", f"entry {entry.id}")
+    exact = exact_fields(fields, payload, headers)
+    if exact is not None:  # another producer's layout: keep its fields byte for byte
+        add_header(headers, FIELDS_HEADER, exact, f"entry {entry.id}")
     if id_header is not None:
         add_header(headers, id_header, entry.id, f"entry {entry.id}")
     ms = int(entry.id.partition("-")[0])

@@ -4,13 +4,15 @@ a list element (``RPUSH``) or a Pub/Sub message (``PUBLISH``).
 A message's payload and headers go out as they were recorded (``_payload`` and ``h:<name>``
 fields, or the list/Pub/Sub frame), without the headers the recording added
 (:data:`~.headers.RECORDING_HEADERS`) unless asked to keep them. An entry recorded from a
-producer that wrote no ``_payload`` (``x-redis-fields: json``) gets its fields back as they
-were. Entries get new ids (``*``): a stream's ids belong to the server that made them.
+producer whose fields the layout cannot hold (:data:`~.headers.FIELDS_HEADER`) gets its fields
+back as they were, byte for byte. Entries get new ids (``*``): a stream's ids belong to the
+server that made them.
 
-Messages due at once are sent in pipelines of up to ``batch`` commands, so an unpaced replay
-takes one round trip per batch; a paced one sleeps on Trio's clock until each is due and sends
-what is due together. The first error reply stops the replay with :class:`ReplayError` naming
-the message; what was published before it stays published.
+Messages due at once are sent in batches of up to ``batch`` commands (one script each, see
+:mod:`.sending`), so an unpaced replay takes one round trip per batch; a paced one sleeps on
+Trio's clock until each is due and sends what is due together. The first refused command stops
+the replay with :class:`ReplayError` naming the message: what was published before it stays
+published, and nothing after it is.
 
 Cancellation: a replay may be cancelled at any await; a pipeline already sent may or may not
 have been applied (the summary counts only what was confirmed).
@@ -30,14 +32,23 @@ from ..errors import TrioStreamsError
 from ..file.envelope import open_envelope
 from ..file.format import Message
 from ..file.reader import FileReader
-from ..positions import Position
+from ..positions import Position, PositionKind
 from ..redis.client import RedisClient
 from ..redis.frames import encode_frame
 from ..redis.wire import encode_fields
+from .fields import JSON_OBJECT, BadFieldList, decode_field_list
 from .headers import FIELDS_HEADER, ID_HEADER, RECORDING_HEADERS, without_recording_headers
 from .pacing import Pacing
+from .sending import send_in_order
 
-__all__ = ["ReplayError", "ReplaySummary", "Target", "replay_file"]
+__all__ = [
+    "MessageRefused",
+    "ReplayError",
+    "ReplaySummary",
+    "StartNeedsKey",
+    "Target",
+    "replay_file",
+]
 
 #: Where messages go: stream entries, list elements (pushed at the tail) or channel messages.
 Target = Literal["stream", "list", "channel"]
@@ -46,7 +57,20 @@ UNPACED = Pacing()
 
 
 class ReplayError(TrioStreamsError):
-    """A message could not be published (the message names it and the server's error)."""
+    """A recording could not be replayed (the message says why and where)."""
+
+
+class MessageRefused(ReplayError):
+    """The server refused a message (the message names it and the server's error); nothing
+    after it was published."""
+
+
+class StartNeedsKey(ReplayError):
+    """A start at a sequence number or a time was given without naming the one stream key it
+    is in (a stream file numbers and stamps each key's messages on their own)."""
+
+    def hint(self) -> str | None:
+        return "name the stream key to start in with --key NAME"
 
 
 @final
@@ -67,9 +91,18 @@ def _command(
     payload, headers = open_envelope(message.payload)
     kept = without_recording_headers(headers, drop)
     if target == "stream":
-        if headers.get(FIELDS_HEADER) == "json" and FIELDS_HEADER in drop:
-            fields = _original_fields(payload, message)
-            return ("XADD", key, "*", *fields)
+        marker = headers.get(FIELDS_HEADER)
+        if marker is not None and FIELDS_HEADER in drop:
+            if marker == JSON_OBJECT:
+                return ("XADD", key, "*", *_original_fields(payload, message))
+            try:
+                return ("XADD", key, "*", *decode_field_list(marker))
+            except BadFieldList as exc:
+                raise ReplayError(
+                    f"message #{message.seq} of {message.stream_key!r} (at byte "
+                    f"{message.offset}) keeps an entry's fields in {FIELDS_HEADER}, but they "
+                    f"cannot be read back: {exc}"
+                ) from None
         return ("XADD", key, "*", *encode_fields(payload, kept))
     value = encode_frame(payload, kept)
     return ("RPUSH", key, value) if target == "list" else ("PUBLISH", key, value)
@@ -115,9 +148,17 @@ async def replay_file(
     drop = (RECORDING_HEADERS | {id_header}) - frozenset(keep)
     key_list = None if keys is None else list(keys)
     with FileReader(path, keys=key_list) as reader:
-        if start is not None and start != Position.beginning():
-            one = key_list[0] if key_list and len(key_list) == 1 else None
-            reader.seek(start, key=one)
+        if start is not None and start.kind in (PositionKind.SEQUENCE, PositionKind.TIMESTAMP):
+            if not key_list or len(key_list) != 1:
+                where = "seq" if start.kind is PositionKind.SEQUENCE else "ts"
+                raise StartNeedsKey(
+                    f"{os.fspath(path)}: starting at {where}:{start.value} needs the one stream "
+                    f"key to start in ({'none' if not key_list else len(key_list)} given): each "
+                    "key of a stream file has its own sequence numbers and times"
+                )
+            reader.seek(start, key=key_list[0])
+        elif start is not None and start != Position.beginning():
+            reader.seek(start)
         began = trio.current_time()
         pending: list[tuple[object, ...]] = []
         pending_keys: list[tuple[str, Message]] = []
@@ -125,21 +166,22 @@ async def replay_file(
         async def send() -> None:
             if not pending:
                 return
-            pipeline = client.pipeline()
-            for command in pending:
-                pipeline.add(*command)
-            replies = await pipeline.execute()
-            for (key, message), reply in zip(pending_keys, replies, strict=True):
-                if isinstance(reply, Exception):
-                    raise ReplayError(
-                        f"message #{message.seq} of {message.stream_key!r} (at byte "
-                        f"{message.offset}) was refused by {key!r}: {reply}"
-                    )
+            refusal = await send_in_order(client, pending)
+            confirmed = len(pending) if refusal is None else refusal.index
+            for key, message in pending_keys[:confirmed]:
                 summary.published += 1
                 summary.per_key[key] = summary.per_key.get(key, 0) + 1
                 if summary.first_timestamp_ms is None:
                     summary.first_timestamp_ms = message.timestamp_ms
                 summary.last_timestamp_ms = message.timestamp_ms
+            if refusal is not None:
+                key, message = pending_keys[refusal.index]
+                on_batch(summary)
+                raise MessageRefused(
+                    f"message #{message.seq} of {message.stream_key!r} (at byte "
+                    f"{message.offset}) was refused by {key!r}: {refusal.error}; nothing after "
+                    "it was published"
+                )
             pending.clear()
             pending_keys.clear()
             on_batch(summary)

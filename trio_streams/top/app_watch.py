@@ -20,7 +20,7 @@ from ..errors import TrioStreamsError
 from .render import Table
 from .view import Screen, Watch
 
-__all__ = ["AppWatch", "fetch"]
+__all__ = ["AppWatch", "EndpointError", "MetricsMissing", "fetch"]
 
 _TIMEOUT = 10.0
 _OUTCOMES = ("ack", "drop", "retry", "retry_after", "dead_letter")
@@ -28,6 +28,17 @@ _OUTCOMES = ("ack", "drop", "retry", "retry_after", "dead_letter")
 
 class EndpointError(TrioStreamsError):
     """The app's HTTP endpoint could not be read (down, or not a trio-streams app)."""
+
+
+class MetricsMissing(EndpointError):
+    """The app answers, but its ``/metrics`` has none of trio-streams' metrics: it runs no
+    :class:`~trio_streams.prometheus.PrometheusMiddleware`, so there is nothing to show."""
+
+    def hint(self) -> str | None:
+        return (
+            "add the metrics to the app: App(name, middlewares=[PrometheusMiddleware()]) "
+            "with from trio_streams.prometheus import PrometheusMiddleware"
+        )
 
 
 async def fetch(url: str, path: str) -> tuple[int, bytes]:
@@ -63,11 +74,15 @@ class _Sample:
     gauges: dict[str, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
 
 
-def _parse(text: str, at: float) -> _Sample:
+def _parse(text: str, at: float) -> _Sample | None:
+    """The trio-streams metrics of ``text``; None when it has no trio-streams metric at all (a
+    family declared without samples counts: the middleware runs, nothing happened yet)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     sample = _Sample(at)
+    ours = False
     for family in text_string_to_metric_families(text):
+        ours = ours or family.name.startswith("trio_streams_")
         for item in family.samples:
             subscription = item.labels.get("subscription")
             if subscription is None or not item.name.startswith("trio_streams_"):
@@ -77,7 +92,7 @@ def _parse(text: str, at: float) -> _Sample:
                 name = f"handled:{item.labels.get('outcome')}"
             target = sample.counters if name.endswith("_total") or ":" in name else sample.gauges
             target[subscription][name] = item.value
-    return sample
+    return sample if ours else None
 
 
 class AppWatch(Watch):
@@ -97,6 +112,11 @@ class AppWatch(Watch):
             sample = _parse(body.decode(), trio.current_time())
         except ValueError as exc:
             raise EndpointError(f"{self._url}/metrics is not Prometheus text: {exc}") from exc
+        if sample is None:
+            raise MetricsMissing(
+                f"{self._url}/metrics has no trio-streams metrics: the app runs no "
+                "PrometheusMiddleware, so its subscriptions cannot be shown"
+            )
         ready, health = await fetch(self._url, "/readyz")
         try:
             state = json.loads(health)

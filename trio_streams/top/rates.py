@@ -114,8 +114,11 @@ def file_rows(now: FileSnapshot, before: FileSnapshot | None) -> list[FileRow]:
     rows = []
     for key in sorted(now.keys):
         sample = now.keys[key]
-        old = None if before is None else before.keys.get(key)
-        then = None if before is None else old.messages if old is not None else 0
-        per_s = _per_s(sample.messages, then, seconds)
+        # Messages written since the previous snapshot, not messages read: while catching up on
+        # a file that grew, the new ones are not all read yet, so the rate is unknown.
+        per_s: float | None = None
+        known = before is not None and (now.behind == 0 or now.size == before.size)
+        if known and seconds > 0:
+            per_s = sample.fresh / seconds
         rows.append(FileRow(key, sample.messages, per_s, sample.first_seq, sample.last_seq))
     return rows

@@ -92,6 +92,13 @@ class RedisSnapshot:
 
 async def find_streams(client: RedisClient, match: str = "*") -> list[str]:
     """The stream keys matching the glob ``match`` on every primary (at most MAX_STREAMS)."""
+    keys, _ = await scan_streams(client, match)
+    return keys
+
+
+async def scan_streams(client: RedisClient, match: str = "*") -> tuple[list[str], bool]:
+    """The first MAX_STREAMS stream keys (by name) matching ``match`` on every primary, and
+    whether there were more (SCAN goes one key past the limit to know)."""
     found: set[str] = set()
     if isinstance(client, RedisCluster):
         await client.refresh_slots()
@@ -100,7 +107,7 @@ async def find_streams(client: RedisClient, match: str = "*") -> list[str]:
         nodes = [None]
     for node in nodes:
         cursor = b"0"
-        while True:
+        while len(found) <= MAX_STREAMS:
             args = ("SCAN", cursor, "MATCH", match, "COUNT", 1000, "TYPE", "stream")
             if node is None:
                 reply = await client.execute(*args)
@@ -109,9 +116,9 @@ async def find_streams(client: RedisClient, match: str = "*") -> list[str]:
                 reply = await client.execute_on(node, *args)
             cursor, keys = reply[0], reply[1]
             found.update(text(k) for k in keys)
-            if cursor in (b"0", "0", 0) or len(found) >= MAX_STREAMS:
+            if cursor in (b"0", "0", 0):
                 break
-    return sorted(found)[:MAX_STREAMS]
+    return sorted(found)[:MAX_STREAMS], len(found) > MAX_STREAMS
 
 
 def _dead_letter_of(key: str, last: shapes.StreamEntry | None, globs: Sequence[str]) -> str | None:

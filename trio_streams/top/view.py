@@ -18,7 +18,7 @@ import trio
 from ..redis.client import RedisClient
 from .file_sample import FileSampler, FileSnapshot
 from .rates import StreamRow, file_rows, redis_rows
-from .redis_sample import RedisSnapshot, find_streams, sample_redis
+from .redis_sample import MAX_STREAMS, RedisSnapshot, sample_redis, scan_streams
 from .render import Table, consumer_table, file_table, select, stream_table
 
 __all__ = ["FileWatch", "RedisWatch", "Screen", "Watch"]
@@ -67,12 +67,18 @@ class RedisWatch(Watch):
         self._previous: RedisSnapshot | None = None
         self._rows: list[StreamRow] = []
         self._seconds: float | None = None
+        self._more = False
+        self._missing: list[str] = []
 
     async def refresh(self) -> None:
-        keys = self._streams or await find_streams(self._client, self._scan_match)
+        if self._streams:
+            keys, self._more = self._streams, False
+        else:
+            keys, self._more = await scan_streams(self._client, self._scan_match)
         snapshot = await sample_redis(
             self._client, keys, now=trio.current_time(), dead_letter_globs=self._globs
         )
+        self._missing = [key for key in self._streams if key not in snapshot.streams]
         self._rows = redis_rows(snapshot, self._previous, stuck_after=self._stuck_after)
         self._seconds = None if self._previous is None else snapshot.at - self._previous.at
         self._previous = snapshot
@@ -80,7 +86,16 @@ class RedisWatch(Watch):
     def screen(self, *, sort: str, match: str) -> Screen:
         shown = select(self._rows, sort=sort, match=match)
         over = "" if self._seconds is None else f", rates over {self._seconds:.2f} s"
-        title = f"{self._label}: {len(shown)} of {len(self._rows)} streams{over}"
+        more = "+" if self._more else ""
+        title = f"{self._label}: {len(shown)} of {len(self._rows)}{more} streams{over}"
+        if self._more:
+            title += (
+                f"; only the first {MAX_STREAMS} streams found (by name) are shown: "
+                "narrow with --match GLOB or name them with --stream"
+            )
+        if self._missing:
+            names = ", ".join(repr(key) for key in self._missing)
+            title += f"; no such stream: {names} (the key does not exist or is not a stream)"
         return Screen(
             title, [("streams", stream_table(shown)), ("consumers", consumer_table(shown))]
         )

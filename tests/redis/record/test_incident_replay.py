@@ -3,6 +3,7 @@ recording of the same stream, sees the same deliveries, and can seek the recordi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -92,3 +93,59 @@ async def test_a_recording_can_be_seeked_by_time_as_recorded(
         with trio.fail_after(20):
             await done.wait()
     assert seen == [1000, 7000, 8000, 9000, 10_000]
+
+
+OTHER_PRODUCERS = [
+    ("kind", "click", "at", "home"),
+    ("data", b"\x82\xa1a\x01\xff"),
+    ("f", "1", "f", "2"),
+    ("_payload", b'{"n":1}', "h:a", "1", "correlation_id", "c1"),
+    ("_payload", b'{"n":2}', "h:bin", b"\xff\xfe", "h:ok", "yes"),
+]
+
+
+async def test_a_handler_fed_from_a_recording_sees_entries_of_other_producers_as_from_redis(
+    redis_server: RedisServer, redis: RedisClient, tmp_path: Path
+) -> None:
+    for n, fields in enumerate(OTHER_PRODUCERS):
+        await redis.execute("XADD", "events", f"{1000 + n}-0", *fields)
+    with StreamWriter(tmp_path / "incident.ss") as writer:
+        await record_stream(redis, "events", writer)
+    want = len(OTHER_PRODUCERS)
+
+    async def deliveries(
+        app: App, subscribe: Callable[[Any], Any]
+    ) -> list[tuple[bytes, dict[str, str], Any]]:
+        seen: list[tuple[bytes, dict[str, str], Any]] = []
+        done = trio.Event()
+
+        @subscribe
+        async def handle(body: bytes, ctx: Context) -> None:
+            headers = dict(ctx.headers)
+            headers.pop(ID_HEADER, None)
+            seen.append((body, headers, ctx.timestamp_ms))
+            if len(seen) == want:
+                done.set()
+
+        async with serving(app):
+            with trio.fail_after(20):
+                await done.wait()
+        return seen
+
+    live = App("live")
+    from_redis = await deliveries(
+        live,
+        live.broker(RedisBroker(redis_server.url, group="billing")).subscriber(
+            RedisStream("events", start=Position.beginning())
+        ),
+    )
+    local = App("local")
+    from_file = await deliveries(
+        local,
+        local.broker(FileBroker(tmp_path / "incident.ss")).subscriber(
+            FileStream("events").replay()
+        ),
+    )
+    assert from_file == from_redis
+    assert all("x-redis-fields" not in headers for _, headers, _ in from_file)
+    assert from_redis[4][1] == {"bin": "\ufffd\ufffd", "ok": "yes"}

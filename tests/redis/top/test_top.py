@@ -103,11 +103,12 @@ def test_top_of_a_stream_file_counts_messages_per_key_and_bytes_behind(tmp_path:
             while (snapshot := sampler.sample(0.5)).behind:
                 pass
             assert snapshot.keys["orders"].messages == 10
+        with FileSampler(path) as sampler:
+            snapshot = sampler.sample(0.5)
             for n in range(6):
                 writer.append("audit", b"y", 2000 + n)
             writer.flush()
-            while (later := sampler.sample(2.5)).behind:
-                pass
+            later = sampler.sample(2.5)
     rows = {row.key: row for row in file_rows(later, snapshot)}
     assert (rows["audit"].messages, rows["audit"].per_s) == (6, 3.0)
     assert (rows["orders"].per_s, rows["orders"].first_seq, rows["orders"].last_seq) == (0.0, 1, 10)
@@ -127,3 +128,64 @@ def test_top_once_of_a_stream_file(tmp_path: Path) -> None:
 def test_the_live_view_without_a_terminal_says_to_use_once(tmp_path: Path) -> None:
     result = cli("top", str(tmp_path / "f.ss"))
     assert result.returncode == 1 and "--once" in result.stderr
+
+
+def _large_file(path: Path, size: int, count: int) -> None:
+    with StreamWriter(path) as writer:
+        for n in range(count):
+            writer.append("big", bytes([n % 256]) * size, 1000 + n)
+
+
+def test_a_file_refresh_reads_at_most_its_budget_even_when_messages_are_large(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "big.ss"
+    _large_file(path, 60_000, 200)  # 12 MB
+    budget = 1 << 20
+    with FileSampler(path, budget=budget) as sampler:
+        offset = sampler.sample(0.0).offset
+        assert 0 < offset <= 4096 + budget
+        while (snapshot := sampler.sample(1.0)).behind:
+            assert 0 < snapshot.offset - offset <= budget
+            offset = snapshot.offset
+    assert snapshot.keys["big"].messages == 200
+
+
+def test_a_message_larger_than_the_budget_is_read_alone(tmp_path: Path) -> None:
+    path = tmp_path / "big.ss"
+    _large_file(path, 300_000, 3)
+    with FileSampler(path, budget=100_000) as sampler:
+        counts = [sampler.sample(float(n)).keys["big"].messages for n in range(3)]
+    assert counts == [1, 2, 3]
+
+
+def test_the_rate_of_a_file_is_of_messages_written_since_the_last_refresh_not_of_catching_up(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "f.ss"
+    with StreamWriter(path) as writer:
+        for n in range(3000):
+            writer.append("orders", b"x" * 100, 1000 + n)
+        writer.flush()
+        with FileSampler(path, budget=100_000) as sampler:
+            first = sampler.sample(0.0)
+            second = sampler.sample(1.0)  # still catching up on a file nobody writes
+            assert second.behind > 0
+            [row] = file_rows(second, first)
+            assert row.per_s == 0.0
+            for n in range(10):
+                writer.append("orders", b"y", 9000 + n)
+            writer.flush()
+            third = sampler.sample(2.0)  # behind and the file grew: the rate is not known yet
+            assert third.behind > 0
+            assert file_rows(third, second)[0].per_s is None
+            while (caught_up := sampler.sample(3.0)).behind:
+                third = caught_up
+            fourth = sampler.sample(5.0)
+            assert file_rows(caught_up, third)[0].per_s in (0.0, None)
+            for n in range(4):
+                writer.append("orders", b"z", 9100 + n)
+            writer.flush()
+            fifth = sampler.sample(7.0)
+    assert file_rows(fourth, caught_up)[0].per_s == 0.0
+    assert file_rows(fifth, fourth)[0].per_s == 2.0
