@@ -97,6 +97,7 @@ class RichProgress(Progress):
             transient=False,
         )
         self._task: Any = None
+        self._live: Any = None
         self._bar.start()
 
     def __call__(self, summary: RecordSummary) -> None:
@@ -105,12 +106,13 @@ class RichProgress(Progress):
                 f"recording {summary.source}", total=summary.backlog_total
             )
         if summary.live:
-            self._bar.update(
-                self._task,
-                completed=summary.entries,
-                total=None,
-                description=f"following {summary.source}: {live_rate(summary):.1f}/s",
-            )
+            description = f"following {summary.source}: {live_rate(summary):.1f}/s"
+            if self._live is None:
+                # Live, there is no total to fill: the backlog's bar is done, and a task with
+                # no total (a pulsing bar, "entries/?") counts on from here.
+                self._bar.update(self._task, completed=summary.backlog_total or summary.entries)
+                self._live = self._bar.add_task(description, total=None)
+            self._bar.update(self._live, completed=summary.entries, description=description)
         else:
             self._bar.update(self._task, completed=summary.entries, total=summary.backlog_total)
         self._bar.refresh()

@@ -79,11 +79,21 @@ def _renderable(screen: Screen, state: _State) -> Any:
         status += "   PAUSED"
     parts.append(Text(status + "   keys: s sort  / filter  p pause  q quit", style="dim"))
     for title, (header, lines) in screen.tables:
+        # On a narrow terminal the names keep their width (streams that share a prefix stay
+        # apart) and columns with nothing to show are left out, before rich shrinks the rest.
+        shown = [
+            n for n in range(len(header))
+            if n == 0 or any(line[n] not in ("", "-") for line in lines)
+        ]  # fmt: skip
+        names = max((len(line[0]) for line in lines), default=len(header[0]))
         table = Table(title=title, title_justify="left", expand=False, box=None)
-        for n, name in enumerate(header):
-            table.add_column(name, justify="left" if n == 0 else "right", no_wrap=True)
+        for n in shown:
+            if n == 0:
+                table.add_column(header[n], no_wrap=True, min_width=min(40, max(names, 6)))
+            else:
+                table.add_column(header[n], justify="right", no_wrap=True, overflow="ellipsis")
         for line in lines:
-            table.add_row(*line)
+            table.add_row(*(line[n] for n in shown))
         parts.append(table)
     return Group(*parts)
 

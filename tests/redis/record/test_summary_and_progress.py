@@ -86,3 +86,21 @@ async def test_on_a_terminal_the_recording_draws_a_progress_bar(
     screen = await screen_shows(session, "EXITED 0")
     assert "recording stream 'orders'" in screen and "5/5" in screen
     assert "recorded 5 entries of stream 'orders'" in screen
+
+
+def test_the_rich_bar_counts_on_without_a_total_once_following() -> None:
+    from trio_streams.record.progress import RichProgress
+    from trio_streams.record.recorder import RecordSummary
+
+    progress = RichProgress()
+    try:
+        summary = RecordSummary(source="stream 'orders'", key="orders", backlog_total=1)
+        summary.entries = 1
+        progress(summary)
+        summary.live, summary.backlog_done, summary.entries = True, True, 31
+        progress(summary)
+        backlog, live = progress._bar.tasks
+    finally:
+        progress.close()
+    assert (backlog.completed, backlog.total) == (1, 1)  # the backlog, done
+    assert (live.completed, live.total) == (31, None)  # following: no "31/1"

@@ -39,3 +39,21 @@ async def test_the_live_view_redraws_and_answers_sort_filter_pause_and_quit_keys
     await screen_shows(session, "PAUSED")
     await trio.to_thread.run_sync(tmux, "send-keys", "-t", session, "q")
     await screen_shows(session, "EXITED 0")
+
+
+def test_at_80_columns_names_keep_their_width_and_empty_columns_are_left_out() -> None:
+    from rich.console import Console
+
+    from trio_streams.top.live import _renderable, _State
+    from trio_streams.top.view import Screen
+
+    header = ["STREAM", "LENGTH", "ADDED/S", "PENDING", "LAG", "DELIVERED/S", "ACKED/S"]
+    rows = [
+        ["orders.eu-west.payments", "10", "-", "", "", "", ""],
+        ["orders.eu-west.refunds", "20", "-", "", "", "", ""],
+    ]
+    console = Console(width=80, record=True, color_system=None)
+    console.print(_renderable(Screen("title", [("streams", (header, rows))]), _State()))
+    text = console.export_text()
+    assert "orders.eu-west.payments" in text and "orders.eu-west.refunds" in text
+    assert "LENGTH" in text and "PENDING" not in text  # nothing to show: left out
