@@ -27,13 +27,13 @@ from trio_streams import (
     retry,
     retry_after,
 )
+from trio_streams._process import process_name
 from trio_streams.file import (
     FileBroker,
     FilePosition,
     FileStream,
     StreamFileNotFoundError,
 )
-from trio_streams.file.broker import _process_name
 from trio_streams.file.envelope import open_envelope
 from trio_streams.file.format import Message
 from trio_streams.file.reader import FileReader
@@ -342,12 +342,12 @@ async def test_retry_appends_a_copy_with_the_retry_count_header(tmp_path: Path) 
     assert attempts == [(k, FilePosition.sequence(k, stream="s")) for k in (1, 2, 3)]
     copies = [open_envelope(m.payload) for m in messages_in(path)[1:]]
     # <app>/<subscription>@<this process>: a replica of the app elsewhere passes over it.
-    target = {RETRY_TARGET_HEADER: f"file/sub@{_process_name()}"}
+    target = {RETRY_TARGET_HEADER: f"file/sub@{process_name()}"}
     assert copies == [
         (b"1", {RETRY_COUNT_HEADER: "1", **target}),
         (b"1", {RETRY_COUNT_HEADER: "2", **target}),
     ]
-    assert _process_name().startswith(f"{socket.gethostname()}-{os.getpid()}-")
+    assert process_name().startswith(f"{socket.gethostname()}-{os.getpid()}-")
 
 
 async def test_spent_retries_are_dead_lettered_to_their_key_as_they_arrived(

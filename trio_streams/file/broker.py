@@ -21,14 +21,13 @@
 from __future__ import annotations
 
 import os
-import secrets
-import socket
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
 
+from .._process import process_name
 from .._schedule import FairShare
 from ..broker import Broker
 from ..delivery import Delivery, SequenceDelivery, attempt_from_headers, retry_headers
@@ -237,19 +236,6 @@ class FileTransport(Transport):
             await trio.lowlevel.checkpoint()
 
 
-_process: tuple[int, str] | None = None
-
-
-def _process_name() -> str:
-    """This process's name in retry targets, ``host-pid-random``; another one in a forked
-    child."""
-    global _process
-    pid = os.getpid()
-    if _process is None or _process[0] != pid:
-        _process = (pid, f"{socket.gethostname()}-{pid}-{secrets.token_hex(3)}")
-    return _process[1]
-
-
 class FileSubscription(SubscriptionSource):
     """One subscription's reader over the file: deliveries, seeks, retry copies, its watermark."""
 
@@ -360,7 +346,7 @@ class FileSubscription(SubscriptionSource):
             # groups): a copy this one asks for names this process, so another replica passes
             # over it. A resumable consumer's copies name it alone: its next run, in another
             # process, handles the copies this one left.
-            host.retry_target = f"{host.retry_target}@{_process_name()}"
+            host.retry_target = f"{host.retry_target}@{process_name()}"
         self._retry_target = host.retry_target
         await trio.lowlevel.checkpoint()
 

@@ -27,13 +27,11 @@
 from __future__ import annotations
 
 import itertools
-import os
-import secrets
-import socket
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, ClassVar
 
+from .._process import process_name
 from ..broker import Broker
 from ..destinations import Destination, DestinationKind
 from ..errors import ConfigurationError, UnsupportedError, WrongKeyType
@@ -64,7 +62,6 @@ DEFAULT_COUNT = 100
 #: bounded, so a read notices a vanished group and reclaimed entries within it.
 DEFAULT_BLOCK_MS = 1000
 
-_process_consumer: tuple[int, str] | None = None
 #: Numbers the reliable list subscriptions of this process that name no consumer.
 _list_consumers = itertools.count(1)
 
@@ -72,11 +69,7 @@ _list_consumers = itertools.count(1)
 def default_consumer() -> str:
     """This process's consumer name, ``host-pid-random``: the same for all its subscriptions,
     another one in a forked child."""
-    global _process_consumer
-    pid = os.getpid()
-    if _process_consumer is None or _process_consumer[0] != pid:
-        _process_consumer = (pid, f"{socket.gethostname()}-{pid}-{secrets.token_hex(3)}")
-    return _process_consumer[1]
+    return process_name()
 
 
 class RedisBroker(Broker):
