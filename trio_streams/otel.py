@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
+import trio
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
@@ -72,6 +73,9 @@ class TracingMiddleware(Middleware):
         token = otel_context.attach(trace.set_span_in_context(span))
         try:
             yield
+        except trio.Cancelled:
+            span.set_attribute("trio_streams.cancelled", True)  # a stop, not a failure
+            raise
         except BaseException as exc:
             span.record_exception(exc)
             span.set_status(Status(StatusCode.ERROR, type(exc).__name__))

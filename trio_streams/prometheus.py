@@ -41,6 +41,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
+import trio
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -162,6 +163,8 @@ class PrometheusMiddleware(Middleware):
         started = time.perf_counter()
         try:
             yield
+        except trio.Cancelled:
+            raise  # a publish given up by a stop is not an error of the publish
         except BaseException:
             self._publish_errors.labels(*labels).inc()
             raise

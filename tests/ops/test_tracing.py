@@ -11,12 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
+import trio.testing
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
 from tests.redis_servers import redis_server
+from tests.support import serving
 from trio_streams import App, Context, MemoryBroker, MemoryStream
 from trio_streams.otel import TracingMiddleware
 
@@ -126,3 +129,24 @@ async def test_messaging_system_comes_from_the_brokers_kind_not_its_name() -> No
         await t.publish("orders", 1)
     systems = {dict(s.attributes or {})["messaging.system"] for s in exporter.get_finished_spans()}
     assert systems == {"redis"}
+
+
+async def test_a_delivery_cancelled_by_a_stop_is_not_an_error_span(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    middleware, exporter = tracing()
+    app = App("shop", shutdown_timeout=1.0, middlewares=[middleware])
+    broker = app.broker(MemoryBroker())
+    started = trio.Event()
+
+    @broker.subscriber(MemoryStream("orders"))
+    async def stuck(n: int) -> None:
+        started.set()
+        await trio.sleep_forever()
+
+    async with serving(app):
+        await broker.publish("orders", 1)
+        await started.wait()
+    [process] = [s for s in exporter.get_finished_spans() if s.name == "process orders"]
+    assert process.status.status_code is not StatusCode.ERROR
+    assert dict(process.attributes or {})["trio_streams.cancelled"] is True
