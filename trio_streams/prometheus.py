@@ -241,9 +241,8 @@ class _StatsCollector(Collector):
             if running is None:
                 continue
             running_any = running_any or app.health.value.ok
-            lags = {runner.label: runner.source.lag() for runner in running._runners}
             for name, stats in running.stats().items():
-                lag = lags.get(name)
+                lag = stats.lag
                 for key, family in families.items():
                     value = getattr(stats, gauges[key][1])
                     if key == "lag_messages" and lag is not None and lag[0] == "messages":

@@ -77,6 +77,9 @@ class SubscriptionStats:
     faults: int = 0
     #: The kinds of the faults that last now (the subscription is degraded while any does).
     degraded: tuple[str, ...] = ()
+    #: How far behind the transport's tip, where it can tell: ``(unit, amount)``, the unit
+    #: ``"bytes"`` (a stream file) or ``"messages"`` (a Redis group's lag); None otherwise.
+    lag: tuple[str, float] | None = None
 
 
 class SubscriptionRunner:
@@ -175,6 +178,7 @@ class SubscriptionRunner:
             generation=channel.generation,
             faults=0 if self.host is None else self.host.count,
             degraded=() if self.host is None else tuple(self.host.active),
+            lag=self.source.lag(),
         )
 
     def quiescent(self) -> bool:
