@@ -223,6 +223,8 @@ class Dispatcher:
             # Read once per run: an ack settles nothing there, so the delivery ends as a
             # settle would end it.
             noop_acks = source.acks_are_noops
+            runs = source.attempt_started if source.counts_runs else None
+            record_run = source.record_run
             run = RUN
             while True:
                 if delivery.attempt != 1 or not channel.is_current(delivery):
@@ -249,6 +251,8 @@ class Dispatcher:
                             later = concluded is True
                         else:
                             try:
+                                if runs is not None and not record_run(delivery):
+                                    await runs(delivery)
                                 result = await fn(message)
                             except Exception as exc:  # noqa: BLE001 - runs the failure policy
                                 if starts is not None:
@@ -502,6 +506,9 @@ class Dispatcher:
         it; ``_AGAIN`` if an ordered lane is to handle it again in place."""
         if delivery.attempt > self._policy.max_attempts:
             return await self._spent(delivery)
+        source = self._runner.source
+        if source.counts_runs and not source.record_run(delivery):
+            await source.attempt_started(delivery)  # counted before its dependencies run
         handler = self._handler
         context = Context(self._runner, delivery) if handler.needs_context else None
         if context is not None and self._calls:
@@ -793,6 +800,11 @@ class Dispatcher:
                 return
             good = [d for d, _ in kept]
             messages = [m for _, m in kept]
+            source = runner.source
+            if source.counts_runs:  # one run of the batch handler is an attempt of each
+                for delivery in good:
+                    if not source.record_run(delivery):
+                        await source.attempt_started(delivery)
             outcomes, error = await self._call_batch(good, messages, scope)
             for delivery, message, outcome in zip(good, messages, outcomes, strict=True):
                 verdict = self._policy.decide(delivery, outcome)

@@ -284,6 +284,35 @@ class SubscriptionSource(ABC):
         deliveries, not once per subscription."""
         return False
 
+    #: True if this source counts handler runs itself (:meth:`attempt_started`): the core then
+    #: tells it of every run before the run begins. Read once per run of deliveries.
+    counts_runs: bool = False
+
+    def record_run(self, delivery: Delivery) -> bool:
+        """The synchronous form of :meth:`attempt_started`, for the hot path: record the run
+        now if that needs no wait and return True; return False (the default) to have the core
+        await :meth:`attempt_started` instead. Must not block or raise."""
+        del delivery
+        return False
+
+    async def attempt_started(self, delivery: Delivery) -> None:
+        """A handler run of ``delivery`` is about to begin (its dependencies, then the handler):
+        record it where a later process reads it, before returning, so a run that never
+        returns (its process was killed, or a poison message ended it) still counts as an
+        attempt. Called only where :attr:`counts_runs` is True, once per run (each attempt in
+        an ordered lane, each delivery of a batch).
+
+        An attempt is a handler run and nothing else: a read, a read-ahead, a reclaim, a stop
+        or a reconnect is not one, so a source that counts runs gives each delivery the
+        attempt ``1 + runs recorded + the retry count of a retry copy``.
+
+        Must not wait for a round trip: it returns once the record is on its way (written to
+        the kernel), so the run is counted even if the process dies the next instant.
+        Cancelled, the record may or may not have been made; the handler does not run.
+        """
+        del delivery
+        await trio.lowlevel.checkpoint()
+
     async def open(self, host: SubscriptionHost) -> None:
         """Prepare, before the app reports started (create a consumer group, take back this
         consumer's own pending entries, check keys), and start the source's own tasks with

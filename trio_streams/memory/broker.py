@@ -33,7 +33,7 @@ from ..transport import (
     settles_with,
 )
 from .channels import MemoryChannel, MemoryChannelSubscription, channel_bus
-from .log import Cursor, Entry, MemoryHub
+from .log import Cursor, Entry, Group, MemoryHub
 from .queues import MemoryList, MemoryListSubscription, queue_of
 from .sources import MemoryStream
 
@@ -224,8 +224,15 @@ class MemorySubscription(SubscriptionSource):
         # publishing). Seek refusals still treat it as a replay.
         self._ends = stream.replaying and not follow
         self._group = stream.group
+        #: The group this member belongs to (None: a cursor of its own).
+        self._members: Group | None = None
+        #: What this group member holds (read, not settled), by ``id(delivery)``: the life it
+        #: was read in (``kill`` starts a new one).
+        self._held: dict[int, tuple[Delivery, int]] = {}
+        self._life = 0
         if stream.group is not None:
             group = hub.group(stream.keys, stream.group, start)
+            self._members = group
             self._cursor: Cursor = group.cursor
             self.seekable = False
         else:
@@ -260,7 +267,90 @@ class MemorySubscription(SubscriptionSource):
             await self._hub.activity.park()
 
     def _take(self) -> list[Delivery]:
-        return [_deliver(e) for e in self._cursor.take(self._count)]
+        group = self._members
+        if group is None:
+            return [_deliver(e) for e in self._cursor.take(self._count)]
+        entries: list[Entry] = []
+        while group.returned and len(entries) < self._count:
+            entries.append(group.returned.popleft())
+        if len(entries) < self._count:
+            entries += self._cursor.take(self._count - len(entries))
+        out = []
+        runs, held, life = group.runs, self._held, self._life
+        for entry in entries:
+            delivery = _deliver(entry)
+            delivery.attempt += runs.get((entry.stream, entry.seq), 0)
+            held[id(delivery)] = (delivery, life)
+            out.append(delivery)
+        return out
+
+    # ---- a group member's runs, kills and hand-backs -----------------------------------------
+
+    @property
+    def counts_runs(self) -> bool:  # type: ignore[override]
+        """A group member counts handler runs, as a live group's attempt ledger does."""
+        return self._members is not None
+
+    async def attempt_started(self, delivery: Delivery) -> None:
+        if self._members is not None and id(delivery) in self._held:
+            entry: Entry = delivery.handle
+            key = (entry.stream, entry.seq)
+            self._members.runs[key] = self._members.runs.get(key, 0) + 1
+        await checkpoint()
+
+    #: Handlers of deliveries this source calls dead are cancelled by the dispatcher, and such
+    #: deliveries still queued are dropped unhandled (:meth:`dead`).
+    @property
+    def killable(self) -> bool:
+        return self._members is not None
+
+    def dead(self, delivery: Delivery) -> bool:
+        """``delivery`` was read by this member before :meth:`kill` killed it."""
+        held = self._held.get(id(delivery))
+        return held is not None and held[1] < self._life
+
+    def kill(self) -> int:
+        """This group member dies: what it held (read, not settled) goes back to the group, to
+        be delivered again to any member, each with its attempt as its handler runs make it
+        (one a handler never started is not charged, as live). Returns how many went back."""
+        self._life += 1
+        return self._hand_back(dead_only=True)
+
+    def _hand_back(self, *, dead_only: bool) -> int:
+        group = self._members
+        if group is None:
+            return 0
+        back = [
+            (delivery, key)
+            for key, (delivery, life) in self._held.items()
+            if not dead_only or life < self._life
+        ]
+        back.sort(key=lambda held: held[0].handle.order)
+        for delivery, key in back:
+            if dead_only:  # its handler, if any, ends with it: its later settle is ignored
+                self._held[key] = (delivery, -1)
+            else:
+                del self._held[key]
+        group.returned.extendleft(reversed([d.handle for d, _ in back]))
+        if back:
+            self._hub.wake()
+        return len(back)
+
+    def _release(self, delivery: Delivery) -> bool:
+        """``delivery`` is settled: False if its member was killed since (nothing to do)."""
+        held = self._held.pop(id(delivery), None)
+        if held is not None and held[1] < 0:
+            return False
+        if self._members is not None:
+            entry: Entry = delivery.handle
+            self._members.runs.pop((entry.stream, entry.seq), None)
+        return True
+
+    async def aclose(self) -> None:
+        """A group member's close hands back what it still holds (delivered again at once to
+        another member), as the live close does."""
+        self._hand_back(dead_only=False)
+        await cancel_shielded_checkpoint()
 
     async def seek(self, position: Position) -> None:
         if not self.seekable:
@@ -278,8 +368,9 @@ class MemorySubscription(SubscriptionSource):
 
     @property
     def acks_are_noops(self) -> bool:
-        # Without a window an ack settles nothing: the log keeps every message anyway.
-        return self._window is None and settles_with(self, _MEMORY_SETTLE)
+        # Without a window an ack settles nothing: the log keeps every message anyway (a group
+        # member's ack ends what it holds).
+        return self._window is None and self._members is None and settles_with(self, _MEMORY_SETTLE)
 
     def pipeline(self, delivery: Delivery) -> Pipeline | None:
         window = self._window
@@ -298,6 +389,10 @@ class MemorySubscription(SubscriptionSource):
     def unsettled(self, delivery: Delivery, why: Unsettled) -> None:
         if self._window is not None:
             self._decide(delivery, kept=False, decided_by=why.value)
+        held = self._held.get(id(delivery))
+        if held is not None and held[1] < 0:
+            del self._held[id(delivery)]  # its member was killed: the entry went back
+        # Otherwise a group member keeps holding it (pending, as live) until its close.
 
     def _decide(self, delivery: Delivery, *, kept: bool, decided_by: str) -> None:
         assert self._window is not None
@@ -316,6 +411,9 @@ class MemorySubscription(SubscriptionSource):
         if self._window is not None:
             kept = outcome.kind is OutcomeKind.ACK
             self._decide(delivery, kept=kept, decided_by=outcome.kind.value)
+        if self._members is not None and not self._release(delivery) and outcome.consumes:
+            await checkpoint()
+            return  # its member was killed: the entry went back (a retry still copies, as live)
         if not outcome.consumes:
             # As on a stream file: a retry is a copy at the end of the stream, carrying the
             # retry count, so it survives seeks and every reader of the stream sees it.

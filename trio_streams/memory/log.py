@@ -180,10 +180,19 @@ class MemoryHub:
 
 
 class Group:
-    """A consumer group: one cursor shared by its members, so each message goes to one."""
+    """A consumer group: one cursor shared by its members, so each message goes to one.
+
+    As a Redis group's pending list does, it keeps what its members held when they went away:
+    entries a member still held at its close or when it was killed (``t.kill_consumer``) are
+    delivered again, to any member, before the cursor's next; and it counts each entry's
+    handler runs (``runs``), so a delivery's attempt is its runs, never its reads."""
 
     def __init__(self, cursor: Cursor) -> None:
         self.cursor = cursor
+        #: Entries handed back by members (killed, or closed holding them), oldest first.
+        self.returned: deque[Entry] = deque()
+        #: Handler runs of entries not settled yet, by ``(stream, seq)``.
+        self.runs: dict[tuple[str, int], int] = {}
 
 
 class Cursor:

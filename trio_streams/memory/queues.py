@@ -9,7 +9,9 @@ two forms behave as live:
 - **reliable**: an entry taken is held by its consumer until settled; a consumer that dies has
   everything it held put back at the front of the queue, as the reaper moves a dead consumer's
   processing list back (:meth:`MemoryListSubscription.kill`, ``TestClient.kill_consumer``),
-  and its later settles remove nothing (a retry still pushes its copy, as live).
+  and its later settles remove nothing (a retry still pushes its copy, as live). An entry's
+  attempt counts the handler runs it had, never its deliveries: one the dead consumer held
+  without running goes back with its count as it was.
 
 Outcomes: ack and drop consume; retry pushes a copy with the retry-count header at the back;
 ``retry_after`` waits on the core's timer, then retries; a dead letter is pushed onto the
@@ -47,14 +49,14 @@ __all__ = ["MemoryList", "MemoryListSubscription", "QueueEntry", "WorkQueue"]
 class QueueEntry:
     """One entry of an in-process work queue."""
 
-    __slots__ = ("headers", "payload", "redelivered")
+    __slots__ = ("headers", "payload", "runs")
 
     def __init__(self, payload: bytes, headers: Mapping[str, str]) -> None:
         self.payload = payload
         self.headers = headers
-        #: Times it went back to the queue from a consumer that died holding it (the live
-        #: reaper's count): its attempt counts them.
-        self.redelivered = 0
+        #: Handler runs of this entry that did not settle it (their consumer died, or they
+        #: were under way at a stop): its next delivery's attempt counts them.
+        self.runs = 0
 
 
 class WorkQueue:
@@ -202,24 +204,33 @@ class MemoryListSubscription(SubscriptionSource):
                 self._holding[token] = entry
             headers = entry.headers
             attempt = attempt_from_headers(headers) if RETRY_COUNT_HEADER in headers else 1
-            attempt += entry.redelivered
+            attempt += entry.runs
             out.append(
                 Delivery(self._source.key, entry.payload, headers, attempt=attempt, handle=token)
             )
         return out
 
+    @property
+    def counts_runs(self) -> bool:  # type: ignore[override]
+        """A reliable queue counts handler runs, as the live processing list does."""
+        return self._source.reliable
+
+    async def attempt_started(self, delivery: Delivery) -> None:
+        entry = self._holding.get(delivery.handle)
+        if entry is not None:
+            entry.runs += 1
+        await checkpoint()
+
     def kill(self) -> int:
         """This consumer dies: a reliable one's held entries go back to the front of the queue
-        (the reaper's move), to be delivered again, each counted as delivered once more (its
-        attempt is one higher, as live); its later settles remove nothing. A simple
-        one loses what it holds. Returns how many entries went back."""
+        (the reaper's move), to be delivered again, each with its attempt as its handler runs
+        make it (one a handler never started is not charged, as live); its later settles
+        remove nothing. A simple one loses what it holds. Returns how many entries went back."""
         held = list(self._holding.values())
         self._holding.clear()
         # Everything taken so far was the dead process's: its handlers end with it, and what
         # it still had queued is gone with its memory (``dead``).
         self._dead_below = next(self._tokens)
-        for entry in held:
-            entry.redelivered += 1
         if held:
             self._queue.put_back(held)
             self.killed += len(held)

@@ -323,7 +323,7 @@ class RedisTransport(Transport):
             label=label,
             count=read_count_option(options, DEFAULT_COUNT),
             block_ms=_block_option(options),
-            consumer=source.consumer or default_consumer(),
+            consumer=source.consumer,  # None: a stable default, leased at open (names.py)
             atomic_dead_letter=lambda destination: self.broker.same_slot(source.key, destination),
             window=bool(options.get("pipeline")),
             atomic=bool(options.get("atomic")),

@@ -27,7 +27,7 @@ class EntryDelivery(Delivery):
     """A :class:`Delivery` of the stream entry ``entry_id`` (its ``position`` and
     ``timestamp_ms`` are derived from the id on first use)."""
 
-    __slots__ = ("entry_id",)
+    __slots__ = ("careful", "entry_id", "recorded", "runs", "sent")
 
     def __init__(
         self,
@@ -50,6 +50,11 @@ class EntryDelivery(Delivery):
         self.ended = False
         #: The entry's id, ``<ms>-<seq>``, as the server handed it out.
         self.entry_id = entry_id
+        #: The handler runs the entry has had, as counted (:mod:`.attempts`).
+        self.runs = 0
+        #: Its runs are written to the ledger before they begin (an entry claimed from another
+        #: consumer: :mod:`.attempts`).
+        self.careful = False
 
     @property
     def position(self) -> Position | None:

@@ -7,8 +7,18 @@ How it keeps its promises:
   reconnect (including a blocking read cancelled mid-reply, which closes its connection) the
   consumer first reads its own pending entries (id ``0``), skipping those it still holds, then
   new ones (``>``).
-- **Counted deliveries.** A delivery's attempt is the PEL's delivery count (1 for a new entry;
-  from ``XPENDING`` for a pending one) plus the retry-count header of a retry copy.
+- **An attempt is a handler run.** A delivery's attempt is 1, plus the handler runs the entry
+  had (its field in the attempt ledger, :mod:`.attempts`, written before each run; read for
+  entries delivered again), plus the retry-count header of a retry copy. The PEL's delivery
+  count, which every read raises, only bounds it: a read-ahead, a stop, a restart, a reclaim
+  charge nothing.
+- **Names that survive restarts.** The default consumer name is stable for app, subscription,
+  host and worker slot, leased so two live processes never share it (:mod:`.names`); a
+  restarted process takes back its own pending entries at open.
+- **A graceful stop hands back.** After the drain and the last flush, what this consumer still
+  has pending (read and never handled, or abandoned) is made claimable at once (``XCLAIM ...
+  IDLE``, its count untouched): a restart under the name reads it at open, any other member's
+  next reclaim pass (every second) takes it.
 - **Settles per read.** Ack and drop collect the read's entry ids in the window
   (:mod:`.window`); one ``XACK`` sends them when every delivery of the read has been settled or
   let go (``unsettled``), or at ``aclose``. With ``pipeline=True`` the same flush carries the
@@ -23,9 +33,12 @@ How it keeps its promises:
   or acknowledged but not yet flushed) a task renews it with ``XCLAIM ... JUSTID`` every third
   of ``min_idle``, so no other consumer claims a message that is still being handled. Renewal
   stops at the flush or when the core lets the delivery go.
-- **Reclaim.** A task runs ``XAUTOCLAIM ... JUSTID`` for entries idle past ``min_idle`` (dead
-  consumers'; the cursor is kept across passes) and has the reader take them from its own PEL,
-  which counts the delivery. Entries deleted while pending are acknowledged and counted.
+- **Reclaim.** A task runs ``XAUTOCLAIM ... JUSTID`` every second for entries idle past
+  ``min_idle`` (dead consumers', handed-back ones; the cursor is kept across passes) and has
+  the reader take them from its own PEL. Entries deleted while pending are acknowledged and
+  counted. Hygiene: consumers of the group that hold nothing and have been idle
+  ``remove_idle_consumers`` seconds are removed, and ledger fields of entries no longer
+  pending are swept.
 - **Faults.** A lost connection is reported as the fault ``connection`` (health ``degraded``)
   while the reader reconnects with the client's backoff; nothing is re-sent. A vanished group
   (``NOGROUP``) is recreated at the configured start (fault ``nogroup``, counted in
@@ -35,8 +48,10 @@ How it keeps its promises:
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from itertools import repeat
 from typing import Any
 
 import trio
@@ -48,12 +63,16 @@ from ..outcome import Outcome, OutcomeKind
 from ..pipeline import Command, CommandCheck, Pipeline
 from ..positions import PositionKind
 from ..transport import DeadLetter, SourceFault, SubscriptionSource, Unsettled
+from .attempts import SWEEP, AttemptLedger, ledger_key, runs_of
 from .client import Backoff, Connection, ReadOnlyError, RedisClient, RedisConnectionError
 from .client.errors import RedisError, ReplyError
 from .dedicated import DedicatedConnection
 from .delays import PROMOTE, SCHEDULE, delay_key, member
 from .deliveries import EntryDelivery
 from .group_scripts import COPY_THEN_ACK
+from .journal import RunJournal
+from .lists import WrongKeyType
+from .names import ConsumerLease
 from .streams import NoGroup, RedisStream
 from .window import FlushPlan, Window, plan_items, send_items
 from .wire import (
@@ -101,6 +120,15 @@ _VANISH_MEMORY = 10.0
 _PROMOTE_EVERY = 1.0
 #: Ids per XCLAIM / XACK command.
 _CHUNK = 1000
+#: Seconds between reclaim passes: an entry handed back at a graceful stop (made idle at once)
+#: is taken by another member within about this long.
+_RECLAIM_EVERY = 1.0
+#: The idle time a graceful stop gives what it hands back (ms): past any ``min_idle``.
+_HANDED_BACK_IDLE_MS = 10 * 365 * 86_400_000
+#: Seconds between hygiene passes (idle consumers removed, the ledger swept).
+_HYGIENE_EVERY = 30.0
+#: Pending entries a graceful stop looks at to hand back, at most.
+_HAND_BACK_MOST = 100_000
 
 
 class GroupVanished(TrioStreamsError):
@@ -112,15 +140,16 @@ def _lost(exc: BaseException) -> bool:
     return isinstance(exc, RedisConnectionError | ReadOnlyError)
 
 
-def _attempt(delivered: int, headers: dict[str, str]) -> int:
-    """A delivery's attempt: the PEL delivery count, plus a retry copy's retry count."""
+def _attempt(runs: int, headers: dict[str, str]) -> int:
+    """A delivery's attempt: 1, plus the handler runs the entry had, plus a retry copy's
+    retry count."""
     raw = headers.get(RETRY_COUNT_HEADER)
     if raw is not None:
         try:
-            return delivered + max(0, int(raw))
+            return 1 + runs + max(0, int(raw))
         except ValueError:
             pass
-    return delivered
+    return 1 + runs
 
 
 class GroupSubscription(SubscriptionSource):
@@ -130,6 +159,8 @@ class GroupSubscription(SubscriptionSource):
     #: ``retry_after`` is kept by Redis (a ZSET schedule, see :mod:`.delays`).
     durable_delay = True
     live = True
+    #: Handler runs are counted in the attempt ledger (:mod:`.attempts`).
+    counts_runs = True
 
     def __init__(
         self,
@@ -139,7 +170,7 @@ class GroupSubscription(SubscriptionSource):
         label: str,
         count: int,
         block_ms: int,
-        consumer: str,
+        consumer: str | None,
         atomic_dead_letter: Any,
         window: bool = False,
         atomic: bool = False,
@@ -152,9 +183,21 @@ class GroupSubscription(SubscriptionSource):
         self._count = count
         self.read_count = count
         self._block_ms = block_ms
-        self.consumer = consumer
+        #: The name given (None: a stable default, chosen at open).
+        self._given_consumer = consumer
+        #: This consumer's name, known at open.
+        self.consumer = consumer or ""
         #: Set at open: the stream's group, else one per subscription.
         self.group = stream.group or ""
+        self._lease: ConsumerLease | None = None
+        #: The attempt ledger's writer, made at open (the group is known then).
+        self._ledger: AttemptLedger | None = None
+        #: Own pending entries are delivered carefully (no journal of this name's predecessor
+        #: on this host to read their runs back from).
+        self._careful_own = False
+        #: Entries the reclaim task claimed from other consumers, not delivered yet.
+        self._claimed: set[str] = set()
+        self._ledger_key = ""
         self._atomic_dead_letter = atomic_dead_letter
         self._host: SubscriptionHost | None = None
         self._dedicated = DedicatedConnection(client, stream.key)
@@ -195,11 +238,17 @@ class GroupSubscription(SubscriptionSource):
         self.reclaimed = 0
         #: Idle consumers removed from the group (``remove_idle_consumers``).
         self.removed_consumers = 0
+        #: Entries a graceful stop handed back (made claimable at once).
+        self.handed_back = 0
+        #: The ledger sweep's HSCAN cursor.
+        self._sweep_cursor = "0"
 
     # ---- opening -----------------------------------------------------------------------------
 
     async def open(self, host: SubscriptionHost) -> None:
         self._host = host
+        # Named for this app's subscription (``<app>/<subscription>``) whatever the group.
+        base = f"{socket.gethostname()}:{host.retry_target}"
         if not self.group:
             # One group per subscription: its members are this subscription in every process
             # of the app, which its own retry target (``<app>/<subscription>``) already names.
@@ -209,6 +258,21 @@ class GroupSubscription(SubscriptionSource):
             # group's, and whichever member reads it handles it.
             host.retry_target = f"group:{self.group}"
         await self._create_group()
+        self._ledger_key = ledger_key(self._key, self.group)
+        await self._check_ledger_type()
+        lease = self._lease = ConsumerLease(self._client, self._key, self.group, label=self._label)
+        self.consumer = await lease.claim(self._given_consumer, base)
+        journal = self._open_journal()
+        ledger = self._ledger = AttemptLedger(
+            self._client, self._ledger_key, journal, host, self._held.values, label=self._label
+        )
+        await ledger.recover()
+        self._careful_own = journal is None or journal.fresh
+        # One call less per run on the hot path: the ledger's own methods.
+        self.attempt_started = ledger.attempt_started  # type: ignore[method-assign]
+        self.record_run = ledger.record_run  # type: ignore[method-assign]
+        host.start_soon(ledger.run, self._flush_lock, name=f"{self._label}: attempt ledger")
+        host.start_soon(lease.renew_loop, name=f"{self._label}: consumer name")
         host.start_soon(self._lease_loop, name=f"{self._label}: leases")
         host.start_soon(self._reclaim_loop, name=f"{self._label}: reclaim")
         host.start_soon(self._flush_loop, name=f"{self._label}: flush")
@@ -330,6 +394,8 @@ class GroupSubscription(SubscriptionSource):
         self._group_missing = False
         self._pending_from = "0"
         if created:
+            # The runs of the vanished group's entries are not this group's.
+            await self._client.execute("DEL", self._ledger_key)
             self.recreated += 1
             _log.warning(
                 "%s: consumer group %r of stream %r recreated at %s (it had vanished)",
@@ -357,6 +423,7 @@ class GroupSubscription(SubscriptionSource):
         entries = parse_read(reply).get(self._key) or []
         if not entries:
             self._pending_from = None  # caught up: new entries from now on
+            self._careful_own = False  # what this name held before is all delivered
             return []
         self._pending_from = entries[-1].id
         deleted = [e.id for e in entries if e.fields is None and e.id not in self._held]
@@ -366,19 +433,25 @@ class GroupSubscription(SubscriptionSource):
         if not live:
             return []
         first, last = live[0].id, live[-1].id
-        reply = await conn.execute(
-            "XPENDING", self._key, self.group, first, last, len(entries), self.consumer
+        replies = await conn.execute_many(
+            [
+                ("XPENDING", self._key, self.group, first, last, len(entries), self.consumer),
+                ("HMGET", self._ledger_key, *(e.id for e in live)),
+            ]
         )
-        counts = parse_pending(reply)
+        replies.raise_first()
+        counts = parse_pending(replies[0])
+        runs = {e.id: runs_of(value) for e, value in zip(live, replies[1] or (), strict=False)}
         # Only what is still this consumer's and not in hand, as of the XPENDING reply: while
         # these replies were on their way, a settle may have acknowledged an entry the read
         # returned (its XACK ran after the read) or another consumer claimed it.
         held, acked = self._held, self._acked_during
         mine = [e for e in live if e.id in counts and e.id not in held and e.id not in acked]
-        return self._deliver(mine, counts) if mine else []
+        return self._deliver(mine, counts, runs) if mine else []
 
     async def _ack_deleted(self, ids: list[str]) -> None:
         await self._client.execute("XACK", self._key, self.group, *ids)
+        await self._forget(ids)
         self.deleted_pending += len(ids)
         _log.warning(
             "%s: %d entries of stream %r were deleted while pending; acknowledged: %s",
@@ -406,34 +479,89 @@ class GroupSubscription(SubscriptionSource):
                 attempt = 1
             else:
                 payload, headers = decode_fields(fields)
-                attempt = _attempt(1, headers)
+                attempt = _attempt(0, headers)
             delivery = EntryDelivery(key, entry_id, payload, headers, attempt, entry_id)
             held[entry_id] = delivery
             append(delivery)
         self._window.read([d.handle for d in out])
         return out
 
-    def _deliver(self, entries: list[Entry], counts: dict[str, int]) -> list[Delivery]:
+    def _deliver(
+        self, entries: list[Entry], counts: dict[str, int], runs: dict[str, int]
+    ) -> list[Delivery]:
         """The deliveries of a read of this consumer's own pending entries (``counts``: the
-        PEL delivery count of each)."""
+        PEL delivery count of each, this read included; ``runs``: the handler runs the ledger
+        counted). A run needs a read, so the runs counted are bounded by the reads before this
+        one: a ledger that outlived its group never charges more."""
         key = self._key
         held = self._held
+        ledger = self._ledger
+        assert ledger is not None
+        claimed, careful_own = self._claimed, self._careful_own
         out: list[Delivery] = []
         for entry in entries:
             assert entry.fields is not None
             payload, headers = decode_fields(entry.fields)
+            entry_id = entry.id
+            counted = max(runs.get(entry_id, 0), ledger.known_runs(entry_id))
+            counted = min(counted, counts.get(entry_id, 1) - 1)
             delivery = EntryDelivery(
-                key,
-                entry.id,
-                payload,
-                headers,
-                _attempt(counts.get(entry.id, 1), headers),
-                entry.id,
+                key, entry_id, payload, headers, _attempt(counted, headers), entry_id
             )
-            held[entry.id] = delivery
+            delivery.runs = counted
+            # Another consumer's (claimed), or this name's from before a start with no journal
+            # of its predecessor here: each run goes to Redis before it begins.
+            delivery.careful = careful_own or entry_id in claimed
+            claimed.discard(entry_id)
+            held[entry_id] = delivery
             out.append(delivery)
+        ledger.read_back(runs)
         self._window.read([d.handle for d in out])
         return out
+
+    # ---- runs --------------------------------------------------------------------------------
+
+    def _open_journal(self) -> RunJournal | None:
+        """This consumer's run journal on this host (:mod:`.journal`); None, with a warning,
+        where it cannot be made: every run is then written to Redis before it begins."""
+        try:
+            return RunJournal.open(self._journal_group(), self.consumer)
+        except OSError as exc:
+            _log.warning(
+                "%s: no run journal (%s): each handler run is written to Redis before it "
+                "begins, a round trip per message; set TRIO_STREAMS_STATE_DIR to a writable "
+                "directory", self._label, exc,
+            )  # fmt: skip
+            return None
+
+    def _journal_group(self) -> str:
+        """The server, stream and group, as the journals of this group's consumers name them."""
+        config = self._client.config
+        return f"{config.addresses!r}/{config.connection.db}|{self._key}|{self.group}"
+
+    def record_run(self, delivery: Delivery) -> bool:
+        """Replaced at open by the ledger's (see :mod:`.attempts`)."""
+        assert self._ledger is not None
+        return self._ledger.record_run(delivery)
+
+    async def attempt_started(self, delivery: Delivery) -> None:
+        """Replaced at open by the ledger's (see :mod:`.attempts`)."""
+        assert self._ledger is not None
+        await self._ledger.attempt_started(delivery)
+
+    async def _forget(self, ids: Sequence[str]) -> None:
+        """Entries settled by a step of their own leave the ledger."""
+        if self._ledger is not None:
+            await self._ledger.forget(ids)
+
+    async def _check_ledger_type(self) -> None:
+        kind = text(await self._client.execute("TYPE", self._ledger_key))
+        if kind not in ("none", "hash"):
+            raise WrongKeyType(
+                f"{self._label}: the attempt ledger {self._ledger_key!r} of group {self.group!r} "
+                f"on stream {self._key!r} holds a {kind}, not a hash; it is this project's key: "
+                "delete it"
+            )
 
     # ---- settling ----------------------------------------------------------------------------
 
@@ -461,21 +589,24 @@ class GroupSubscription(SubscriptionSource):
                 await self._schedule(copy, entry_id, outcome.delay)
             else:
                 await self._copy_and_ack(self._key, copy, entry_id)
+        await self._forget((entry_id,))  # the copy counts its tries in its retry-count header
 
     @contextmanager
     def _settling(self, entry_id: str, what: str) -> Iterator[None]:
         """Around a settle that writes: a Redis error is a fault (the entry stays pending, to
         be delivered again), and either way the entry is no longer this read's to acknowledge."""
+        delivery = self._held.pop(entry_id, None)
         try:
             yield
         except RedisError as exc:
+            if delivery is not None and self._ledger is not None:
+                self._ledger.let_go(delivery)  # pending still: its runs must reach Redis
             raise SourceFault(
                 "settle", f"{what} of entry {entry_id} failed (it stays pending): {exc}"
             ) from exc
         else:
             self._note_acked((entry_id,))
         finally:
-            self._held.pop(entry_id, None)
             if self._window.settled_alone(entry_id):
                 self._flush_wanted.set()
 
@@ -494,12 +625,15 @@ class GroupSubscription(SubscriptionSource):
         fields = encode_fields(delivery.payload, letter.headers_for(delivery))
         with self._settling(entry_id, "dead letter"):
             await self._copy_and_ack(letter.destination, fields, entry_id)
+        await self._forget((entry_id,))
         return True
 
     def unsettled(self, delivery: Delivery, why: Unsettled) -> None:
         del why  # whatever the reason, the entry stays pending and is delivered again
         entry_id: str = delivery.handle
         self._held.pop(entry_id, None)
+        if self._ledger is not None:
+            self._ledger.let_go(delivery)
         if self._window.let_go(entry_id):
             self._flush_wanted.set()  # ``unsettled`` cannot wait: the flush task sends it
 
@@ -514,29 +648,40 @@ class GroupSubscription(SubscriptionSource):
             await self._send(plan)
 
     def _settle_commands(self, ids: Sequence[str]) -> list[Command]:
+        ledger = [] if self._ledger is None else self._ledger.settle_commands(ids)
         if self._stream.delete_on_ack:  # a work queue: acknowledged means gone, atomically
-            return [("XACK", self._key, self.group, *ids), ("XDEL", self._key, *ids)]
-        return [("XACK", self._key, self.group, *ids)]
+            return [("XACK", self._key, self.group, *ids), ("XDEL", self._key, *ids), *ledger]
+        return [("XACK", self._key, self.group, *ids), *ledger]
 
     async def _send(self, plan: FlushPlan[str]) -> None:
         items = plan_items(plan, settle=self._settle_commands, chunk=_CHUNK)
+        held = self._held
+        sent = [d for d in map(held.pop, plan.tokens, repeat(None)) if d is not None]
         try:
             replies = await send_items(self._client, items)
         except RedisError as exc:
+            self._let_go(sent)
             raise SourceFault(
                 "flush",
                 f"flush of {len(plan.tokens)} acknowledgements and {len(plan.segments)} "
                 f"segments failed (the entries stay pending): {exc}",
             ) from exc
-        finally:
-            held = self._held
-            for entry_id in plan.tokens:
-                held.pop(entry_id, None)
+        except BaseException:
+            self._let_go(sent)
+            raise
         failures = _failures(items, replies)
-        if not failures:
-            self._note_acked(plan.tokens)
         if failures:
+            self._let_go(sent)
             raise SourceFault("flush", f"flush of {len(items)} items: {'; '.join(failures)}")
+        self._note_acked(plan.tokens)
+        if self._ledger is not None:
+            self._ledger.settled(plan.tokens)
+
+    def _let_go(self, deliveries: list[Delivery]) -> None:
+        """``deliveries`` stay pending (their settle failed): their runs must reach Redis."""
+        if self._ledger is not None:
+            for delivery in deliveries:
+                self._ledger.let_go(delivery)
 
     def _note_acked(self, ids: Sequence[str]) -> None:
         """``ids`` were acknowledged: a pending read under way must not deliver them again."""
@@ -634,8 +779,13 @@ class GroupSubscription(SubscriptionSource):
         them from this consumer's own pending list. The cursor is kept across passes."""
         assert self._host is not None
         min_idle_ms = max(1, int(self._stream.min_idle * 1000))
-        interval = min(self._stream.min_idle / 2, 30.0)
+        interval = min(self._stream.min_idle / 2, _RECLAIM_EVERY)
         cursor = "0-0"
+        hygiene_due = trio.current_time()
+        remove_idle = self._stream.remove_idle_consumers
+        hygiene_every = (
+            _HYGIENE_EVERY if remove_idle is None else min(_HYGIENE_EVERY, remove_idle / 2)
+        )
         while True:
             if cursor == "0-0":
                 await trio.sleep(interval)
@@ -659,10 +809,31 @@ class GroupSubscription(SubscriptionSource):
                 )  # fmt: skip
             taken = [c for c in map(text, claimed) if c not in self._held]
             if taken:
+                if self._ledger is not None:  # their dead holders' runs on this host first
+                    peers = RunJournal.peers(self._journal_group())
+                    await self._ledger.adopt(taken, peers)
+                self._claimed.update(taken)
                 self.reclaimed += len(taken)
                 self._rescan = True  # the reader takes them from its own pending list
-            if cursor == "0-0" and self._stream.remove_idle_consumers is not None:
-                await self._remove_idle_consumers(self._stream.remove_idle_consumers)
+            if cursor == "0-0" and trio.current_time() >= hygiene_due:
+                hygiene_due = trio.current_time() + hygiene_every
+                if self._stream.remove_idle_consumers is not None:
+                    await self._remove_idle_consumers(self._stream.remove_idle_consumers)
+                await self._sweep_ledger()
+
+    async def _sweep_ledger(self) -> None:
+        """One step of the ledger's sweep: fields of entries no longer pending (a crash
+        between an acknowledgement and its field's removal) are removed (:data:`SWEEP`)."""
+        assert self._host is not None
+        try:
+            cursor = await self._client.execute(
+                "EVAL", SWEEP, 2, self._ledger_key, self._key, self.group, self._sweep_cursor, 200
+            )
+        except RedisError as exc:
+            if not (isinstance(exc, ReplyError) and exc.code == "NOGROUP"):
+                self._host.report_fault("hygiene", f"sweeping the attempt ledger: {exc}", error=exc)
+            return
+        self._sweep_cursor = text(cursor)
 
     async def _remove_idle_consumers(self, idle: float) -> None:
         """Remove the group's other consumers that hold nothing and have been idle ``idle``
@@ -697,8 +868,57 @@ class GroupSubscription(SubscriptionSource):
                     await trio.lowlevel.checkpoint()
                 else:
                     await self._send(plan)
+            await self._hand_back()
         finally:
-            await self._dedicated.drop(None)
+            try:
+                await self._dedicated.drop(None)
+                if self._ledger is not None:
+                    self._ledger.close()
+            finally:
+                if self._lease is not None:
+                    await self._lease.release()
+
+    async def _hand_back(self) -> None:
+        """What this consumer still has pending after its last flush (read and never handed to
+        a handler, a read a stop cut short, deliveries abandoned at the drain's end) is made
+        claimable at once: ``XCLAIM ... IDLE`` far past any ``min_idle``, ``JUSTID`` so its
+        delivery count stays as it was, and the attempt ledger untouched (a run under way when
+        the drain gave up counts; a read does not). The next member's reclaim pass takes it,
+        or this consumer's name at its next open. A failure is logged: the entries stay pending
+        and are reclaimed after ``min_idle``, as after a crash."""
+        if not self.consumer or not self.group:
+            await trio.lowlevel.checkpoint()
+            return
+        try:
+            start = "-"
+            handed = 0
+            while handed < _HAND_BACK_MOST:
+                reply = await self._client.execute(
+                    "XPENDING", self._key, self.group, start, "+", _CHUNK, self.consumer
+                )
+                ids = list(parse_pending(reply))
+                if not ids:
+                    break
+                await self._client.execute(
+                    "XCLAIM", self._key, self.group, self.consumer, 0, *ids,
+                    "IDLE", _HANDED_BACK_IDLE_MS, "JUSTID",
+                )  # fmt: skip
+                handed += len(ids)
+                if len(ids) < _CHUNK:
+                    break
+                start = "(" + ids[-1]
+        except RedisError as exc:
+            _log.warning(
+                "%s: could not hand back the pending entries of consumer %r (they are reclaimed "
+                "after min_idle): %s", self._label, self.consumer, exc,
+            )  # fmt: skip
+            return
+        if handed:
+            self.handed_back += handed
+            _log.info(
+                "%s: handed back %d entries read but not handled (claimable at once)",
+                self._label, handed,
+            )  # fmt: skip
 
     def __repr__(self) -> str:
         return (

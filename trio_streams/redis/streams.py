@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from types import EllipsisType
 from typing import Self
 
 from ..errors import ConfigurationError
@@ -33,6 +34,9 @@ class NoGroup(enum.Enum):
 #: Seconds an entry may sit unacknowledged in a dead consumer's pending list before another
 #: consumer of the group claims it.
 DEFAULT_MIN_IDLE = 60.0
+#: Seconds after which a consumer of the group that holds nothing is removed by the hygiene
+#: pass, unless the subscription says otherwise (``remove_idle_consumers=None``: never).
+DEFAULT_REMOVE_IDLE = 300.0
 
 
 class Mode(enum.Enum):
@@ -53,8 +57,10 @@ class RedisStream(Source):
 
     - ``group``: the consumer group (default: the broker's ``group=``, else one group per
       subscription, named ``<app>/<subscription>``). Each entry goes to one consumer of it.
-    - ``consumer``: this consumer's name. Default: unique per process (``host-pid-random``);
-      give a stable name to take back its own pending entries after a restart at once.
+    - ``consumer``: this consumer's name. Default: stable for app, subscription, host and
+      worker slot (``<host>:<app>/<subscription>:<slot>``, see :mod:`.names`), so a restarted
+      process takes back its own pending entries at open; two live processes never share a
+      name (:class:`~.lists.ConsumerNameInUse`).
     - ``start``: where a group created at open starts: ``Position.end()`` (the tip, default),
       ``Position.beginning()`` or ``Position.entry(id)`` (that entry included). An existing
       group is accepted as it is.
@@ -63,7 +69,8 @@ class RedisStream(Source):
     - ``on_nogroup``: ``"recreate"`` (default) or ``"fail"`` (see :class:`NoGroup`).
     - ``remove_idle_consumers``: seconds; other consumers of the group that have no pending
       entries and have been idle that long are removed (``XGROUP DELCONSUMER``) by the
-      reclaim pass. Off by default.
+      hygiene pass (every 30 s). Default :data:`DEFAULT_REMOVE_IDLE` (5 minutes); ``None``:
+      never.
     - ``delete_on_ack``: a work queue: an acknowledged entry is deleted too (``XACK`` and
       ``XDEL`` in one ``MULTI``/``EXEC``). Without it ``XACK`` deletes nothing: trim the
       stream (``RedisBroker(maxlen=...)``).
@@ -92,7 +99,7 @@ class RedisStream(Source):
         min_idle: float = DEFAULT_MIN_IDLE,
         on_nogroup: NoGroup | str = NoGroup.RECREATE,
         delete_on_ack: bool = False,
-        remove_idle_consumers: float | None = None,
+        remove_idle_consumers: float | EllipsisType | None = ...,
         mode: Mode = Mode.GROUP,
     ) -> None:
         check_source_args("RedisStream", (key,), start, entry_ids=True)
@@ -100,6 +107,8 @@ class RedisStream(Source):
             if value is not None and (not isinstance(value, str) or not value):
                 raise ConfigurationError(f"{what} must be a non-empty string, not {value!r}")
         mode = Mode(mode)
+        if remove_idle_consumers is ...:
+            remove_idle_consumers = DEFAULT_REMOVE_IDLE if mode is Mode.GROUP else None
         allowed: tuple[PositionKind, ...] = (
             PositionKind.BEGINNING,
             PositionKind.END,
@@ -187,7 +196,11 @@ class RedisStream(Source):
             "min_idle": self.min_idle,
             "on_nogroup": self.on_nogroup,
             "delete_on_ack": self.delete_on_ack,
-            "remove_idle_consumers": self.remove_idle_consumers,
+            "remove_idle_consumers": (
+                ...
+                if self.remove_idle_consumers == DEFAULT_REMOVE_IDLE
+                else self.remove_idle_consumers
+            ),
             "mode": self.mode,
         }
         fields.update(changes)

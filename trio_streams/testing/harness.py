@@ -29,7 +29,7 @@ from ..dispatch import HandledMessage
 from ..errors import ConfigurationError, TrioStreamsError
 from ..groups import open_nursery
 from ..host import Fault, SubscriptionHost
-from ..memory.broker import MemoryBroker, MemoryTransport
+from ..memory.broker import MemoryBroker, MemorySubscription, MemoryTransport
 from ..memory.channels import channel_bus
 from ..memory.log import MemoryHub
 from ..memory.queues import MemoryListSubscription, queue_of
@@ -275,22 +275,28 @@ class TestClient:
         self._host(handler).clear_fault(kind)
 
     def kill_consumer(self, handler: Callable[..., Any] | str) -> int:
-        """The consumer of ``handler``'s list subscription dies, and a reaper runs: what a
-        reliable list's consumer holds (taken, not yet settled) goes back to the front of the
-        list and is delivered again; its handlers are cancelled where they are, and what it had
-        read but not handed to a handler is dropped, as a crash ends them. A simple list's
-        consumer loses what it holds (nothing goes back). Returns how many entries went back.
-        The subscription itself keeps reading, as a restarted consumer would."""
+        """The consumer of ``handler``'s list or consumer-group subscription dies, and a reaper
+        (or a reclaim) runs: what a reliable list's consumer or a group member holds (taken, not
+        yet settled) goes back, to the front of the list or the group's pending entries, and is
+        delivered again; its handlers are cancelled where they are, and what it had read but not
+        handed to a handler is dropped, as a crash ends them. Each entry's attempt counts the
+        handler runs it had, never its reads: what no handler started goes back uncharged. A
+        simple list's consumer loses what it holds (nothing goes back). Returns how many
+        entries went back. The subscription itself keeps reading, as a restarted consumer
+        would."""
         for runner in self._runners:
             if handler in (runner.label, runner.subscription.handler.fn):
                 source = runner.source
-                if isinstance(source, MemoryListSubscription):
+                if isinstance(source, MemoryListSubscription) or (
+                    isinstance(source, MemorySubscription) and source.killable
+                ):
                     moved = source.kill()
                     if runner.dispatcher is not None:
                         runner.dispatcher.end_dead()  # its handlers die with it
                     return moved
                 raise ConfigurationError(
-                    f"{runner.label} does not read a list, so it has no consumer to kill"
+                    f"{runner.label} reads neither a list nor a consumer group, so it has no "
+                    "consumer to kill"
                 )
         known = [runner.label for runner in self._runners]
         raise ConfigurationError(f"no running subscription runs {handler!r}; these do: {known}")

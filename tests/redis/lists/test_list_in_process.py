@@ -151,15 +151,15 @@ async def test_a_killed_simple_consumer_loses_what_it_held() -> None:
         assert t.kill_consumer(handle) == 0
 
 
-async def test_kill_consumer_names_a_list_subscription() -> None:
+async def test_kill_consumer_names_a_list_or_group_subscription() -> None:
     app = App("svc")
     broker = app.broker(RedisBroker(URL))
 
-    @broker.subscriber(RedisStream("orders"))
+    @broker.subscriber(RedisStream("orders").replay())
     async def handle(n: int) -> None: ...
 
     async with app.test() as t:
-        with pytest.raises(ConfigurationError, match="does not read a list"):
+        with pytest.raises(ConfigurationError, match="reads neither a list nor a consumer group"):
             t.kill_consumer(handle)
 
 

@@ -15,6 +15,7 @@ from tests.support import serving
 from trio_streams import App, Context, Outcome, Position, RunningApp, ack, retry
 from trio_streams.delivery import RETRY_COUNT_HEADER, RETRY_TARGET_HEADER
 from trio_streams.redis import RedisBroker, RedisStream
+from trio_streams.redis.attempts import ledger_key
 from trio_streams.redis.client import RedisClient
 
 from .procs import Consumer
@@ -61,8 +62,9 @@ async def test_a_consumer_reads_its_own_pending_entries_first_at_open(
 ) -> None:
     await preload(redis, "s", 3)
     await redis.execute("XGROUP", "CREATE", "s", "g", "0")
-    # c1 read 1 and 2 before a restart and never acknowledged them.
+    # c1 read 1 and 2 before a restart and never acknowledged them; it ran a handler on 1.
     await redis.execute("XREADGROUP", "GROUP", "g", "c1", "COUNT", 2, "STREAMS", "s", ">")
+    await redis.execute("HSET", ledger_key("s", "g"), "0-1", 1)
     await redis.execute("XADD", "s", "0-4", "_payload", "4")
     seen: list[tuple[int, int]] = []
     done = trio.Event()
@@ -75,17 +77,23 @@ async def test_a_consumer_reads_its_own_pending_entries_first_at_open(
     async with consumer_app(redis_server.url, handle):
         with trio.fail_after(10):
             await done.wait()
-    # Pending first, counted as their second delivery; then the new ones.
-    assert seen == [(1, 2), (2, 2), (3, 1), (4, 1)]
+    # Pending first: 1 had a run (its second attempt now), 2 was only read (still its first);
+    # then the new ones.
+    assert seen == [(1, 2), (2, 1), (3, 1), (4, 1)]
     await pel_empty(redis)
+    assert await redis.execute("EXISTS", ledger_key("s", "g")) == 0  # settled: forgotten
 
 
-async def test_the_delivery_attempt_is_the_pel_count_plus_the_retry_count_of_a_copy(
+async def test_the_delivery_attempt_is_one_plus_the_runs_counted_plus_the_retry_count_of_a_copy(
     redis_server: RedisServer, redis: RedisClient
 ) -> None:
     await redis.execute("XGROUP", "CREATE", "s", "g", "0", "MKSTREAM")
     await redis.execute("XADD", "s", "0-1", "_payload", "1", f"h:{RETRY_COUNT_HEADER}", "2")
-    await redis.execute("XREADGROUP", "GROUP", "g", "c1", "STREAMS", "s", ">")  # count 1
+    # Read three times (count 3), run once: the reads are not attempts, the run is.
+    await redis.execute("XREADGROUP", "GROUP", "g", "c1", "STREAMS", "s", ">")
+    for _ in range(2):
+        await redis.execute("XREADGROUP", "GROUP", "g", "c1", "STREAMS", "s", "0")
+    await redis.execute("HSET", ledger_key("s", "g"), "0-1", 1)
     seen: list[int] = []
     done = trio.Event()
 
@@ -96,7 +104,29 @@ async def test_the_delivery_attempt_is_the_pel_count_plus_the_retry_count_of_a_c
     async with consumer_app(redis_server.url, handle, max_attempts=10):
         with trio.fail_after(10):
             await done.wait()
-    assert seen == [2 + 2]  # two tries before the copy, delivered twice as the copy
+    assert seen == [1 + 1 + 2]  # two tries before the copy, one run of the copy
+
+
+async def test_the_pending_count_bounds_the_runs_a_ledger_can_charge(
+    redis_server: RedisServer, redis: RedisClient
+) -> None:
+    # A ledger field that outlived its group (or was written by hand) never charges more runs
+    # than there were reads before this one.
+    await redis.execute("XGROUP", "CREATE", "s", "g", "0", "MKSTREAM")
+    await redis.execute("XADD", "s", "0-1", "_payload", "1")
+    await redis.execute("XREADGROUP", "GROUP", "g", "c1", "STREAMS", "s", ">")  # one read
+    await redis.execute("HSET", ledger_key("s", "g"), "0-1", 7)
+    seen: list[int] = []
+    done = trio.Event()
+
+    async def handle(n: int, ctx: Context) -> None:
+        seen.append(ctx.attempt)
+        done.set()
+
+    async with consumer_app(redis_server.url, handle, max_attempts=3):
+        with trio.fail_after(10):
+            await done.wait()
+    assert seen == [2]  # at most one run happened before this read
 
 
 async def test_a_retry_is_a_copy_xadded_with_retry_headers_then_the_original_xacked_in_one_script(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import socket
 
 import pytest
@@ -184,13 +183,13 @@ async def _zero(redis: RedisClient) -> bool:
     return await pending_count(redis, "s", "g") == 0
 
 
-async def test_default_consumer_names_are_unique_per_process_and_a_given_name_is_used(
+async def test_default_consumer_names_are_stable_per_app_subscription_host_and_slot(
     redis_server: RedisServer, redis: RedisClient
 ) -> None:
     app = App("svc")
     broker = app.broker(RedisBroker(redis_server.url))
 
-    @broker.subscriber(RedisStream("a", group="g"), block=10)
+    @broker.subscriber(RedisStream("a", group="g"), name="one", block=10)
     async def one(n: int) -> None: ...
 
     @broker.subscriber(RedisStream("b", group="g", consumer="stable-1"), block=10)
@@ -209,7 +208,7 @@ async def test_default_consumer_names_are_unique_per_process_and_a_given_name_is
     name_a = (a[b"name"] if isinstance(a, dict) else a[1]).decode()
     name_b = (b[b"name"] if isinstance(b, dict) else b[1]).decode()
 
-    assert name_a.startswith(f"{socket.gethostname()}-{os.getpid()}-")
+    assert name_a == f"{socket.gethostname()}:svc/one:0"
     assert name_b == "stable-1"
 
 
