@@ -20,8 +20,9 @@ every run its predecessor made.
 Layout (little-endian): a 64-byte header ``b"TSRUNS01"``, the slot count (u32), then at byte 16
 the sequence number of the last record sent to Redis (u64); then fixed 64-byte records in a
 ring, record ``n`` (from 1) in slot ``(n - 1) % slots``: its number (u64; 0 while it is being
-written, so a record a death cut in half is never read), the entry's runs (u32), the id's
-length (u8) and the id (at most 50 bytes; Redis ids are at most 41).
+written, so a record a death cut in half is never read), a count (i32: a stream entry's runs so
+far; for a list value, a change to its runs), the key's length (u8) and the key (at most 50
+bytes: a stream entry's id, at most 41, or a list value's SHA-1 in hex).
 """
 
 from __future__ import annotations
@@ -44,10 +45,10 @@ _MAX_ID = _RECORD - 14
 SLOTS = 8192
 
 _SEQ = struct.Struct("<Q")
-_BODY = struct.Struct("<IB")
+_BODY = struct.Struct("<iB")
 _SLOTS = struct.Struct("<I")
 #: A record's number, runs and id length, in one store; and its number alone.
-_pack_head = struct.Struct("<QIB").pack_into
+_pack_head = struct.Struct("<QiB").pack_into
 _pack_number = _SEQ.pack_into
 
 
@@ -82,7 +83,7 @@ class RunJournal:
         directory cannot be written."""
         where = directory if directory is not None else journal_dir()
         where.mkdir(mode=0o700, parents=True, exist_ok=True)
-        path = where / f"{_digest(group)}-{_digest(consumer)}.runs"
+        path = RunJournal.path_of(group, consumer, where)
         size = _HEADER + SLOTS * _RECORD
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
@@ -107,9 +108,10 @@ class RunJournal:
         return sorted(where.glob(f"{_digest(group)}-*.runs"))
 
     @staticmethod
-    def read_unsent(path: Path) -> dict[str, int]:
+    def read_unsent(path: Path, *, summed: bool = False) -> dict[str, int]:
         """What the journal at ``path`` recorded after its last send (read only: another
-        consumer's, whose entries this one claimed); empty if it is not a journal."""
+        consumer's, whose entries this one claimed): each key's latest count, or with
+        ``summed`` the sum of its changes; empty if it is not a journal."""
         try:
             with path.open("rb") as file:
                 data = file.read()
@@ -117,7 +119,13 @@ class RunJournal:
             return {}
         if len(data) != _HEADER + SLOTS * _RECORD or data[:8] != _MAGIC:
             return {}
-        return _unsent(memoryview(data), SLOTS)
+        return _unsent(memoryview(data), SLOTS, summed=summed)
+
+    @staticmethod
+    def path_of(group: str, consumer: str, directory: Path | None = None) -> Path:
+        """Where the journal of ``consumer`` in ``group`` is (or would be) on this host."""
+        where = directory if directory is not None else journal_dir()
+        return where / f"{_digest(group)}-{_digest(consumer)}.runs"
 
     def _last_number(self) -> int:
         last = 0
@@ -177,8 +185,9 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-def _unsent(data: memoryview, slots: int) -> dict[str, int]:
-    """The records of a journal's bytes after its last send: entry -> its latest runs."""
+def _unsent(data: memoryview, slots: int, *, summed: bool = False) -> dict[str, int]:
+    """The records of a journal's bytes after its last send: key -> its latest count (or the
+    sum of its changes)."""
     (sent,) = _SEQ.unpack_from(data, 16)
     found: list[tuple[int, str, int]] = []
     for slot in range(slots):
@@ -195,4 +204,9 @@ def _unsent(data: memoryview, slots: int) -> dict[str, int]:
             continue
         found.append((number, entry, runs))
     found.sort()
+    if summed:
+        sums: dict[str, int] = {}
+        for _, entry, runs in found:
+            sums[entry] = sums.get(entry, 0) + runs
+        return sums
     return {entry: runs for _, entry, runs in found}

@@ -11,13 +11,17 @@ How it keeps its promises:
   list (``LRANGE``) and delivers, oldest first, what it does not hold: a restart with the same
   ``consumer`` name takes back what it had when it died (at open, counting each entry as
   delivered again: :data:`~.list_scripts.TAKE_BACK`).
-- **Delivery counts.** An entry's attempt is 1, plus the tries its retry copy carries, plus
-  the times it went back from a consumer that died holding it (the reaper's and the
-  take-back's count, in the entry itself: :data:`~.frames.REDELIVERED_HEADER`), so
-  ``max_attempts`` stops an entry that kills every consumer that takes it (it is then
-  dead-lettered or dropped without being handled again), as a stream's delivery count does.
-  As with a stream, the count is of entries read: one still waiting in the dead consumer's
-  buffer counts too.
+- **An attempt is a handler run.** An entry's attempt is 1, plus the tries its retry copy
+  carries, plus the handler runs it had at consumers that died holding it (or stopped before
+  settling it), which the reaper and the take-back write into the entry itself
+  (:data:`~.frames.REDELIVERED_HEADER`). Each run is recorded before it begins: in the
+  consumer's run journal (:mod:`.journal`, shared memory: no system call), sent to the
+  consumer's attempt ledger (:func:`~.lists.attempts_key`, runs by the value's SHA-1) when it
+  is older than :data:`~.attempts.SHIP_EVERY` and still held; the reaper first adds what a dead
+  consumer's journal on this host recorded and had not sent. So ``max_attempts`` stops an entry
+  that kills every consumer that runs it (it is then dead-lettered or dropped without being
+  handled again), and an entry that was only read — waiting in a dead consumer's buffer, read
+  by a read that a stop cut short — goes back uncharged.
 - **Heartbeat and reaper.** The consumer keeps ``{key}:heartbeat:<consumer>`` alive with a TTL
   (``heartbeat`` s), renewed every third of it by a task of the subscription, and is listed in
   ``{key}:consumers``. Every ``reap_every`` s each consumer's reaper runs one script per other
@@ -48,6 +52,7 @@ How it keeps its promises:
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import logging
 import secrets
@@ -63,16 +68,19 @@ from ..host import SubscriptionHost
 from ..outcome import Outcome, OutcomeKind
 from ..pipeline import Command, CommandCheck, Pipeline
 from ..transport import DeadLetter, SourceFault, Unsettled
+from .attempts import RAISE, SHIP_EVERY
 from .client import RedisClient
 from .client.connection import Connection
 from .client.errors import RedisConnectionError, RedisError, ReplyError
 from .frames import REDELIVERED_HEADER
+from .journal import RunJournal
 from .list_base import ListSubscriptionBase, lost, wrong_type
 from .list_scripts import COPY_THEN_REMOVE, REAP, RENEW, TAKE_BACK
 from .lists import (
     ConsumerNameInUse,
     RedisList,
     WrongKeyType,
+    attempts_key,
     consumers_key,
     heartbeat_key,
     processing_key,
@@ -90,6 +98,9 @@ _RENEWAL_SLACK = 0.25
 
 class ReliableListSubscription(ListSubscriptionBase):
     """A consumer of one list with its own processing list; see the module docstring."""
+
+    #: Handler runs are counted (the journal and the attempt ledger).
+    counts_runs = True
 
     def __init__(
         self,
@@ -113,6 +124,24 @@ class ReliableListSubscription(ListSubscriptionBase):
         self.processing = processing_key(key, consumer)
         self._heartbeat = heartbeat_key(key, consumer)
         self._consumers = consumers_key(key)
+        self._attempts = attempts_key(key, consumer)
+        self._journal: RunJournal | None = None
+        #: Per held delivery: the SHA-1 of its value and its runs in this consumer's hands.
+        self._digests: dict[int, str] = {}
+        self._runs: dict[int, int] = {}
+        #: Runs of the values held now (equal values share one count), as the ledger has them
+        #: once sent: digest -> runs.
+        self._totals: dict[str, int] = {}
+        #: Digests whose count changed, by the journal record of the change.
+        self._changed: dict[str, int] = {}
+        #: Digests Redis has a field for.
+        self._in_ledger: set[str] = set()
+        #: Runs of values let go unsettled (they stay in the processing list and are taken back
+        #: from it): the first equal value taken back carries them.
+        self._let_go_runs: Counter[bytes] = Counter()
+        #: Ledger commands removals made, sent after the settle that removed them.
+        self._ledger_commands: list[tuple[str, str, str, int] | tuple[str, str, str]] = []
+        self._covered = 0
         self._ttl_ms = max(10, round(source.heartbeat * 1000))
         #: What this subscription writes into its heartbeat: whose the name is now.
         self._token = f"{consumer}:{secrets.token_hex(8)}"
@@ -152,8 +181,11 @@ class ReliableListSubscription(ListSubscriptionBase):
         await super().open(host)
         await self.check_type(self.processing, role="as this consumer's processing list")
         await self.check_type(self._consumers, "set", "as the list's set of consumers")
+        await self.check_type(self._attempts, "hash", "as this consumer's attempt ledger")
         # Alive before anything is read: from now on no reaper takes this processing list.
         await self._claim_name()
+        self._journal = self._open_journal()
+        host.start_soon(self._ship_loop, name=f"{self._label}: attempt ledger")
         host.start_soon(self._heartbeat_loop, name=f"{self._label}: heartbeat")
         host.start_soon(self._reap_loop, name=f"{self._label}: reaper")
         host.start_soon(self._flush_loop, name=f"{self._label}: flush")
@@ -270,11 +302,15 @@ class ReliableListSubscription(ListSubscriptionBase):
         queues nothing (the entries stay in the processing list; the next read looks again)."""
         self._removed_during = Counter()
         try:
-            if self._first_take_back:  # nothing is held yet: count them all, in place
+            if self._first_take_back:  # nothing is held yet: charge the runs they had
+                await self._adopt(self.consumer)
                 values = await conn.execute(
-                    "EVAL", TAKE_BACK, 1, self.processing, REDELIVERED_HEADER
+                    "EVAL", TAKE_BACK, 2, self.processing, self._attempts, REDELIVERED_HEADER
                 )
                 self._first_take_back = False
+                if self._journal is not None:  # what a predecessor recorded is charged now
+                    self._journal.mark_sent(self._journal.last)
+                    self._covered = self._journal.last
             else:
                 values = await conn.execute("LRANGE", self.processing, 0, -1)
             removed = self._removed_during
@@ -301,17 +337,172 @@ class ReliableListSubscription(ListSubscriptionBase):
         out: list[Delivery] = []
         tokens: list[int] = []
         held, stored = self._held, self._values
+        let_go = self._let_go_runs
         for value in values:
             token = next(self._tokens)
             stored[token] = value
             held[value] += 1
             tokens.append(token)
-            out.append(self.delivery(value, token))
+            delivery = self.delivery(value, token)
+            if let_go and let_go[value] > 0:  # taken back: the runs it had in this process
+                runs = let_go.pop(value)
+                delivery.attempt += runs
+                self._runs[token] = runs
+                self._digests[token] = hashlib.sha1(value).hexdigest()
+            out.append(delivery)
         self._window.read(tokens)
         return out
 
+    # ---- runs --------------------------------------------------------------------------------
+
+    def _open_journal(self) -> RunJournal | None:
+        """This consumer's run journal on this host; None, with a warning, where it cannot be
+        made (every run is then written to Redis before it begins)."""
+        try:
+            return RunJournal.open(self._journal_group(), self.consumer)
+        except OSError as exc:
+            _log.warning(
+                "%s: no run journal (%s): each handler run is written to Redis before it "
+                "begins; set TRIO_STREAMS_STATE_DIR to a writable directory", self._label, exc,
+            )  # fmt: skip
+            return None
+
+    def _journal_group(self) -> str:
+        config = self._client.config
+        return f"{config.addresses!r}/{config.connection.db}|list|{self._key}"
+
+    def _add_runs(self, token: int, change: int) -> str:
+        """Add ``change`` to the runs of ``token`` and of its value; returns the digest."""
+        digest = self._digests.get(token)
+        if digest is None:
+            digest = self._digests[token] = hashlib.sha1(self._values[token]).hexdigest()
+        self._runs[token] = self._runs.get(token, 0) + change
+        total = self._totals[digest] = self._totals.get(digest, 0) + change
+        number = self._journal.record(digest, total) if self._journal is not None else 0
+        self._changed[digest] = number
+        return digest
+
+    def record_run(self, delivery: Delivery) -> bool:
+        """Record the run in the journal (the hot path); False without a journal."""
+        if self._journal is None or delivery.handle not in self._values:
+            return False
+        self._add_runs(delivery.handle, 1)
+        return True
+
+    async def attempt_started(self, delivery: Delivery) -> None:
+        """Without a journal: the run goes to the ledger, acknowledged, before it begins."""
+        if self.record_run(delivery):
+            await trio.lowlevel.checkpoint()
+            return
+        if delivery.handle not in self._values:
+            await trio.lowlevel.checkpoint()
+            return
+        digest = self._add_runs(delivery.handle, 1)
+        try:
+            await self._client.execute("HSET", self._attempts, digest, self._totals[digest])
+        except RedisError as exc:
+            assert self._host is not None
+            self._host.report_fault("attempts", f"a run could not be counted yet: {exc}")
+            return
+        self._in_ledger.add(digest)
+        self._changed.pop(digest, None)
+
+    def _uncount(self, token: int) -> list[tuple[str, str, str, int] | tuple[str, str, str]]:
+        """``token``'s entry left the processing list: its runs leave its value's count.
+        Returns what the ledger needs for it (nothing unless Redis has the value's field)."""
+        runs = self._runs.pop(token, 0)
+        digest = self._digests.pop(token, None)
+        if digest is None or not runs:
+            return []
+        total = self._totals[digest] - runs
+        if total > 0:
+            self._totals[digest] = total
+        else:
+            del self._totals[digest]
+        if self._journal is not None:
+            self._changed[digest] = self._journal.record(digest, total)
+        if digest not in self._in_ledger:
+            return []
+        self._changed.pop(digest, None)
+        if total > 0:
+            return [("HSET", self._attempts, digest, total)]
+        self._in_ledger.discard(digest)
+        return [("HDEL", self._attempts, digest)]
+
+    async def _ship_loop(self) -> None:
+        """Every :data:`~.attempts.SHIP_EVERY`, send the counts that changed before the last
+        pass (under the flush lock, so it never overtakes a settle's own change)."""
+        while True:
+            await trio.sleep(SHIP_EVERY)
+            async with self._flush_lock:
+                await self._ship()
+
+    async def _ship(self, *, everything: bool = False) -> None:
+        journal = self._journal
+        covered = self._covered
+        self._covered = journal.last if journal is not None else 0
+        if everything:
+            covered = self._covered
+        due = [d for d, number in self._changed.items() if number <= covered]
+        if due:
+            pipeline = self._client.pipeline()
+            for digest in due:
+                total = self._totals.get(digest, 0)
+                if total > 0:
+                    pipeline.add("HSET", self._attempts, digest, total)
+                else:
+                    pipeline.add("HDEL", self._attempts, digest)
+            try:
+                await pipeline.execute(raise_on_error=True)
+            except RedisError as exc:
+                assert self._host is not None
+                self._host.report_fault("attempts", f"sending {len(due)} run counts: {exc}")
+                return
+            for digest in due:
+                if self._changed.get(digest, covered + 1) <= covered:
+                    del self._changed[digest]
+                if self._totals.get(digest, 0) > 0:
+                    self._in_ledger.add(digest)
+                else:
+                    self._in_ledger.discard(digest)
+        assert self._host is not None
+        self._host.clear_fault("attempts")
+        if journal is not None:
+            journal.mark_sent(covered)
+
+    def _forget_journal(self, consumer: str) -> None:
+        """Remove a reaped consumer's journal on this host (its runs are in the entries now)."""
+        try:
+            RunJournal.path_of(self._journal_group(), consumer).unlink()
+        except OSError:
+            pass
+
+    async def _adopt(self, consumer: str, *, remove: bool = True) -> None:
+        """What ``consumer``'s journal on this host recorded and had not sent goes to its
+        ledger (it died: this consumer reaps it, or restarts under its name), so a run it made
+        just before it died counts. The journal is then removed (its name is never reused,
+        or is this consumer's, which starts a journal of its own)."""
+        path = RunJournal.path_of(self._journal_group(), consumer)
+        unsent = RunJournal.read_unsent(path)
+        if unsent:
+            fields: list[Any] = []
+            for digest, total in unsent.items():
+                fields += (digest, total)
+            await self._client.execute("EVAL", RAISE, 1, attempts_key(self._key, consumer), *fields)
+        if remove and consumer != self.consumer:
+            self._forget_journal(consumer)
+
     def _release(self, token: int, *, removed: bool) -> None:
-        """``token`` is no longer held (``removed``: its entry left the processing list)."""
+        """``token`` is no longer held (``removed``: its entry left the processing list; else
+        it stays there, to be taken back, with the runs it had)."""
+        if removed:
+            self._ledger_commands += self._uncount(token)
+        elif token in self._runs:
+            value = self._values.get(token)
+            runs = self._runs.pop(token)
+            self._digests.pop(token, None)
+            if value is not None and runs:
+                self._let_go_runs[value] += runs  # its value's count keeps them
         value = self._values.pop(token, None)
         if value is None:
             return
@@ -321,6 +512,24 @@ class ReliableListSubscription(ListSubscriptionBase):
             del held[value]
         if removed and self._removed_during is not None:
             self._removed_during[value] += 1
+
+    async def _send_ledger(self) -> None:
+        """Send what removals changed in the ledger (only values whose count Redis has);
+        a failure leaves them to the ship loop."""
+        commands, self._ledger_commands = self._ledger_commands, []
+        if not commands:
+            await trio.lowlevel.checkpoint()
+            return
+        pipeline = self._client.pipeline()
+        for command in commands:
+            pipeline.add(*command)
+        try:
+            await pipeline.execute(raise_on_error=True)
+        except RedisError:
+            for command in commands:  # the ship loop sends the count as it is then
+                digest = command[2]
+                self._changed[digest] = 0
+                self._in_ledger.add(digest)
 
     # ---- settling ----------------------------------------------------------------------------
 
@@ -348,6 +557,7 @@ class ReliableListSubscription(ListSubscriptionBase):
                 await self.schedule(copy, outcome.delay, self.processing, value)
             else:
                 await self._copy_then_remove(self.push_copy(copy), value)
+        await self._send_ledger()
 
     async def dead_letter(self, delivery: Delivery, letter: DeadLetter) -> bool:
         token: int = delivery.handle
@@ -359,6 +569,7 @@ class ReliableListSubscription(ListSubscriptionBase):
             else:  # two slots: the letter first, so a crash between never loses it
                 await self._client.execute(*write)
                 await self._client.execute("LREM", self.processing, 1, value)
+        await self._send_ledger()
         return True
 
     async def _copy_then_remove(self, write: Command, value: bytes) -> None:
@@ -440,6 +651,7 @@ class ReliableListSubscription(ListSubscriptionBase):
                 self.vanished += 1  # a reaper moved it back meanwhile: it is handled again
         for token in plan.tokens:
             self._release(token, removed=not failures)
+        await self._send_ledger()
         if failures:
             self._rescan = True  # what is still in the processing list is delivered again
             raise SourceFault("flush", f"flush of {len(items)} items: {'; '.join(failures)}")
@@ -498,12 +710,23 @@ class ReliableListSubscription(ListSubscriptionBase):
         )
         if not others:
             return 0
+        # Consumers whose heartbeat is gone died: their runs recorded on this host go to their
+        # ledgers first (the reaper's script is still the one that decides).
+        pipeline = self._client.pipeline()
+        for name in others:
+            pipeline.add("EXISTS", heartbeat_key(self._key, name))
+        alive = await pipeline.execute(raise_on_error=True)
+        dead = [name for name, beating in zip(others, alive, strict=True) if not beating]
+        for name in dead:
+            await self._adopt(name, remove=False)
         pipeline = self._client.pipeline()
         for name in others:
             pipeline.add(*self._reap_command(name, force=False))
         replies = await pipeline.execute(raise_on_error=True)
         moved = 0
         for name, reply in zip(others, replies, strict=True):
+            if isinstance(reply, int) and reply >= 0 and name in dead:
+                self._forget_journal(name)
             if isinstance(reply, int) and reply > 0:
                 moved += reply
                 _log.warning(
@@ -515,9 +738,9 @@ class ReliableListSubscription(ListSubscriptionBase):
 
     def _reap_command(self, name: str, *, force: bool) -> tuple[Any, ...]:
         return (
-            "EVAL", REAP, 4, self._key, processing_key(self._key, name),
-            heartbeat_key(self._key, name), self._consumers, name, self._end.push_front,
-            "1" if force else "0", REDELIVERED_HEADER, self._token,
+            "EVAL", REAP, 5, self._key, processing_key(self._key, name),
+            heartbeat_key(self._key, name), self._consumers, attempts_key(self._key, name),
+            name, self._end.push_front, "1" if force else "0", REDELIVERED_HEADER, self._token,
         )  # fmt: skip
 
     # ---- closing -----------------------------------------------------------------------------
@@ -536,8 +759,12 @@ class ReliableListSubscription(ListSubscriptionBase):
                     await self._send(plan)
         finally:
             try:
-                # What is left was not settled: back to the list now, and no heartbeat.
+                # What is left was not settled: back to the list now, with the runs it had
+                # (a handler the drain gave up on counts), and no heartbeat.
+                async with self._flush_lock:
+                    await self._ship(everything=True)
                 await self._client.execute(*self._reap_command(self.consumer, force=True))
+                self._forget_journal(self.consumer)
             except RedisError as exc:
                 _log.warning(
                     "%s: could not return processing list %r at close (a reaper will, once "

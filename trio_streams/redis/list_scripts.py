@@ -5,9 +5,11 @@ Each runs atomically on the server, so what it checks and what it moves are one 
 - :data:`REAP` moves a dead consumer's processing list back to the list, whole, only if its
   heartbeat has expired (or, at a consumer's own graceful close, unconditionally). Two reapers
   that race run one after the other: the second finds the processing list empty, so no entry is
-  moved twice. Each entry a dead consumer held goes back with its redelivery count one higher.
-- :data:`TAKE_BACK` counts, in place, the entries a consumer restarting under its name finds in
-  its own processing list.
+  moved twice. Each entry goes back with the handler runs it had there added to its redelivery
+  count (the consumer's attempt ledger, :func:`~.lists.attempts_key`: runs by the value's SHA-1;
+  an entry no handler started goes back as it was), and the ledger is deleted.
+- :data:`TAKE_BACK` does the same, in place, for the entries a consumer restarting under its
+  name finds in its own processing list.
 - :data:`SCHEDULE` puts a retry copy into the delay ZSET (the shape :mod:`.delays` gives
   streams: scored by when it is due on the server's clock, member ``<32 hex>|<len>:<bytes>``)
   and, for a reliable list, removes the original from the processing list, as one step.
@@ -24,11 +26,13 @@ from __future__ import annotations
 
 __all__ = ["COPY_THEN_REMOVE", "COUNTED", "PROMOTE", "REAP", "RENEW", "SCHEDULE", "TAKE_BACK"]
 
-#: ``counted(v)``: list entry ``v`` with its redelivery header (``REDELIVERED_HEADER``) one
-#: higher. It reads ``v`` exactly as :func:`~.frames.decode_frame` does (the same structural
-#: checks, strict UTF-8 names and values, the last of equal names wins), keeps every other
-#: header in order and puts the count last; a value that is not a frame becomes the payload
-#: of a frame whose one header is the count, so the payload delivered is unchanged.
+#: ``counted(v, header, n)``: list entry ``v`` with its redelivery header (``REDELIVERED_HEADER``)
+#: ``n`` higher; ``charge(v, runs, header)``: ``v`` charged with the runs the table ``runs`` (by
+#: SHA-1, from a ledger) holds for it, taken from it (equal values share a field: the first of them
+#: is charged). ``counted`` reads ``v`` exactly as :func:`~.frames.decode_frame` does (the same
+#: structural checks, strict UTF-8 names and values, the last of equal names wins), keeps every
+#: other header in order and puts the count last; a value that is not a frame becomes the payload of
+#: a frame whose one header is the count, so the payload delivered is unchanged.
 COUNTED = r"""
 local function utf8_ok(s, i, j)
   while i <= j do
@@ -83,7 +87,7 @@ local function headers_of(v)
   return names, values, at
 end
 
-local function counted(v, header)
+local function counted(v, header, n)
   local names, values, payload_at = headers_of(v)
   local payload = v
   if names then payload = string.sub(v, payload_at) else names, values = {}, {} end
@@ -100,25 +104,41 @@ local function counted(v, header)
       parts[#parts + 1] = struct.pack('>I4', #values[h]) .. values[h]
     end
   end
-  local n = tostring(seen + 1)
-  parts[#parts + 1] = struct.pack('>I4', #header) .. header .. struct.pack('>I4', #n) .. n
+  local total = tostring(seen + n)
+  parts[#parts + 1] = struct.pack('>I4', #header) .. header .. struct.pack('>I4', #total) .. total
   return struct.pack('>I4', kept + 1) .. table.concat(parts) .. payload
+end
+
+local function ledger_of(key)
+  local flat = redis.call('HGETALL', key)
+  local runs = {}
+  for i = 1, #flat, 2 do runs[flat[i]] = tonumber(flat[i + 1]) or 0 end
+  return runs
+end
+
+local function charge(v, runs, header)
+  local digest = redis.sha1hex(v)
+  local n = runs[digest]
+  if n and n > 0 then
+    runs[digest] = 0
+    return counted(v, header, n)
+  end
+  return v
 end
 """
 
-#: A processing list holds its newest entry first (entries are moved in at its left), so the
-#: script takes it from the left and puts each back at the end consumers take from: the oldest
-#: ends up next to be taken, in the order they were first taken. A consumer whose heartbeat
-#: expired had its entries delivered: each goes back counted once more (``counted``), so
-#: ``max_attempts`` stops an entry that kills every consumer that takes it. Each entry is
-#: pushed first and only then removed from the processing list: a list turned into another
-#: type stops the script with the entry still in the processing list (a script has no
-#: rollback). A consumer's own graceful close puts back, uncounted, what it never handed on.
-#: KEYS: list, processing list, heartbeat, consumers set. ARGV: consumer name, the command that
-#: puts an entry back at the end consumers take from (LPUSH/RPUSH), "1" to reap even with a
-#: live heartbeat (the consumer's own close), the redelivery header, the closing consumer's
-#: heartbeat token (its close leaves alone a name another consumer has taken over). Returns the
-#: entries moved, -1 if still alive, -2 if the name is another consumer's now.
+#: A processing list holds its newest entry first (entries are moved in at its left), so the script
+#: takes it from the left and puts each back at the end consumers take from: the oldest ends up next
+#: to be taken, in the order they were first taken. Each goes back with the runs its handlers had
+#: there (``charge``: the consumer's ledger), so ``max_attempts`` stops an entry that kills every
+#: consumer that runs it, and one that was only read is not charged. Each entry is pushed first and
+#: only then removed from the processing list: a list turned into another type stops the script with
+#: the entry still in the processing list (a script has no rollback). The ledger is deleted once the
+#: processing list is empty. KEYS: list, processing list, heartbeat, consumers set, ledger. ARGV:
+#: consumer name, the command that puts an entry back at the end consumers take from (LPUSH/RPUSH),
+#: "1" to reap even with a live heartbeat (the consumer's own close), the redelivery header, the
+#: closing consumer's heartbeat token (its close leaves alone a name another consumer has taken
+#: over). Returns the entries moved, -1 if still alive, -2 if the name is another consumer's now.
 REAP = (
     COUNTED
     + """
@@ -128,15 +148,17 @@ if ARGV[3] == '1' then
   if owner and owner ~= ARGV[5] then return -2 end
 end
 local moved = 0
+local runs = ledger_of(KEYS[5])
 local value = redis.call('LINDEX', KEYS[2], 0)
 while value do
-  if ARGV[3] ~= '1' then value = counted(value, ARGV[4]) end
+  value = charge(value, runs, ARGV[4])
   redis.call(ARGV[2], KEYS[1], value)
   redis.call('LPOP', KEYS[2])
   moved = moved + 1
   value = redis.call('LINDEX', KEYS[2], 0)
 end
 redis.call('SREM', KEYS[4], ARGV[1])
+redis.call('DEL', KEYS[5])
 if ARGV[3] == '1' then redis.call('DEL', KEYS[3]) end
 return moved
 """
@@ -153,16 +175,22 @@ return 1
 """
 
 #: What a consumer finds in its own processing list when it opens (it died holding them, and
-#: restarts under the same name): every entry, counted once more in place (``LSET``), newest
-#: first. KEYS: processing list. ARGV: the redelivery header.
+#: restarts under the same name): every entry with the runs its handlers had charged in place
+#: (``LSET``), newest first; the ledger deleted. KEYS: processing list, ledger. ARGV: the
+#: redelivery header.
 TAKE_BACK = (
     COUNTED
     + """
 local values = redis.call('LRANGE', KEYS[1], 0, -1)
+local runs = ledger_of(KEYS[2])
 for i, v in ipairs(values) do
-  values[i] = counted(v, ARGV[1])
-  redis.call('LSET', KEYS[1], i - 1, values[i])
+  local charged = charge(v, runs, ARGV[1])
+  if charged ~= v then
+    values[i] = charged
+    redis.call('LSET', KEYS[1], i - 1, charged)
+  end
 end
+redis.call('DEL', KEYS[2])
 return values
 """
 )

@@ -108,6 +108,12 @@ def heartbeat_key(key: str, consumer: str) -> str:
     return tagged(key, f"heartbeat:{consumer}")
 
 
+def attempts_key(key: str, consumer: str) -> str:
+    """The attempt ledger of ``consumer`` on list ``key``: handler runs of what its
+    processing list holds, by the SHA-1 of each value (:mod:`.list_scripts`)."""
+    return tagged(key, f"attempts:{consumer}")
+
+
 def consumers_key(key: str) -> str:
     """The set of reliable consumers of list ``key``."""
     return tagged(key, "consumers")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections import Counter
 
@@ -22,7 +23,7 @@ from trio_streams.redis.frames import (
     take_redeliveries,
 )
 from trio_streams.redis.list_scripts import REAP, TAKE_BACK
-from trio_streams.redis.lists import consumers_key, heartbeat_key, processing_key
+from trio_streams.redis.lists import attempts_key, consumers_key, heartbeat_key, processing_key
 
 from .support import length, values
 
@@ -32,12 +33,21 @@ def _frame(n: int) -> bytes:
 
 
 async def _plant(
-    redis: RedisClient, consumer: str, numbers: range, *, heartbeat_ms: int | None = None
+    redis: RedisClient,
+    consumer: str,
+    numbers: range,
+    *,
+    heartbeat_ms: int | None = None,
+    runs: dict[int, int] | None = None,
 ) -> None:
     """A consumer that took ``numbers`` (oldest first) into its processing list, and has a live
-    heartbeat for ``heartbeat_ms`` (None: none, it is dead)."""
+    heartbeat for ``heartbeat_ms`` (None: none, it is dead); its handlers ran ``runs[n]`` times
+    on ``n`` (its attempt ledger)."""
     for n in numbers:  # moved in at the left, as BLMOVE ... LEFT does
         await redis.execute("LPUSH", processing_key("jobs", consumer), _frame(n))
+    for n, count in (runs or {}).items():
+        digest = hashlib.sha1(_frame(n)).hexdigest()
+        await redis.execute("HSET", attempts_key("jobs", consumer), digest, count)
     await redis.execute("SADD", consumers_key("jobs"), consumer)
     if heartbeat_ms is not None:
         await redis.execute("SET", heartbeat_key("jobs", consumer), consumer, "PX", heartbeat_ms)
@@ -45,14 +55,14 @@ async def _plant(
 
 def _reap(consumer: str, *, force: bool = False) -> tuple[object, ...]:
     return (
-        "EVAL", REAP, 4, "jobs", processing_key("jobs", consumer),
-        heartbeat_key("jobs", consumer), consumers_key("jobs"), consumer, "LPUSH",
-        "1" if force else "0", REDELIVERED_HEADER,
+        "EVAL", REAP, 5, "jobs", processing_key("jobs", consumer),
+        heartbeat_key("jobs", consumer), consumers_key("jobs"), attempts_key("jobs", consumer),
+        consumer, "LPUSH", "1" if force else "0", REDELIVERED_HEADER,
     )  # fmt: skip
 
 
 def _counted(n: int, times: int = 1) -> bytes:
-    """``_frame(n)`` as it comes back from a consumer that died holding it ``times`` times."""
+    """``_frame(n)`` as it comes back from consumers whose handlers ran it ``times`` times."""
     return encode_frame(str(n).encode(), {REDELIVERED_HEADER: str(times)})
 
 
@@ -69,11 +79,13 @@ async def test_the_reaper_moves_a_dead_consumers_list_back_to_the_front_oldest_f
     redis: RedisClient,
 ) -> None:
     await redis.execute("RPUSH", "jobs", _frame(100))
-    await _plant(redis, "dead", range(1, 4))
+    await _plant(redis, "dead", range(1, 4), runs={1: 1})
     assert await redis.execute(*_reap("dead")) == 3
-    # Each counted as delivered once more, so max_attempts sees the crash.
-    assert await values(redis, "jobs") == [_counted(1), _counted(2), _counted(3), _frame(100)]
+    # 1 was under way when it died: it carries the run, so max_attempts sees the crash; 2 and
+    # 3 were only read, and go back as they were.
+    assert await values(redis, "jobs") == [_counted(1), _frame(2), _frame(3), _frame(100)]
     assert await redis.execute("EXISTS", processing_key("jobs", "dead")) == 0
+    assert await redis.execute("EXISTS", attempts_key("jobs", "dead")) == 0
     assert await redis.execute("SMEMBERS", consumers_key("jobs")) == []
 
 
@@ -102,7 +114,7 @@ async def test_two_reapers_racing_never_move_an_entry_twice(
 async def test_heartbeat_expiry_then_a_live_consumers_reaper_redelivers_the_entries(
     redis_server: RedisServer, redis: RedisClient
 ) -> None:
-    await _plant(redis, "dead", range(1, 6), heartbeat_ms=60_000)
+    await _plant(redis, "dead", range(1, 6), heartbeat_ms=60_000, runs={1: 1, 2: 2})
     app = App("svc")
     broker = app.broker(RedisBroker(redis_server.url))
     seen: list[int] = []
@@ -131,7 +143,8 @@ async def test_heartbeat_expiry_then_a_live_consumers_reaper_redelivers_the_entr
         with trio.fail_after(10):
             await done.wait()
     assert seen == [0, 1, 2, 3, 4, 5]
-    assert attempts == [1, 2, 2, 2, 2, 2]  # the dead consumer's entries: a second delivery
+    # The dead consumer's entries: the runs they had there count, a read does not.
+    assert attempts == [1, 2, 3, 1, 1, 1]
     assert await redis.execute("EXISTS", processing_key("jobs", "dead")) == 0
     assert await redis.execute("SMEMBERS", consumers_key("jobs")) == []
 
@@ -289,23 +302,31 @@ def _header(name: str, value: str) -> bytes:
     )
 
 
-async def test_the_count_the_script_writes_reads_back_as_the_same_entry_counted_once_more(
+async def test_the_count_the_script_writes_reads_back_as_the_same_entry_charged_with_its_runs(
     redis: RedisClient,
 ) -> None:
-    cases = _cases()
+    cases = list(dict.fromkeys(_cases()))  # equal values share one count: one of each here
     processing = processing_key("jobs", "w1")
+    ledger = attempts_key("jobs", "w1")
     for value in reversed(cases):  # LRANGE answers newest first: the first case at the left
         await redis.execute("LPUSH", processing, value)
-    counted = [
-        bytes(v) for v in await redis.execute("EVAL", TAKE_BACK, 1, processing, REDELIVERED_HEADER)
-    ]
-    assert await values(redis, processing) == counted  # counted in place
+    # Every other case had runs (1 to 3) at the dead consumer; the rest was only read.
+    charged = {value: 1 + i % 3 for i, value in enumerate(cases) if i % 2 == 0}
+    for value, runs in charged.items():
+        await redis.execute("HSET", ledger, hashlib.sha1(value).hexdigest(), runs)
+    reply = await redis.execute("EVAL", TAKE_BACK, 2, processing, ledger, REDELIVERED_HEADER)
+    counted = [bytes(v) for v in reply]
+    assert await values(redis, processing) == counted  # charged in place
+    assert await redis.execute("EXISTS", ledger) == 0
     for before, after in zip(cases, counted, strict=True):
+        if before not in charged:
+            assert after == before  # no run: not touched
+            continue
         payload, headers = decode_frame(before)
         again = take_redeliveries(headers)
         payload_after, headers_after = decode_frame(after)
         assert payload_after == payload, before
-        assert take_redeliveries(headers_after) == again + 1, before
+        assert take_redeliveries(headers_after) == again + charged[before], before
         assert headers_after == headers, before
 
 
@@ -395,8 +416,8 @@ async def test_a_second_live_consumer_under_a_name_in_use_fails_its_start_naming
 async def test_a_restart_under_its_name_takes_over_a_dead_consumers_heartbeat_at_once(
     redis_server: RedisServer, redis: RedisClient
 ) -> None:
-    # A heartbeat of 60 s that nobody renews: its holder died a moment ago.
-    await _plant(redis, "w1", range(1, 4), heartbeat_ms=60_000)
+    # A heartbeat of 60 s that nobody renews: its holder died a moment ago, running 1.
+    await _plant(redis, "w1", range(1, 4), heartbeat_ms=60_000, runs={1: 1})
     app = App("svc")
     broker = app.broker(RedisBroker(redis_server.url))
     seen: list[tuple[int, int]] = []
@@ -411,4 +432,4 @@ async def test_a_restart_under_its_name_takes_over_a_dead_consumers_heartbeat_at
     with trio.fail_after(10):  # a renewal period of this consumer's heartbeat, not 60 s
         async with serving(app):
             await done.wait()
-    assert seen == [(1, 2), (2, 2), (3, 2)]
+    assert seen == [(1, 2), (2, 1), (3, 1)]
