@@ -42,7 +42,7 @@ from typing import Any
 import trio
 
 from ..delivery import RETRY_COUNT_HEADER, Delivery, retry_headers
-from ..errors import TrioStreamsError
+from ..errors import TrioStreamsError, WrongKeyType
 from ..host import SubscriptionHost
 from ..outcome import Outcome, OutcomeKind
 from ..pipeline import Command, CommandCheck, Pipeline
@@ -54,6 +54,7 @@ from .dedicated import DedicatedConnection
 from .delays import PROMOTE, SCHEDULE, delay_key, member
 from .deliveries import EntryDelivery
 from .group_scripts import COPY_THEN_ACK
+from .keytypes import check_key_type, wrong_type_found
 from .streams import NoGroup, RedisStream
 from .window import FlushPlan, Window, plan_items, send_items
 from .wire import (
@@ -224,16 +225,34 @@ class GroupSubscription(SubscriptionSource):
         return "$"
 
     async def _create_group(self) -> bool:
-        """Create the group (and the stream); True if it was created, False if it existed."""
+        """Create the group (and the stream); True if it was created, False if it existed.
+
+        A stream key or delay set of another type is :class:`~trio_streams.errors.WrongKeyType`,
+        naming the key, the group and what the key holds."""
         try:
             await self._client.execute(
                 "XGROUP", "CREATE", self._key, self.group, self._start_id(), "MKSTREAM"
             )
         except ReplyError as exc:
-            if exc.code == "BUSYGROUP":
-                return False
-            raise
-        return True
+            if exc.code == "WRONGTYPE":
+                raise await self._wrong_type() from exc
+            if exc.code != "BUSYGROUP":
+                raise
+            created = False
+        else:
+            created = True
+        await check_key_type(
+            self._client, self._delays, "zset", label=self._label,
+            role=f"as the delayed retries of stream {self._key!r}",
+        )  # fmt: skip
+        return created
+
+    async def _wrong_type(self) -> WrongKeyType:
+        """The error for a ``WRONGTYPE`` reply about the stream key, saying what it holds."""
+        return await wrong_type_found(
+            self._client, self._key, "stream", label=self._label,
+            role=f"as the stream of consumer group {self.group!r}",
+        )  # fmt: skip
 
     # ---- reading -----------------------------------------------------------------------------
 
@@ -264,6 +283,8 @@ class GroupSubscription(SubscriptionSource):
                     await self._connection_lost(exc)
                 elif exc.code in _VANISHED:
                     await self._vanished(exc)
+                elif exc.code == "WRONGTYPE":  # the key was replaced by one of another type
+                    raise await self._wrong_type() from exc
                 else:
                     raise
                 continue
