@@ -170,6 +170,7 @@ class ListSubscriptionBase(SubscriptionSource):
                 wait_ms = -1
             else:
                 self._host.clear_fault("delayed")
+                self._host.answered()  # a failed flush or heartbeat is over too (host.py)
             wait = _PROMOTE_EVERY if wait_ms < 0 else min(_PROMOTE_EVERY, wait_ms / 1000)
             self._promote_in = wait
             with trio.move_on_after(wait):
