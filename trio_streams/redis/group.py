@@ -639,6 +639,11 @@ class GroupSubscription(SubscriptionSource):
         last read by the lag task), or None before it is known."""
         return None if self._lag is None else ("messages", float(self._lag))
 
+    def deleted_while_pending(self) -> int:
+        """Entries found deleted (or trimmed) while pending, by a read of this consumer's
+        own pending list or by a reclaim pass: acknowledged, never handled."""
+        return self.deleted_pending
+
     async def _lag_loop(self) -> None:
         """Every ``_LAG_EVERY`` s, read the group's lag (for metrics). Its failures are not
         faults: the next pass tries again. Cancelled with the subscription."""
