@@ -43,7 +43,8 @@ async def wrong_type_found(
     client: RedisClient, key: str, expected: str, *, label: str, role: str
 ) -> WrongKeyType:
     """The error to raise for a ``WRONGTYPE`` reply about ``key``: what it holds is asked of
-    the server (``another type`` if that fails, or if it changed back meanwhile)."""
+    the server (``value of another type`` if that fails, or if it changed back meanwhile).
+    Cancelled while asking, it raises the cancellation, not the error."""
     try:
         found = text(await client.execute("TYPE", key))
     except RedisError:
