@@ -35,3 +35,7 @@ class WrongKeyType(TrioStreamsError):
     stream, a delay set that is a string, ...); the message names the key and what it holds.
     Redis keys share one namespace, and so do the in-process lists and streams of a Redis
     broker under ``app.test()``."""
+
+    def hint(self) -> str:
+        # The key is named in the message; nothing in a traceback would add to it.
+        return "use another key, or delete this one"

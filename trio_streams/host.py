@@ -28,6 +28,15 @@ raised clears when one next succeeds. Any other exception still fails the app. A
 read blocks (a quiet stream) should call ``host.clear_fault(kind)`` itself once it has its
 connection back: the next read may not return for a long time.
 
+A fault the server's silence caused — its error, or the error's ``__cause__``, is a
+``ConnectionError`` or a ``TimeoutError`` (a lost connection, a command timeout) — is over once
+the server answers again, whatever step failed: on a quiet stream the failed step (a flush, a
+lease renewal) may not come again for a long time, or ever. A source calls
+``host.answered()`` when a command of its own succeeds (a periodic task's, at least once every
+few seconds), and every such fault clears, whichever task reported it. A fault the server
+answered with an error (a refused command, a key of another type) is not cleared by it: only
+the step that failed, succeeding, clears it.
+
 ``host.options.channel_capacity`` is the channel's size before the read count is known; the
 channel is made at least one read large (``read_count``, which ``open`` may still set) once
 ``open`` has returned.
@@ -113,6 +122,16 @@ class SubscriptionHost:
             )
         self._on_fault(fault)
 
+    def answered(self) -> None:
+        """The source's server answered a command: every fault caused by its not answering
+        (see the module docstring) clears. Cheap when no fault lasts (a periodic task may call
+        it at each pass); synchronous."""
+        if not self.active:
+            return
+        for kind, fault in list(self.active.items()):
+            if _unanswered(fault.error):
+                self.clear_fault(kind)
+
     def clear_fault(self, kind: str) -> None:
         """The fault of ``kind`` is over (nothing happens if none is active)."""
         fault = self.active.pop(kind, None)
@@ -120,3 +139,15 @@ class SubscriptionHost:
             return
         self._log.info("%s: fault %r cleared", self.label, kind)
         self._on_fault(Fault(self.label, kind, fault.message, cleared=True))
+
+
+def _unanswered(error: BaseException | None) -> bool:
+    """Whether ``error``, or an error in its ``__cause__`` chain, says a server did not answer
+    (a ``ConnectionError``: lost, refused, reset; a ``TimeoutError``: no reply in time)."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, ConnectionError | TimeoutError):
+            return True
+        seen.add(id(error))
+        error = error.__cause__
+    return False

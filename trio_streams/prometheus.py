@@ -26,6 +26,9 @@ Read at each scrape from the running app (:class:`SubscriptionStats`):
 - ``trio_streams_lag_bytes{subscription}`` — bytes of a stream file not read yet;
 - ``trio_streams_delayed{subscription}`` — retries waiting out ``retry_after`` in process;
 - ``trio_streams_faults_total{subscription}`` and ``trio_streams_degraded{subscription}``;
+- ``trio_streams_deleted_while_pending_total{subscription}`` — messages deleted at the server
+  while pending, so never handled (Redis stream entries ``XDEL``ed or trimmed in a pending
+  list);
 - ``trio_streams_up`` — 1 while the app is running (degraded or not).
 
 Cost: a handful of additions per delivery through the ``observe`` hook (plain numbers,
@@ -230,6 +233,11 @@ class _StatsCollector(Collector):
         degraded = GaugeMetricFamily(
             f"{ns}_degraded", "1 while a fault lasts.", labels=["subscription"]
         )
+        deleted = CounterMetricFamily(
+            f"{ns}_deleted_while_pending",
+            "Messages deleted at the server while pending, so never handled.",
+            labels=["subscription"],
+        )
         up = GaugeMetricFamily(f"{ns}_up", "1 while the app runs (degraded or not).")
         lag_bytes = GaugeMetricFamily(
             f"{ns}_lag_bytes", "Bytes of a stream file not read yet.", labels=["subscription"]
@@ -252,9 +260,11 @@ class _StatsCollector(Collector):
                     lag_bytes.add_metric([name], lag[1])
                 faults.add_metric([name], stats.faults)
                 degraded.add_metric([name], 1 if stats.degraded else 0)
+                deleted.add_metric([name], stats.deleted_while_pending)
         up.add_metric([], 1 if running_any else 0)
         yield from families.values()
         yield faults
         yield degraded
+        yield deleted
         yield lag_bytes
         yield up

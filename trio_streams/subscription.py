@@ -80,6 +80,9 @@ class SubscriptionStats:
     #: How far behind the transport's tip, where it can tell: ``(unit, amount)``, the unit
     #: ``"bytes"`` (a stream file) or ``"messages"`` (a Redis group's lag); None otherwise.
     lag: tuple[str, float] | None = None
+    #: Messages deleted at the server while pending, so never handled (a Redis stream entry
+    #: ``XDEL``ed or trimmed while in a pending list), since the subscription opened.
+    deleted_while_pending: int = 0
 
 
 class SubscriptionRunner:
@@ -179,6 +182,7 @@ class SubscriptionRunner:
             faults=0 if self.host is None else self.host.count,
             degraded=() if self.host is None else tuple(self.host.active),
             lag=self.source.lag(),
+            deleted_while_pending=self.source.deleted_while_pending(),
         )
 
     def quiescent(self) -> bool:

@@ -398,6 +398,14 @@ class SubscriptionSource(ABC):
         (the default). Called synchronously (a metrics scrape): must not block."""
         return None
 
+    def deleted_while_pending(self) -> int:
+        """Messages deleted at the server while this subscription's transport held them
+        pending (read or claimable, not yet settled), so they were never handled, counted
+        since it opened: Redis stream entries ``XDEL``ed or trimmed away while in a pending
+        list. 0 where a pending message cannot vanish that way (the default). Called
+        synchronously (a metrics scrape): must not block."""
+        return 0
+
     def unread(self) -> int:
         """Messages available to read without waiting, where the source can tell (0 if
         unknown). Not a Redis pending list: those are read and not yet settled."""

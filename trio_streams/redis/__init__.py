@@ -4,6 +4,7 @@ Trio-native connection layer in :mod:`trio_streams.redis.client`."""
 
 from .broker import RedisBroker, RedisTransport
 from .channels import RedisChannel
+from .companions import companion_key
 from .group import GroupVanished
 from .lists import ConsumerNameInUse, DeadLetterKind, ListEnd, RedisList, WrongKeyType
 from .pubsub import PubSubFailed
@@ -24,4 +25,5 @@ __all__ = [
     "RedisTransport",
     "SegmentRefused",
     "WrongKeyType",
+    "companion_key",
 ]

@@ -42,6 +42,7 @@ import trio
 
 from .client import RedisClient
 from .client.errors import RedisError
+from .companions import companion_key
 from .journal import RunJournal
 
 if TYPE_CHECKING:
@@ -55,7 +56,6 @@ __all__ = [
     "AttemptLedger",
     "ledger_key",
     "runs_of",
-    "same_slot_key",
 ]
 
 _log = logging.getLogger("trio_streams.redis")
@@ -90,19 +90,9 @@ return 0
 """
 
 
-def same_slot_key(key: str, suffix: str) -> str:
-    """``key`` + ``suffix`` in ``key``'s cluster slot (its own hash tag, else the key as one)."""
-    start = key.find("{")
-    if start >= 0:
-        end = key.find("}", start + 1)
-        if end > start + 1:
-            return f"{key}:{suffix}"
-    return f"{{{key}}}:{suffix}"
-
-
 def ledger_key(key: str, group: str) -> str:
     """The attempt ledger of ``group`` on stream (or list) ``key``, in ``key``'s slot."""
-    return same_slot_key(key, f"attempts:{group}")
+    return companion_key(key, f"attempts:{group}")
 
 
 def runs_of(value: Any) -> int:

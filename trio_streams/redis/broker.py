@@ -21,7 +21,9 @@
   acknowledge) or on a simple list (popped entries: nothing to acknowledge), ``atomic=True``
   without ``pipeline=True``, and, on a cluster, a stream's dead letter whose key does not
   share the stream's hash slot (its copy and the acknowledgement could not be one
-  transaction): name both with one hash tag, ``{orders}`` and ``{orders}.dead``.
+  transaction): name it in the slot, with the stream's hash tag (``{orders}`` and
+  ``{orders}.dead``) or as its companion (:func:`~.companions.companion_key`:
+  ``{orders}:dead`` for ``orders``).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from ..transport import Source, SubscriptionSource, Transport, read_count_option
 from .channels import RedisChannel
 from .client import RedisClient, connect, key_slot, parse_url
 from .client.errors import ReplyError
+from .companions import companion_key
 from .frames import encode_frame
 from .group import GroupSubscription
 from .list_base import wrong_type
@@ -146,8 +149,8 @@ class RedisBroker(Broker):
                 raise UnsupportedError(
                     f"handler {declared.handler.name}: dead letter {dead_letter!r} and stream "
                     f"{key!r} hash to different cluster slots, so the copy and the XACK "
-                    "cannot be one transaction; give both one hash tag, e.g. "
-                    f"'{{{key}}}' and '{{{key}}}.dead'"
+                    "cannot be one transaction; name the dead letter in the stream's slot, "
+                    f"e.g. {companion_key(key, 'dead')!r}"
                 )
         super()._on_declared(declared)
 

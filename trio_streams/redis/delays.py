@@ -8,8 +8,9 @@ one is due. The script runs atomically, so when every consumer's promoter runs i
 is moved back exactly once. A restart of Redis with persistence keeps the schedule; nothing is
 held in the process.
 
-The delay key shares the stream's hash slot (``{orders}:delayed`` for ``orders``; a key that
-has a hash tag keeps it: ``{eu}.orders:delayed``), so both scripts run in a cluster.
+The delay key is the stream's companion ``delayed`` (:func:`~.companions.companion_key`:
+``{orders}:delayed`` for ``orders``, ``{eu}.orders:delayed`` for ``{eu}.orders``), in the
+stream's hash slot whatever its name, so both scripts run in a cluster.
 
 A member is ``<32 hex>|`` (unique, so equal copies stay apart) followed by the copy's ``XADD``
 fields, each as ``<length>:<bytes>``.
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
+
+from .companions import companion_key
 
 __all__ = ["PROMOTE", "SCHEDULE", "delay_key", "member"]
 
@@ -56,14 +59,9 @@ return wait
 """
 
 
-def delay_key(stream: str) -> str:
-    """The delay ZSET of ``stream``, in the same cluster slot."""
-    start = stream.find("{")
-    if start >= 0:
-        end = stream.find("}", start + 1)
-        if end > start + 1:
-            return f"{stream}:delayed"  # the stream's own hash tag decides the slot
-    return f"{{{stream}}}:delayed"
+def delay_key(key: str) -> str:
+    """The delay ZSET of stream or list ``key``: its companion ``delayed``, in its slot."""
+    return companion_key(key, "delayed")
 
 
 def member(fields: Sequence[bytes | str]) -> bytes:

@@ -57,7 +57,7 @@ from typing import Any
 import trio
 
 from ..delivery import RETRY_COUNT_HEADER, Delivery, retry_headers
-from ..errors import TrioStreamsError
+from ..errors import TrioStreamsError, WrongKeyType
 from ..host import SubscriptionHost
 from ..outcome import Outcome, OutcomeKind
 from ..pipeline import Command, CommandCheck, Pipeline
@@ -71,7 +71,7 @@ from .delays import PROMOTE, SCHEDULE, delay_key, member
 from .deliveries import EntryDelivery
 from .group_scripts import COPY_THEN_ACK
 from .journal import RunJournal
-from .lists import WrongKeyType
+from .keytypes import check_key_type, wrong_type_found
 from .names import ConsumerLease
 from .streams import NoGroup, RedisStream
 from .window import FlushPlan, Window, plan_items, send_items
@@ -288,16 +288,34 @@ class GroupSubscription(SubscriptionSource):
         return "$"
 
     async def _create_group(self) -> bool:
-        """Create the group (and the stream); True if it was created, False if it existed."""
+        """Create the group (and the stream); True if it was created, False if it existed.
+
+        A stream key or delay set of another type is :class:`~trio_streams.errors.WrongKeyType`,
+        naming the key, the group and what the key holds."""
         try:
             await self._client.execute(
                 "XGROUP", "CREATE", self._key, self.group, self._start_id(), "MKSTREAM"
             )
         except ReplyError as exc:
-            if exc.code == "BUSYGROUP":
-                return False
-            raise
-        return True
+            if exc.code == "WRONGTYPE":
+                raise await self._wrong_type() from exc
+            if exc.code != "BUSYGROUP":
+                raise
+            created = False
+        else:
+            created = True
+        await check_key_type(
+            self._client, self._delays, "zset", label=self._label,
+            role=f"as the delayed retries of stream {self._key!r}",
+        )  # fmt: skip
+        return created
+
+    async def _wrong_type(self) -> WrongKeyType:
+        """The error for a ``WRONGTYPE`` reply about the stream key, saying what it holds."""
+        return await wrong_type_found(
+            self._client, self._key, "stream", label=self._label,
+            role=f"as the stream of consumer group {self.group!r}",
+        )  # fmt: skip
 
     # ---- reading -----------------------------------------------------------------------------
 
@@ -328,6 +346,8 @@ class GroupSubscription(SubscriptionSource):
                     await self._connection_lost(exc)
                 elif exc.code in _VANISHED:
                     await self._vanished(exc)
+                elif exc.code == "WRONGTYPE":  # the key was replaced by one of another type
+                    raise await self._wrong_type() from exc
                 else:
                     raise
                 continue
@@ -555,13 +575,10 @@ class GroupSubscription(SubscriptionSource):
             await self._ledger.forget(ids)
 
     async def _check_ledger_type(self) -> None:
-        kind = text(await self._client.execute("TYPE", self._ledger_key))
-        if kind not in ("none", "hash"):
-            raise WrongKeyType(
-                f"{self._label}: the attempt ledger {self._ledger_key!r} of group {self.group!r} "
-                f"on stream {self._key!r} holds a {kind}, not a hash; it is this project's key: "
-                "delete it"
-            )
+        await check_key_type(
+            self._client, self._ledger_key, "hash", label=self._label,
+            role=f"as the attempt ledger of group {self.group!r} (this project's key: delete it)",
+        )  # fmt: skip
 
     # ---- settling ----------------------------------------------------------------------------
 
@@ -726,6 +743,7 @@ class GroupSubscription(SubscriptionSource):
                 wait_ms = -1
             else:
                 self._host.clear_fault("delayed")
+                self._host.answered()  # a failed flush or renewal is over too (host.py)
             wait = _PROMOTE_EVERY if wait_ms < 0 else min(_PROMOTE_EVERY, wait_ms / 1000)
             self._promote_in = wait
             with trio.move_on_after(wait):
@@ -761,6 +779,11 @@ class GroupSubscription(SubscriptionSource):
         """Entries of the stream the group has not read yet (``XINFO GROUPS``' ``lag``, as
         last read by the lag task), or None before it is known."""
         return None if self._lag is None else ("messages", float(self._lag))
+
+    def deleted_while_pending(self) -> int:
+        """Entries found deleted (or trimmed) while pending, by a read of this consumer's
+        own pending list or by a reclaim pass: acknowledged, never handled."""
+        return self.deleted_pending
 
     async def _lag_loop(self) -> None:
         """Every ``_LAG_EVERY`` s, read the group's lag (for metrics). Its failures are not

@@ -17,9 +17,10 @@ from .client.errors import RedisError, ReplyError
 from .dedicated import DedicatedConnection
 from .delays import delay_key, member
 from .frames import REDELIVERED_HEADER, decode_frame, encode_frame, take_redeliveries
+from .keytypes import check_key_type
 from .list_scripts import PROMOTE, SCHEDULE
 from .lists import DeadLetterKind, ListEnd, RedisList, WrongKeyType
-from .wire import encode_fields, text
+from .wire import encode_fields
 
 __all__ = ["ListSubscriptionBase", "lost", "wrong_type"]
 
@@ -90,12 +91,7 @@ class ListSubscriptionBase(SubscriptionSource):
     async def check_type(self, key: str, kind: str = "list", role: str = "as a work queue") -> None:
         """Refuse, with :class:`WrongKeyType`, a ``key`` that holds something else than a
         ``kind`` (a list, unless said otherwise), naming the key and what it is used as."""
-        found = text(await self._client.execute("TYPE", key))
-        if found not in (kind, "none"):
-            raise WrongKeyType(
-                f"{self._label}: key {key!r} holds a {found}, not a {kind}, so it cannot be "
-                f"used {role}; use another key, or delete this one"
-            )
+        await check_key_type(self._client, key, kind, label=self._label, role=role)
 
     # ---- deliveries and copies ---------------------------------------------------------------
 
@@ -174,6 +170,7 @@ class ListSubscriptionBase(SubscriptionSource):
                 wait_ms = -1
             else:
                 self._host.clear_fault("delayed")
+                self._host.answered()  # a failed flush or heartbeat is over too (host.py)
             wait = _PROMOTE_EVERY if wait_ms < 0 else min(_PROMOTE_EVERY, wait_ms / 1000)
             self._promote_in = wait
             with trio.move_on_after(wait):

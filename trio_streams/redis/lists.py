@@ -11,8 +11,9 @@ Two forms, one class:
   dies leaves them there, and any live consumer's reaper moves them back to the list once the
   dead one's heartbeat has expired. Nothing is lost; an entry may be handled twice.
 
-The keys a reliable list uses share the list's hash slot (``{jobs}:...`` for ``jobs``; a key with
-a hash tag keeps it), so every script runs in a cluster too:
+The keys a reliable list uses are its companions (:func:`~.companions.companion_key`:
+``{jobs}:...`` for ``jobs``; a key with a hash tag keeps it), in the list's hash slot whatever
+its name, so every script runs in a cluster too:
 
 - ``{jobs}:processing:<consumer>`` — the entries this consumer holds;
 - ``{jobs}:heartbeat:<consumer>`` — a key with a TTL its subscription renews while it lives;
@@ -28,6 +29,7 @@ from typing import Self
 
 from ..errors import ConfigurationError, TrioStreamsError, WrongKeyType
 from ..transport import Sharing, Source, check_source_args
+from .companions import companion_key
 
 __all__ = [
     "DEFAULT_HEARTBEAT",
@@ -87,36 +89,29 @@ class DeadLetterKind(enum.Enum):
     STREAM = "stream"
 
 
-def tagged(key: str, suffix: str) -> str:
-    """A key next to ``key`` in its cluster slot: ``{key}:suffix``, or ``key:suffix`` when
-    ``key`` already has a hash tag."""
-    start = key.find("{")
-    if start >= 0:
-        end = key.find("}", start + 1)
-        if end > start + 1:
-            return f"{key}:{suffix}"
-    return f"{{{key}}}:{suffix}"
+#: The name this module gave :func:`~.companions.companion_key` before it served streams too.
+tagged = companion_key
 
 
 def processing_key(key: str, consumer: str) -> str:
     """The processing list of ``consumer`` on list ``key``."""
-    return tagged(key, f"processing:{consumer}")
+    return companion_key(key, f"processing:{consumer}")
 
 
 def heartbeat_key(key: str, consumer: str) -> str:
     """The heartbeat of ``consumer`` on list ``key`` (exists while the consumer lives)."""
-    return tagged(key, f"heartbeat:{consumer}")
+    return companion_key(key, f"heartbeat:{consumer}")
 
 
 def attempts_key(key: str, consumer: str) -> str:
     """The attempt ledger of ``consumer`` on list ``key``: handler runs of what its
     processing list holds, by the SHA-1 of each value (:mod:`.list_scripts`)."""
-    return tagged(key, f"attempts:{consumer}")
+    return companion_key(key, f"attempts:{consumer}")
 
 
 def consumers_key(key: str) -> str:
     """The set of reliable consumers of list ``key``."""
-    return tagged(key, "consumers")
+    return companion_key(key, "consumers")
 
 
 @dataclass(frozen=True, slots=True, init=False)

@@ -24,9 +24,9 @@ import socket
 
 import trio
 
-from .attempts import same_slot_key
 from .client import RedisClient
 from .client.errors import RedisError
+from .companions import companion_key
 from .lists import ConsumerNameInUse
 
 __all__ = ["LEASE_TTL", "ConsumerLease", "lease_key", "worker_slot"]
@@ -67,7 +67,7 @@ def worker_slot() -> int | None:
 
 def lease_key(stream_key: str, group: str, name: str) -> str:
     """The lease of consumer ``name`` of ``group`` on ``stream_key``, in the stream's slot."""
-    return same_slot_key(stream_key, f"consumer:{group}:{name}")
+    return companion_key(stream_key, f"consumer:{group}:{name}")
 
 
 class ConsumerLease:

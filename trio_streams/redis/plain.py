@@ -34,6 +34,7 @@ from ..transport import SeekRefused, SubscriptionSource
 from .client import Backoff, ReadOnlyError, RedisClient, RedisConnectionError
 from .client.errors import RedisError
 from .dedicated import DedicatedConnection
+from .keytypes import check_key_type
 from .streams import SEQUENCE_REFUSAL, RedisStream
 from .wire import (
     Entry,
@@ -76,6 +77,8 @@ class PlainSubscription(SubscriptionSource):
 
     async def open(self, host: SubscriptionHost) -> None:
         self._host = host
+        role = "for a replay" if not self.live else "for a tail"
+        await check_key_type(self._client, self._key, "stream", label=self._label, role=role)
         self._after = await self._place(self._start)
 
     async def _place(self, position: Position) -> str:

@@ -25,6 +25,7 @@ from ..pipeline import Command, CommandCheck
 from .client.command_keys import KNOWN_COMMANDS
 from .client.commands import BLOCKING, block_seconds, kind_of, refusal
 from .client.keys import KeyFinder, key_slot
+from .companions import companion_key
 
 __all__ = ["SegmentRefused", "segment_check"]
 
@@ -65,8 +66,8 @@ def segment_check(label: str, *, atomic: bool, slot_key: str | None) -> CommandC
                 raise SegmentRefused(
                     f"{label}: {shown} names key {key!r} (cluster slot {key_slot(key)}), but "
                     f"with atomic=True a segment runs in one MULTI/EXEC with the XACK of "
-                    f"{slot_key!r} (slot {slot}): give the key the stream's hash tag, e.g. "
-                    f"'{{{_tag(slot_key)}}}:...'"
+                    f"{slot_key!r} (slot {slot}): name it in that slot, e.g. "
+                    f"{companion_key(slot_key, '...')!r}"
                 )
 
     return check
@@ -91,13 +92,3 @@ def _keys(command: Command) -> list[str | bytes] | None:
         return None
     keys = _FINDER.keys(command)
     return None if keys is None else [k for k in keys if isinstance(k, str | bytes)]
-
-
-def _tag(key: str) -> str:
-    """The hash tag of ``key`` if it has one, else the whole key."""
-    start = key.find("{")
-    if start != -1:
-        end = key.find("}", start + 1)
-        if end > start + 1:
-            return key[start + 1 : end]
-    return key

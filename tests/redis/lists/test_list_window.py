@@ -15,8 +15,9 @@ from tests.support import serving
 from trio_streams import App, Context, Outcome, Pipeline, ack, drop, retry, retry_after
 from trio_streams.redis import RedisBroker, RedisList
 from trio_streams.redis.client import RedisClient, connect
+from trio_streams.redis.delays import delay_key
 from trio_streams.redis.frames import REDELIVERED_HEADER, decode_frame, encode_frame
-from trio_streams.redis.lists import processing_key, tagged
+from trio_streams.redis.lists import processing_key
 
 from .support import length
 
@@ -103,7 +104,7 @@ async def test_ack_keeps_the_segment_and_drop_retry_retry_after_discard_it_with_
         None,
         b"1",  # the retry copy's own segment, kept by its ack
     ]
-    assert await redis.execute("ZCARD", tagged("jobs", "delayed")) == 1  # retry_after: durable
+    assert await redis.execute("ZCARD", delay_key("jobs")) == 1  # retry_after: durable
 
 
 async def test_a_delivery_abandoned_at_shutdown_sends_nothing_and_is_delivered_again(

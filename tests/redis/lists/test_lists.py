@@ -14,8 +14,9 @@ from trio_streams.delivery import RETRY_COUNT_HEADER, RETRY_TARGET_HEADER
 from trio_streams.errors import ConfigurationError, UnsupportedError
 from trio_streams.redis import RedisBroker, RedisList, WrongKeyType
 from trio_streams.redis.client import RedisClient
+from trio_streams.redis.delays import delay_key
 from trio_streams.redis.frames import REDELIVERED_HEADER, decode_frame, encode_frame
-from trio_streams.redis.lists import consumers_key, heartbeat_key, processing_key, tagged
+from trio_streams.redis.lists import consumers_key, heartbeat_key, processing_key
 
 from .support import frames, length, values
 
@@ -265,7 +266,7 @@ async def test_retry_after_on_a_reliable_list_is_durable_in_the_delay_set_then_p
 
         async def in_the_delay_set() -> bool:
             return (
-                await redis.execute("ZCARD", tagged("jobs", "delayed")) == 1
+                await redis.execute("ZCARD", delay_key("jobs")) == 1
                 and await length(redis, processing_key("jobs", "w1")) == 0
             )
 
@@ -273,7 +274,7 @@ async def test_retry_after_on_a_reliable_list_is_durable_in_the_delay_set_then_p
         with trio.fail_after(10):
             await done.wait()
     assert attempts == [1, 2]
-    assert await redis.execute("ZCARD", tagged("jobs", "delayed")) == 0
+    assert await redis.execute("ZCARD", delay_key("jobs")) == 0
 
 
 @pytest.mark.parametrize("kind", ["list", "stream"])
@@ -457,7 +458,7 @@ async def test_a_delay_set_that_turns_into_another_type_while_running_fails_the_
     # a cap it cannot reach first keeps this about the subscription failing.
     @broker.subscriber(RedisList("jobs", reliable=True, consumer="w1"), block=20, max_attempts=1000)
     async def handle(n: int) -> Outcome:
-        await redis.execute("SET", tagged("jobs", "delayed"), "another type")
+        await redis.execute("SET", delay_key("jobs"), "another type")
         return retry_after(0.01)
 
     await redis.execute("RPUSH", "jobs", bytes(4) + b"5")

@@ -1,0 +1,54 @@
+"""Keys that hold another type than a subscription uses them as, told as one typed error.
+
+Redis keys share one namespace: a stream key may have been filled as a string, a list or a
+hash by another program, and the server then answers ``WRONGTYPE`` without naming the key.
+Every Redis subscription checks the keys it uses at open (a ``TYPE`` each) or turns a
+``WRONGTYPE`` reply into :class:`~trio_streams.errors.WrongKeyType` naming the key, what it
+holds, and what the subscription wanted it for, so the start fails with one line an operator
+can act on.
+"""
+
+from __future__ import annotations
+
+from ..errors import WrongKeyType
+from .client import RedisClient
+from .client.errors import RedisError
+from .wire import text
+
+__all__ = ["check_key_type", "wrong_key_type", "wrong_type_found"]
+
+
+def wrong_key_type(label: str, key: str, found: str, expected: str, role: str) -> WrongKeyType:
+    """The error for ``key`` holding a ``found`` where subscription ``label`` uses it ``role``
+    (``"as a work queue"``) and needs a ``expected``."""
+    return WrongKeyType(
+        f"{label}: key {key!r} holds a {found}, not a {expected}, so it cannot be used {role}; "
+        "use another key, or delete this one"
+    )
+
+
+async def check_key_type(
+    client: RedisClient, key: str, expected: str, *, label: str, role: str
+) -> None:
+    """Refuse, with :class:`~trio_streams.errors.WrongKeyType`, a ``key`` that exists and holds
+    something else than ``expected`` (a ``TYPE`` name: ``stream``, ``list``, ``zset``...).
+
+    One ``TYPE`` command; cancelled, it raises nothing of its own (the key is left unchecked)."""
+    found = text(await client.execute("TYPE", key))
+    if found not in (expected, "none"):
+        raise wrong_key_type(label, key, found, expected, role)
+
+
+async def wrong_type_found(
+    client: RedisClient, key: str, expected: str, *, label: str, role: str
+) -> WrongKeyType:
+    """The error to raise for a ``WRONGTYPE`` reply about ``key``: what it holds is asked of
+    the server (``value of another type`` if that fails, or if it changed back meanwhile).
+    Cancelled while asking, it raises the cancellation, not the error."""
+    try:
+        found = text(await client.execute("TYPE", key))
+    except RedisError:
+        found = "value of another type"
+    if found in (expected, "none"):
+        found = "value of another type"
+    return wrong_key_type(label, key, found, expected, role)
