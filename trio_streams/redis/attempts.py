@@ -34,7 +34,7 @@ crash between an acknowledgement and its field's removal) are swept (:data:`SWEE
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -122,6 +122,7 @@ class AttemptLedger:
         journal: RunJournal | None,
         host: SubscriptionHost,
         held: Callable[[], Iterable[Delivery]],
+        acknowledge: Callable[[list[str]], Awaitable[None]],
         *,
         label: str,
     ) -> None:
@@ -131,6 +132,7 @@ class AttemptLedger:
         self._journal = journal
         self._host = host
         self._held = held
+        self._acknowledge = acknowledge
         self._label = label
         #: Runs of entries let go unsettled (still pending) that Redis may not have: entry ->
         #: runs. Sent at the next pass.
@@ -236,51 +238,80 @@ class AttemptLedger:
 
     # ---- sending ----------------------------------------------------------------------------
 
-    async def adopt(self, entries: Iterable[str], peers: list[Path]) -> None:
+    async def adopt(self, entries: Iterable[str], peers: list[Path]) -> set[str]:
         """Entries claimed from other consumers: what those consumers' journals on this host
         recorded for them and had not sent goes to Redis first (never lowering a count), so a
-        consumer that died on this host has every run it made counted. Best effort: a failure
+        consumer that died on this host has every run it made counted; an entry its handler
+        had finished (acknowledged, the acknowledgement not flushed when the process died) is
+        acknowledged now instead of being run again. Returns those. Best effort: a failure
         leaves them to their careful runs."""
         wanted = set(entries)
         runs: dict[str, int] = {}
+        finished: set[str] = set()
         own = self._journal.path if self._journal is not None else None
         for path in peers:
             if path == own:
                 continue
             for entry, n in RunJournal.read_unsent(path).items():
-                if entry in wanted and n > runs.get(entry, 0):
+                if entry not in wanted:
+                    continue
+                if n == 0:
+                    finished.add(entry)
+                elif n > runs.get(entry, 0):
                     runs[entry] = n
-        if not runs:
-            await trio.lowlevel.checkpoint()
-            return
-        fields: list[Any] = []
-        for entry, n in runs.items():
-            fields += (entry, n)
         try:
-            await self._client.execute("EVAL", RAISE, 1, self.key, *fields)
+            if finished:
+                await self._acknowledge(sorted(finished))
+            fields: list[Any] = []
+            for entry, n in runs.items():
+                if entry not in finished:
+                    fields += (entry, n)
+            if fields:
+                await self._client.execute("EVAL", RAISE, 1, self.key, *fields)
+            else:
+                await trio.lowlevel.checkpoint()
         except RedisError as exc:
             _log.debug("%s: attempt ledger: adopting runs failed: %s", self._label, exc)
+            return set()
+        return finished
 
     async def recover(self) -> int:
         """At open, before the own pending list is read: send what the journal recorded after
-        its last send (a predecessor under this name on this host died before sending it).
-        Returns how many entries it sent."""
+        its last send (a predecessor under this name on this host died before sending it),
+        and acknowledge what its handlers had finished but it had not acknowledged. Returns
+        how many entries it found."""
         journal = self._journal
         if journal is None or journal.fresh:
             await trio.lowlevel.checkpoint()
             return 0
         since = journal.since_sent()
-        if since:
-            fields: list[Any] = []
-            for entry, runs in since.items():
+        finished = sorted(entry for entry, runs in since.items() if runs == 0)
+        if finished:
+            await self._acknowledge(finished)
+            _log.info(
+                "%s: acknowledged %d entries a predecessor had handled but not acknowledged",
+                self._label, len(finished),
+            )  # fmt: skip
+        fields: list[Any] = []
+        for entry, runs in since.items():
+            if runs:
                 fields += (entry, runs)
+        if fields:
             await self._client.execute("HSET", self.key, *fields)
             _log.info(
                 "%s: %d runs a predecessor recorded and had not sent are in the attempt ledger",
-                self._label, len(since),
+                self._label, len(fields) // 2,
             )  # fmt: skip
         journal.mark_sent(journal.last)
         return len(since)
+
+    def finished(self, delivery: Delivery) -> None:
+        """``delivery``'s handler finished and it is acknowledged (or dropped) in the window,
+        not yet flushed: a successor on this host acknowledges it rather than run it again."""
+        journal = self._journal
+        recorded: int = getattr(delivery, "recorded", 0)
+        if journal is not None and recorded:
+            journal.record(delivery.handle, 0)
 
     async def run(self, lock: trio.Lock) -> None:
         """Every :data:`SHIP_EVERY`, send the runs older than that whose entries are still

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from itertools import repeat
 from typing import Any
@@ -66,11 +66,12 @@ from ..transport import DeadLetter, SourceFault, SubscriptionSource, Unsettled
 from .attempts import SWEEP, AttemptLedger, ledger_key, runs_of
 from .client import Backoff, Connection, ReadOnlyError, RedisClient, RedisConnectionError
 from .client.errors import RedisError, ReplyError
+from .companions import companion_key
 from .dedicated import DedicatedConnection
 from .delays import PROMOTE, SCHEDULE, delay_key, member
 from .deliveries import EntryDelivery
 from .group_scripts import COPY_THEN_ACK
-from .journal import RunJournal
+from .journal import RunJournal, journal_epoch
 from .keytypes import check_key_type, wrong_type_found
 from .names import ConsumerLease
 from .streams import NoGroup, RedisStream
@@ -195,8 +196,12 @@ class GroupSubscription(SubscriptionSource):
         #: Own pending entries are delivered carefully (no journal of this name's predecessor
         #: on this host to read their runs back from).
         self._careful_own = False
+        #: The epoch of this group's journals (:func:`~.journal.journal_epoch`), known at open.
+        self._epoch = ""
         #: Entries the reclaim task claimed from other consumers, not delivered yet.
         self._claimed: set[str] = set()
+        #: Notes a delivery acknowledged in the window (the ledger's, once open).
+        self._finished: Callable[[Delivery], None] = lambda delivery: None
         self._ledger_key = ""
         self._atomic_dead_letter = atomic_dead_letter
         self._host: SubscriptionHost | None = None
@@ -262,15 +267,18 @@ class GroupSubscription(SubscriptionSource):
         await self._check_ledger_type()
         lease = self._lease = ConsumerLease(self._client, self._key, self.group, label=self._label)
         self.consumer = await lease.claim(self._given_consumer, base)
+        self._epoch = await journal_epoch(self._client, self._key, self.group)
         journal = self._open_journal()
         ledger = self._ledger = AttemptLedger(
-            self._client, self._ledger_key, journal, host, self._held.values, label=self._label
-        )
+            self._client, self._ledger_key, journal, host, self._held.values,
+            self._acknowledge, label=self._label,
+        )  # fmt: skip
         await ledger.recover()
         self._careful_own = journal is None or journal.fresh
         # One call less per run on the hot path: the ledger's own methods.
         self.attempt_started = ledger.attempt_started  # type: ignore[method-assign]
         self.record_run = ledger.record_run  # type: ignore[method-assign]
+        self._finished = ledger.finished
         host.start_soon(ledger.run, self._flush_lock, name=f"{self._label}: attempt ledger")
         host.start_soon(lease.renew_loop, name=f"{self._label}: consumer name")
         host.start_soon(self._lease_loop, name=f"{self._label}: leases")
@@ -414,8 +422,10 @@ class GroupSubscription(SubscriptionSource):
         self._group_missing = False
         self._pending_from = "0"
         if created:
-            # The runs of the vanished group's entries are not this group's.
-            await self._client.execute("DEL", self._ledger_key)
+            # The runs of the vanished group's entries are not this group's, nor its journals.
+            await self._client.execute(
+                "DEL", self._ledger_key, companion_key(self._key, f"journal-epoch:{self.group}")
+            )
             self.recreated += 1
             _log.warning(
                 "%s: consumer group %r of stream %r recreated at %s (it had vanished)",
@@ -554,10 +564,15 @@ class GroupSubscription(SubscriptionSource):
             )  # fmt: skip
             return None
 
+    async def _acknowledge(self, ids: list[str]) -> None:
+        """Acknowledge entries a dead consumer's handlers had finished (its journal says so)."""
+        for i in range(0, len(ids), _CHUNK):
+            await self._client.execute("XACK", self._key, self.group, *ids[i : i + _CHUNK])
+
     def _journal_group(self) -> str:
         """The server, stream and group, as the journals of this group's consumers name them."""
         config = self._client.config
-        return f"{config.addresses!r}/{config.connection.db}|{self._key}|{self.group}"
+        return f"{config.addresses!r}/{config.connection.db}|{self._key}|{self.group}|{self._epoch}"
 
     def record_run(self, delivery: Delivery) -> bool:
         """Replaced at open by the ledger's (see :mod:`.attempts`)."""
@@ -596,6 +611,8 @@ class GroupSubscription(SubscriptionSource):
         entry_id: str = delivery.handle
         kind = outcome.kind
         if kind is OutcomeKind.ACK or kind is OutcomeKind.DROP:  # (an Enum hashes in Python)
+            if not self._windowed:  # no segment to lose: a successor may acknowledge it
+                self._finished(delivery)
             if self._window.consumed(entry_id, keep=kind is OutcomeKind.ACK):
                 await self._flush()
             return
@@ -831,10 +848,11 @@ class GroupSubscription(SubscriptionSource):
                     self._label, len(deleted), self._key,
                 )  # fmt: skip
             taken = [c for c in map(text, claimed) if c not in self._held]
+            if taken and self._ledger is not None:  # their dead holders' runs on this host
+                peers = RunJournal.peers(self._journal_group())
+                finished = await self._ledger.adopt(taken, peers)
+                taken = [c for c in taken if c not in finished]
             if taken:
-                if self._ledger is not None:  # their dead holders' runs on this host first
-                    peers = RunJournal.peers(self._journal_group())
-                    await self._ledger.adopt(taken, peers)
                 self._claimed.update(taken)
                 self.reclaimed += len(taken)
                 self._rescan = True  # the reader takes them from its own pending list

@@ -30,11 +30,16 @@ from __future__ import annotations
 import hashlib
 import mmap
 import os
+import secrets
 import struct
 import tempfile
 from pathlib import Path
 
-__all__ = ["RunJournal", "journal_dir"]
+from .client import RedisClient
+from .companions import companion_key
+from .wire import text
+
+__all__ = ["RunJournal", "journal_dir", "journal_epoch"]
 
 _MAGIC = b"TSRUNS01"
 _HEADER = 64
@@ -50,6 +55,17 @@ _SLOTS = struct.Struct("<I")
 #: A record's number, runs and id length, in one store; and its number alone.
 _pack_head = struct.Struct("<QiB").pack_into
 _pack_number = _SEQ.pack_into
+
+
+async def journal_epoch(client: RedisClient, key: str, name: str = "") -> str:
+    """The epoch of the journals of ``key`` (and group ``name``): a token in Redis, in the
+    key's slot, made the first time (its companion ``journal-epoch[:<name>]``). It is part of
+    every journal's name, so a journal left on this host for another server at the same
+    address, or for a stream or group deleted and made again, is never read back into this
+    one."""
+    epoch_key = companion_key(key, f"journal-epoch{':' if name else ''}{name}")
+    await client.execute("SET", epoch_key, secrets.token_hex(8), "NX")
+    return text(await client.execute("GET", epoch_key))
 
 
 def journal_dir() -> Path:

@@ -68,12 +68,12 @@ from ..host import SubscriptionHost
 from ..outcome import Outcome, OutcomeKind
 from ..pipeline import Command, CommandCheck, Pipeline
 from ..transport import DeadLetter, SourceFault, Unsettled
-from .attempts import RAISE, SHIP_EVERY
+from .attempts import SHIP_EVERY
 from .client import RedisClient
 from .client.connection import Connection
 from .client.errors import RedisConnectionError, RedisError, ReplyError
 from .frames import REDELIVERED_HEADER
-from .journal import RunJournal
+from .journal import RunJournal, journal_epoch
 from .list_base import ListSubscriptionBase, lost, wrong_type
 from .list_scripts import COPY_THEN_REMOVE, REAP, RENEW, TAKE_BACK
 from .lists import (
@@ -90,6 +90,10 @@ from .window import FlushPlan, Window, plan_items, send_items
 __all__ = ["ReliableListSubscription"]
 
 _log = logging.getLogger("trio_streams.redis")
+
+#: The journal key of how many copies of a value (its SHA-1 follows) are finished, their
+#: removal not sent.
+_DONE = "done:"
 
 #: Beyond a renewal period (a third of the heartbeat), how long a consumer opening under a
 #: name whose heartbeat lives watches for a renewal before it takes the name over (s).
@@ -141,7 +145,12 @@ class ReliableListSubscription(ListSubscriptionBase):
         self._let_go_runs: Counter[bytes] = Counter()
         #: Ledger commands removals made, sent after the settle that removed them.
         self._ledger_commands: list[tuple[str, str, str, int] | tuple[str, str, str]] = []
+        #: Tokens finished in the window (acknowledged or dropped, removal not sent), and how
+        #: many of each value's copies are.
+        self._finished: set[int] = set()
+        self._done: Counter[str] = Counter()
         self._covered = 0
+        self._epoch = ""
         self._ttl_ms = max(10, round(source.heartbeat * 1000))
         #: What this subscription writes into its heartbeat: whose the name is now.
         self._token = f"{consumer}:{secrets.token_hex(8)}"
@@ -184,6 +193,7 @@ class ReliableListSubscription(ListSubscriptionBase):
         await self.check_type(self._attempts, "hash", "as this consumer's attempt ledger")
         # Alive before anything is read: from now on no reaper takes this processing list.
         await self._claim_name()
+        self._epoch = await journal_epoch(self._client, self._key)
         self._journal = self._open_journal()
         host.start_soon(self._ship_loop, name=f"{self._label}: attempt ledger")
         host.start_soon(self._heartbeat_loop, name=f"{self._label}: heartbeat")
@@ -303,10 +313,11 @@ class ReliableListSubscription(ListSubscriptionBase):
         self._removed_during = Counter()
         try:
             if self._first_take_back:  # nothing is held yet: charge the runs they had
-                await self._adopt(self.consumer)
+                done = await self._adopt(self.consumer)
                 values = await conn.execute(
-                    "EVAL", TAKE_BACK, 2, self.processing, self._attempts, REDELIVERED_HEADER
-                )
+                    "EVAL", TAKE_BACK, 2, self.processing, self._attempts, REDELIVERED_HEADER,
+                    *done,
+                )  # fmt: skip
                 self._first_take_back = False
                 if self._journal is not None:  # what a predecessor recorded is charged now
                     self._journal.mark_sent(self._journal.last)
@@ -369,7 +380,7 @@ class ReliableListSubscription(ListSubscriptionBase):
 
     def _journal_group(self) -> str:
         config = self._client.config
-        return f"{config.addresses!r}/{config.connection.db}|list|{self._key}"
+        return f"{config.addresses!r}/{config.connection.db}|list|{self._key}|{self._epoch}"
 
     def _add_runs(self, token: int, change: int) -> str:
         """Add ``change`` to the runs of ``token`` and of its value; returns the digest."""
@@ -377,9 +388,7 @@ class ReliableListSubscription(ListSubscriptionBase):
         if digest is None:
             digest = self._digests[token] = hashlib.sha1(self._values[token]).hexdigest()
         self._runs[token] = self._runs.get(token, 0) + change
-        total = self._totals[digest] = self._totals.get(digest, 0) + change
-        number = self._journal.record(digest, total) if self._journal is not None else 0
-        self._changed[digest] = number
+        self._add_total(digest, change)
         return digest
 
     def record_run(self, delivery: Delivery) -> bool:
@@ -407,20 +416,55 @@ class ReliableListSubscription(ListSubscriptionBase):
         self._in_ledger.add(digest)
         self._changed.pop(digest, None)
 
+    def _finish(self, token: int) -> None:
+        """``token``'s handler finished and it is acknowledged (or dropped) in the window, its
+        removal not sent yet: its runs leave its value's count now, and the journal notes it
+        finished, so a successor on this host removes it rather than run it again."""
+        if self._journal is None or token in self._finished:
+            return
+        digest = self._digests.get(token)
+        if digest is None:
+            digest = self._digests[token] = hashlib.sha1(self._values[token]).hexdigest()
+        runs = self._runs.pop(token, 0)
+        if runs:
+            self._add_total(digest, -runs)
+        self._finished.add(token)
+        self._done[digest] += 1
+        self._journal.record(_DONE + digest, self._done[digest])
+
+    def _unfinish(self, token: int) -> str | None:
+        """``token`` is no longer finished-and-waiting (removed, or let go): the journal's
+        note goes. Returns its digest if it was."""
+        if token not in self._finished:
+            return None
+        self._finished.discard(token)
+        digest = self._digests[token]
+        self._done[digest] -= 1
+        assert self._journal is not None
+        self._journal.record(_DONE + digest, self._done[digest])
+        if self._done[digest] <= 0:
+            del self._done[digest]
+        return digest
+
+    def _add_total(self, digest: str, change: int) -> int:
+        total = self._totals.get(digest, 0) + change
+        if total > 0:
+            self._totals[digest] = total
+        else:
+            self._totals.pop(digest, None)
+        if self._journal is not None:
+            self._changed[digest] = self._journal.record(digest, max(0, total))
+        return total
+
     def _uncount(self, token: int) -> list[tuple[str, str, str, int] | tuple[str, str, str]]:
         """``token``'s entry left the processing list: its runs leave its value's count.
         Returns what the ledger needs for it (nothing unless Redis has the value's field)."""
         runs = self._runs.pop(token, 0)
+        finished = self._unfinish(token)
         digest = self._digests.pop(token, None)
-        if digest is None or not runs:
+        if digest is None or not (runs or finished):
             return []
-        total = self._totals[digest] - runs
-        if total > 0:
-            self._totals[digest] = total
-        else:
-            del self._totals[digest]
-        if self._journal is not None:
-            self._changed[digest] = self._journal.record(digest, total)
+        total = self._add_total(digest, -runs) if runs else self._totals.get(digest, 0)
         if digest not in self._in_ledger:
             return []
         self._changed.pop(digest, None)
@@ -477,30 +521,38 @@ class ReliableListSubscription(ListSubscriptionBase):
         except OSError:
             pass
 
-    async def _adopt(self, consumer: str, *, remove: bool = True) -> None:
-        """What ``consumer``'s journal on this host recorded and had not sent goes to its
-        ledger (it died: this consumer reaps it, or restarts under its name), so a run it made
-        just before it died counts. The journal is then removed (its name is never reused,
-        or is this consumer's, which starts a journal of its own)."""
+    async def _adopt(self, consumer: str) -> list[Any]:
+        """What ``consumer``'s journal on this host recorded and had not sent (it died: this
+        consumer reaps it, or restarts under its name): the run counts go to its ledger (the
+        journal is its own, so what it says is the count), and the copies its handlers had
+        finished are returned, as the reaper's and take-back's pairs of SHA-1 and count."""
         path = RunJournal.path_of(self._journal_group(), consumer)
         unsent = RunJournal.read_unsent(path)
-        if unsent:
-            fields: list[Any] = []
-            for digest, total in unsent.items():
-                fields += (digest, total)
-            await self._client.execute("EVAL", RAISE, 1, attempts_key(self._key, consumer), *fields)
-        if remove and consumer != self.consumer:
-            self._forget_journal(consumer)
+        done: list[Any] = []
+        ledger = attempts_key(self._key, consumer)
+        pipeline = self._client.pipeline()
+        for key, count in unsent.items():
+            if key.startswith(_DONE):
+                if count > 0:
+                    done += (key[len(_DONE) :], count)
+            elif count > 0:
+                pipeline.add("HSET", ledger, key, count)
+            else:
+                pipeline.add("HDEL", ledger, key)
+        if len(pipeline):
+            await pipeline.execute(raise_on_error=True)
+        return done
 
     def _release(self, token: int, *, removed: bool) -> None:
         """``token`` is no longer held (``removed``: its entry left the processing list; else
         it stays there, to be taken back, with the runs it had)."""
         if removed:
             self._ledger_commands += self._uncount(token)
-        elif token in self._runs:
-            value = self._values.get(token)
-            runs = self._runs.pop(token)
+        else:
+            self._unfinish(token)  # a finished one that stays is handled again
+            runs = self._runs.pop(token, 0)
             self._digests.pop(token, None)
+            value = self._values.get(token)
             if value is not None and runs:
                 self._let_go_runs[value] += runs  # its value's count keeps them
         value = self._values.pop(token, None)
@@ -547,6 +599,8 @@ class ReliableListSubscription(ListSubscriptionBase):
         token: int = delivery.handle
         kind = outcome.kind
         if kind is OutcomeKind.ACK or kind is OutcomeKind.DROP:
+            if not self._windowed:  # no segment to lose: a successor may remove it
+                self._finish(token)
             if self._window.consumed(token, keep=kind is OutcomeKind.ACK):
                 await self._flush()
             return
@@ -716,12 +770,13 @@ class ReliableListSubscription(ListSubscriptionBase):
         for name in others:
             pipeline.add("EXISTS", heartbeat_key(self._key, name))
         alive = await pipeline.execute(raise_on_error=True)
-        dead = [name for name, beating in zip(others, alive, strict=True) if not beating]
-        for name in dead:
-            await self._adopt(name, remove=False)
+        dead: dict[str, list[Any]] = {}
+        for name, beating in zip(others, alive, strict=True):
+            if not beating:
+                dead[name] = await self._adopt(name)
         pipeline = self._client.pipeline()
         for name in others:
-            pipeline.add(*self._reap_command(name, force=False))
+            pipeline.add(*self._reap_command(name, force=False), *dead.get(name, ()))
         replies = await pipeline.execute(raise_on_error=True)
         moved = 0
         for name, reply in zip(others, replies, strict=True):

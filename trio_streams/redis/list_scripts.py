@@ -116,6 +116,22 @@ local function ledger_of(key)
   return runs
 end
 
+local function finished_of(from)
+  local done = {}
+  for i = from, #ARGV, 2 do done[ARGV[i]] = tonumber(ARGV[i + 1]) or 0 end
+  return done
+end
+
+local function take_finished(v, done)
+  local digest = redis.sha1hex(v)
+  local n = done[digest]
+  if n and n > 0 then
+    done[digest] = n - 1
+    return true
+  end
+  return false
+end
+
 local function charge(v, runs, header)
   local digest = redis.sha1hex(v)
   local n = runs[digest]
@@ -138,7 +154,9 @@ end
 #: consumer name, the command that puts an entry back at the end consumers take from (LPUSH/RPUSH),
 #: "1" to reap even with a live heartbeat (the consumer's own close), the redelivery header, the
 #: closing consumer's heartbeat token (its close leaves alone a name another consumer has taken
-#: over). Returns the entries moved, -1 if still alive, -2 if the name is another consumer's now.
+#: over), then pairs of a value's SHA-1 and how many of its copies the consumer's handlers had
+#: finished (removed, not put back). Returns the entries moved, -1 if still alive, -2 if the name
+#: is another consumer's now.
 REAP = (
     COUNTED
     + """
@@ -149,12 +167,15 @@ if ARGV[3] == '1' then
 end
 local moved = 0
 local runs = ledger_of(KEYS[5])
+local done = finished_of(6)
 local value = redis.call('LINDEX', KEYS[2], 0)
 while value do
-  value = charge(value, runs, ARGV[4])
-  redis.call(ARGV[2], KEYS[1], value)
+  if not take_finished(value, done) then
+    value = charge(value, runs, ARGV[4])
+    redis.call(ARGV[2], KEYS[1], value)
+    moved = moved + 1
+  end
   redis.call('LPOP', KEYS[2])
-  moved = moved + 1
   value = redis.call('LINDEX', KEYS[2], 0)
 end
 redis.call('SREM', KEYS[4], ARGV[1])
@@ -175,23 +196,36 @@ return 1
 """
 
 #: What a consumer finds in its own processing list when it opens (it died holding them, and
-#: restarts under the same name): every entry with the runs its handlers had charged in place
-#: (``LSET``), newest first; the ledger deleted. KEYS: processing list, ledger. ARGV: the
-#: redelivery header.
+#: restarts under the same name): each entry charged in place with the runs its handlers had,
+#: except the copies its handlers had finished (their removal was not sent when it died), which
+#: are removed; newest first, as the list holds them; the ledger deleted. KEYS: processing list,
+#: ledger. ARGV: the redelivery header, then pairs of a value's SHA-1 and how many of its copies
+#: were finished.
 TAKE_BACK = (
     COUNTED
     + """
 local values = redis.call('LRANGE', KEYS[1], 0, -1)
 local runs = ledger_of(KEYS[2])
-for i, v in ipairs(values) do
-  local charged = charge(v, runs, ARGV[1])
-  if charged ~= v then
-    values[i] = charged
-    redis.call('LSET', KEYS[1], i - 1, charged)
+local done = finished_of(2)
+local kept = {}
+local changed = false
+for _, v in ipairs(values) do
+  if take_finished(v, done) then
+    changed = true
+  else
+    local charged = charge(v, runs, ARGV[1])
+    if charged ~= v then changed = true end
+    kept[#kept + 1] = charged
+  end
+end
+if changed then
+  redis.call('DEL', KEYS[1])
+  for i = 1, #kept, 1000 do
+    redis.call('RPUSH', KEYS[1], unpack(kept, i, math.min(i + 999, #kept)))
   end
 end
 redis.call('DEL', KEYS[2])
-return values
+return kept
 """
 )
 

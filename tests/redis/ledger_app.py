@@ -1,0 +1,59 @@
+"""A consumer process whose every handler run is written down: ``python -m
+tests.redis.ledger_app URL KIND KEY CONSUMER RUNLOG BEHAVIOUR COUNT WORKERS``.
+
+``KIND`` is ``stream`` (a group ``g`` member, ``min_idle=1``) or ``list`` (a reliable list,
+heartbeat 1 s); ``CONSUMER`` its name (``-``: the default). Each run appends ``run <n> <attempt>
+<pid>`` to ``RUNLOG`` (``O_APPEND``: one whole line per write) as it begins, so a run that never
+returns (the process was killed in it) is on record; a run that returns appends ``done <n>``
+and prints ``handled <n>``. ``BEHAVIOUR``: ``ok``; ``slow`` (a millisecond of work);
+``poison:<n>`` (the run of ``n`` ends its process at once, ``os._exit``, as a crash would).
+``max_attempts=3``, dead letters to ``<KEY>.dead``. SIGTERM stops it gracefully.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import trio
+
+from trio_streams import App, Context, Position
+from trio_streams.redis import RedisBroker, RedisList, RedisStream
+from trio_streams.transport import Source
+
+
+def build(
+    url: str, kind: str, key: str, consumer: str, runlog: str, behaviour: str, count: int,
+    workers: int,
+) -> App:  # fmt: skip
+    app = App("ledger")
+    broker = app.broker(RedisBroker(url))
+    name = None if consumer == "-" else consumer
+    source: Source
+    if kind == "stream":
+        source = RedisStream(
+            key, group="g", consumer=name, start=Position.beginning(), min_idle=1.0
+        )
+    else:
+        source = RedisList(key, reliable=True, consumer=name, heartbeat=1.0, reap_every=0.2)
+    log = os.open(runlog, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    poison = int(behaviour.partition(":")[2]) if behaviour.startswith("poison:") else None
+
+    @broker.subscriber(
+        source, count=count, workers=workers, block=50, max_attempts=3, dead_letter=f"{key}.dead"
+    )
+    async def handle(n: int, ctx: Context) -> None:
+        os.write(log, f"run {n} {ctx.attempt} {os.getpid()}\n".encode())
+        if n == poison:
+            os._exit(3)
+        if behaviour == "slow":
+            await trio.sleep(0.001)
+        os.write(log, f"done {n}\n".encode())
+        print(f"handled {n}", flush=True)
+
+    return app
+
+
+if __name__ == "__main__":
+    url, kind, key, consumer, runlog, behaviour, count, workers = sys.argv[1:9]
+    build(url, kind, key, consumer, runlog, behaviour, int(count), int(workers)).run()

@@ -1,0 +1,219 @@
+"""An attempt is a handler run, never a read: real servers, real processes, a ledger.
+
+Each test is a sentence of the contract (docs/guides/outcomes.md, "An attempt is a handler
+run"); the ledger (``tests/redis/ledger.py``) checks every published number against the handler
+runs the consumers wrote down as they began and what the server holds at the end.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import trio
+
+from tests.redis.client.redis_waits import eventually
+from tests.redis.streams.procs import Consumer
+from tests.redis_servers import RedisServer
+from trio_streams.redis.client import RedisClient
+
+from .ledger import Ledger, LedgerReport
+
+APP = "tests.redis.ledger_app"
+
+
+def consumer(
+    server: RedisServer, kind: str, key: str, name: str, runlog: Path, behaviour: str = "ok",
+    *, count: int = 10, workers: int = 1,
+) -> Consumer:  # fmt: skip
+    return Consumer(
+        server.url, kind, key, name, runlog, behaviour, count, workers, module=APP,
+        env={"TRIO_STREAMS_STATE_DIR": str(runlog.parent / "state")},
+    )  # fmt: skip
+
+
+async def settled(redis: RedisClient, ledger: Ledger, *, within: float = 30) -> LedgerReport:
+    """Wait until nothing is pending and every number is handled or dead-lettered."""
+
+    async def done() -> bool:
+        report = await ledger.report()
+        return not report.pending and not report.lost
+
+    await eventually(done, within=within, what="every entry settled")
+    report = await ledger.report()
+    print(report.line())
+    return report
+
+
+# ---- "A message that crashes its process is still stopped: it reaches max_attempts by its own
+# runs and is dead-lettered (or dropped) on its next delivery without running again. Its
+# neighbours are not charged."
+
+
+@pytest.mark.parametrize("kind", ["stream", "list"])
+async def test_a_poison_that_exits_its_process_is_dead_lettered_after_exactly_max_attempts_runs(
+    redis_server: RedisServer, redis: RedisClient, tmp_path: Path, kind: str
+) -> None:
+    ledger = Ledger(redis, kind, "jobs", tmp_path / "runs.log")
+    await ledger.publish(range(1, 11))  # the fourth is the poison; one read of ten
+    deaths = 0
+    while True:
+        proc = consumer(redis_server, kind, "jobs", "w1", ledger.runlog, "poison:4")
+        try:
+            with trio.fail_after(30):
+                while proc.process.poll() is None:
+                    report = await ledger.report()
+                    if not report.pending and not report.lost:
+                        break
+                    await trio.sleep(0.05)
+        finally:
+            exited = proc.process.poll()
+            proc.stop()
+        if exited is None:
+            break
+        deaths += 1
+        assert deaths <= 3, "the poison ran more than max_attempts times"
+    report = await settled(redis, ledger)
+    assert report.runs[4] == 3 and report.attempts[4] == [1, 2, 3]
+    assert deaths == 3
+    assert report.dead_lettered == {4}
+    # Every neighbour handled; none was ever charged a run it did not have.
+    assert report.handled == set(range(1, 11)) - {4}
+    assert not report.settled_without_run
+    for n in set(range(1, 11)) - {4}:
+        assert report.attempts[n] == list(range(1, len(report.attempts[n]) + 1)), n
+
+
+# ---- "A graceful stop finishes what the handlers hold, and what was read but not started is
+# ... handed back with its count as it was ... so the next consumer handles it at once."
+
+
+@pytest.mark.parametrize("kind", ["stream", "list"])
+async def test_ten_graceful_stops_in_a_row_during_a_backlog_charge_no_attempt(
+    redis_server: RedisServer, redis: RedisClient, tmp_path: Path, kind: str
+) -> None:
+    ledger = Ledger(redis, kind, "jobs", tmp_path / "runs.log")
+    await ledger.publish(range(1, 3001))
+    waits: list[float] = []
+    for stop in range(10):
+        proc = consumer(redis_server, kind, "jobs", "w1", ledger.runlog, "slow", count=50)
+        if stop:  # what the last stop handed back is handled by this consumer at once
+            started = time.monotonic()
+            await proc.wait_line("handled ", within=10)
+            waits.append(time.monotonic() - started)
+        target = len(ledger.runs()[1]) + 100
+
+        async def progressed(target: int = target) -> bool:
+            await trio.lowlevel.checkpoint()
+            return len(ledger.runs()[1]) >= target
+
+        await eventually(progressed, within=30, what="a hundred more handled")
+        proc.signal(signal.SIGTERM)
+        assert await proc.wait_exit() == 0
+        proc.stop()
+    last = consumer(redis_server, kind, "jobs", "w1", ledger.runlog, "ok", count=100)
+    try:
+        report = await settled(redis, ledger, within=60)
+    finally:
+        last.stop()
+    assert report.handled == set(range(1, 3001))
+    assert not report.dead_lettered and not report.settled_without_run
+    # Nobody died: every run was a first attempt (a stop charged nothing, nothing ran twice).
+    assert {attempt for seen in report.attempts.values() for attempt in seen} == {1}
+    assert report.duplicates == 0
+    print(f"first handled after a restart within (s): {[round(w, 2) for w in waits]}")
+    assert max(waits) < 2.0
+
+
+async def test_what_a_graceful_stop_hands_back_another_live_consumer_takes_within_two_seconds(
+    redis_server: RedisServer, redis: RedisClient, tmp_path: Path
+) -> None:
+    ledger = Ledger(redis, "stream", "jobs", tmp_path / "runs.log")
+    await ledger.publish(range(1, 2001))
+    stays = consumer(redis_server, "stream", "jobs", "b", ledger.runlog, "slow", count=50)
+    goes = consumer(redis_server, "stream", "jobs", "a", ledger.runlog, "slow", count=50)
+    try:
+        await goes.wait_line("handled ", within=10)
+        await stays.wait_line("handled ", within=10)
+        goes.signal(signal.SIGTERM)
+        assert await goes.wait_exit() == 0
+        reply = await redis.execute("XPENDING", "jobs", "g", "-", "+", 1000, "a")
+        handed_back = {entry[0] for entry in reply}
+        started = time.monotonic()
+
+        async def taken() -> bool:
+            reply = await redis.execute("XPENDING", "jobs", "g", "-", "+", 1000, "a")
+            return not reply
+
+        await eventually(taken, within=5, what="consumer a's entries taken by b")
+        took = time.monotonic() - started
+        report = await settled(redis, ledger, within=60)
+    finally:
+        stays.stop()
+        goes.stop()
+    print(f"{len(handed_back)} entries handed back, taken by the other consumer in {took:.2f} s")
+    assert took < 2.0
+    assert report.handled == set(range(1, 2001)) and not report.settled_without_run
+    assert {attempt for seen in report.attempts.values() for attempt in seen} == {1}
+
+
+# ---- "A crash counts against everything read with it" was the defect: kill -9 of consumers
+# of a backlog charges only the runs under way.
+
+
+@pytest.mark.parametrize("kind", ["stream", "list"])
+async def test_repeated_kill_9_of_two_consumers_settle_nothing_without_a_run(
+    redis_server: RedisServer, redis: RedisClient, tmp_path: Path, kind: str
+) -> None:
+    await kill_campaign(redis_server, redis, tmp_path, kind, entries=3000, kills=6)
+
+
+async def kill_campaign(
+    redis_server: RedisServer, redis: RedisClient, tmp_path: Path, kind: str, *,
+    entries: int, kills: int,
+) -> LedgerReport:  # fmt: skip
+    """Two consumers of a backlog of ``entries``, one of them killed (-9) and restarted under
+    its name after each ``entries / (kills + 1)`` runs; the ledger at the end."""
+    ledger = Ledger(redis, kind, "jobs", tmp_path / "runs.log")
+    await ledger.publish(range(1, entries + 1))
+    step = entries // (kills + 1)
+    names = ["c1", "c2"]
+    running = {
+        name: consumer(redis_server, kind, "jobs", name, ledger.runlog, "slow", count=50, workers=4)
+        for name in names
+    }
+    try:
+        for kill in range(kills):
+            target = len(ledger.runs()[1]) + step
+
+            async def progressed(target: int = target) -> bool:
+                await trio.lowlevel.checkpoint()
+                return len(ledger.runs()[1]) >= min(target, entries)
+
+            await eventually(progressed, within=60, what=f"{step} more entries run")
+            name = names[kill % 2]
+            running[name].kill()
+            running[name] = consumer(
+                redis_server, kind, "jobs", name, ledger.runlog, "slow", count=50, workers=4
+            )
+        report = await settled(redis, ledger, within=120)
+    finally:
+        for proc in running.values():
+            proc.stop()
+    assert report.handled == ledger.published
+    assert not report.settled_without_run and not report.lost
+    assert not report.dead_lettered  # no entry reached max_attempts=3 by being read
+    for n, seen in report.attempts.items():
+        assert seen == sorted(seen) and seen[0] == 1, (n, seen)
+    return report
+
+
+@pytest.mark.soak
+@pytest.mark.parametrize("kind", ["stream", "list"])
+async def test_30_kill_9_over_50k_entries_with_two_consumers_settle_nothing_without_a_run(
+    redis_server: RedisServer, redis: RedisClient, tmp_path: Path, kind: str
+) -> None:
+    report = await kill_campaign(redis_server, redis, tmp_path, kind, entries=50_000, kills=30)
+    print(f"soak ({kind}): {report.line()}")
