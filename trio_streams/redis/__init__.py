@@ -9,10 +9,12 @@ from .lists import ConsumerNameInUse, DeadLetterKind, ListEnd, RedisList, WrongK
 from .pubsub import PubSubFailed
 from .segments import SegmentRefused
 from .streams import NoGroup, RedisStream
+from .wire import ForeignPayloadError, entry_fields
 
 __all__ = [
     "ConsumerNameInUse",
     "DeadLetterKind",
+    "ForeignPayloadError",
     "GroupVanished",
     "ListEnd",
     "NoGroup",
@@ -24,4 +26,5 @@ __all__ = [
     "RedisTransport",
     "SegmentRefused",
     "WrongKeyType",
+    "entry_fields",
 ]
