@@ -8,6 +8,8 @@ sends its signal while the process is surely in that stage:
 - ``hook``: the ``on_startup`` hook prints ``in on_startup`` and waits for ever;
 - anything else: the app starts and prints ``running`` from its ``after_startup`` hook.
 
+Run as a script (``python -m tests.cli.startup_apps``), it runs ``app`` with ``app.run()``.
+
 ``slow`` reads a Redis stream with a consumer group (``TS_TEST_REDIS_URL``); its
 ``on_startup`` hook prints ``connecting`` just before the broker connects and the group is
 created, on a server the test has paused.
@@ -67,3 +69,7 @@ async def job(n: int) -> None: ...
 @slow.on_startup
 def say_connecting() -> None:
     _say("connecting")
+
+
+if __name__ == "__main__":  # app.run() in a script of its own
+    raise SystemExit(0 if app.run() else 130)

@@ -106,11 +106,16 @@ class Run:
 
 @asynccontextmanager
 async def run_process(
-    *args: str, stage: str = "", in_background: bool = False, env: dict[str, str] | None = None
+    *args: str,
+    stage: str = "",
+    in_background: bool = False,
+    env: dict[str, str] | None = None,
+    module: str | None = None,
 ) -> AsyncIterator[Run]:
-    """``trio-streams run ARGS``; ``in_background``: with SIGINT ignored, as a non-interactive
-    shell starts a command with ``&``. Killed on the way out if it still runs."""
-    argv = [*COMMAND, "run", *args]
+    """``trio-streams run ARGS`` (``python -m MODULE ARGS`` with ``module``); ``in_background``:
+    with SIGINT ignored, as a non-interactive shell starts a command with ``&``. Killed on the
+    way out if it still runs."""
+    argv = [*COMMAND, "run", *args] if module is None else [sys.executable, "-m", module, *args]
     if in_background:
         argv = ["sh", "-c", 'trap "" INT; exec "$@"', "sh", *argv]
     process = await trio.lowlevel.open_process(

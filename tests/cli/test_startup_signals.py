@@ -178,3 +178,13 @@ async def test_a_supervisor_signalled_right_after_spawn_stops() -> None:
         assert output == [], output
     else:
         assert_stopped_starting(status, output, name="SIGTERM")
+
+
+async def test_app_run_in_a_script_signalled_in_an_on_startup_hook_stops_at_once() -> None:
+    async with run_process(stage="hook", module="tests.cli.startup_apps") as process:
+        with trio.fail_after(20):
+            await process.lines.wait_for("in on_startup")
+        process.signal(signal.SIGTERM)
+        status, output = await process.finish()
+    # app.run() returned False: the script's own exit status says the start was cut short.
+    assert_stopped_starting(status, output, name="SIGTERM")
