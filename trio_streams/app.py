@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import trio
 from trio_util import AsyncValue
 
+from . import _signals
 from .banner import log_banner
 from .broker import Broker
 from .dispatch import HandledMessage
@@ -321,7 +322,9 @@ class App:
     def run(self, *, shutdown_timeout: float | None = None) -> bool:
         """Run standalone until SIGINT/SIGTERM (graceful) or a second signal (at once).
 
-        Returns True after a graceful stop, False when a second signal cut the drain short.
+        A signal while the app is still starting (a hook, a lifespan, a broker connecting)
+        stops it at once: there is nothing to drain yet. Returns True after a graceful stop,
+        False when a signal cut the start or the drain short.
         Logs to stderr at INFO, unless logging is configured already. When the app does not
         start, or a subscription fails, it prints one line per error to stderr, naming the
         cause and, where it is known, what to do (the traceback is logged at DEBUG), and exits
@@ -348,7 +351,8 @@ class App:
         """
         timeout = None if shutdown_timeout is None else check_shutdown_timeout(shutdown_timeout)
         try:
-            return trio.run(self._run_with_signals, timeout)
+            with _signals.holding():  # a signal before Trio's receiver is not lost
+                return trio.run(self._run_with_signals, timeout)
         except AppFailed:
             raise
         except Exception as error:
@@ -380,44 +384,61 @@ class App:
         )
 
     async def _run_with_signals(self, shutdown_timeout: float | None) -> bool:
-        forced = trio.Event()
+        """Serve until stopped, hearing SIGINT/SIGTERM from the start: a signal while the app
+        starts (a hook that waits, a broker that connects slowly) stops it at once; once it is
+        running, the first drains and a second cancels. Returns False when a signal cut the
+        start or the drain short."""
         with (
             trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals,
             raise_lone_errors(),
         ):
             async with trio.open_nursery() as nursery:
+                run = _SignalledRun(nursery)
+                nursery.start_soon(self._watch_signals, signals, run)
+
+                async def serve(task_status: trio.TaskStatus[RunningApp]) -> None:
+                    try:
+                        await self.serve(shutdown_timeout=shutdown_timeout, task_status=task_status)
+                    finally:
+                        run.over = True
+
                 try:
-                    running: RunningApp = await nursery.start(
-                        lambda task_status: self.serve(
-                            shutdown_timeout=shutdown_timeout, task_status=task_status
-                        )
-                    )
+                    running: RunningApp = await nursery.start(serve)
                 except Exception as error:
                     raise _did_not_start(self.name, error) from error
-                nursery.start_soon(self._watch_signals, signals, running, forced, nursery)
                 await running.wait_stopped()
                 nursery.cancel_scope.cancel()
-        return not forced.is_set()
+        return not run.cut_short
 
-    async def _watch_signals(
-        self,
-        signals: AsyncIterator[int],
-        running: RunningApp,
-        forced: trio.Event,
-        nursery: trio.Nursery,
-    ) -> None:
-        received = 0
-        async for signum in signals:
-            received += 1
-            name = signal.Signals(signum).name
-            if received == 1:
-                self.logger.warning("%s: %s received, shutting down gracefully", self.name, name)
-                running.request_stop()
-            else:
-                self.logger.warning("%s: second signal (%s), cancelling now", self.name, name)
-                forced.set()
-                nursery.cancel_scope.cancel()
+    async def _watch_signals(self, signals: AsyncIterator[int], run: _SignalledRun) -> None:
+        """The signals that came before the receiver opened (held by ``_signals``), then the
+        receiver's, until there is nothing left to stop. Cancelled with the run's nursery."""
+        for signum in _signals.take():
+            if not self._on_signal(signum, run):
                 return
+        async for signum in signals:
+            if not self._on_signal(signum, run):
+                return
+
+    def _on_signal(self, signum: int, run: _SignalledRun) -> bool:
+        """Act on one more signal; False once there is nothing left to do."""
+        if run.over:
+            return False  # the app has stopped: the run is ending anyway
+        run.received += 1
+        name = signal.Signals(signum).name
+        running = self.running
+        starting = self.health.value.state is HealthState.STARTING
+        if run.received == 1 and running is not None and not starting:
+            self.logger.warning("%s: %s received, shutting down gracefully", self.name, name)
+            running.request_stop()
+            return True
+        if run.received == 1:
+            self.logger.warning("%s: %s received while starting, stopping at once", self.name, name)
+        else:
+            self.logger.warning("%s: second signal (%s), cancelling now", self.name, name)
+        run.cut_short = True
+        run.nursery.cancel_scope.cancel()
+        return False
 
     async def serve_with(
         self, options: RunOptions, task_status: trio.TaskStatus[RunningApp]
@@ -641,6 +662,17 @@ def check_shutdown_timeout(value: object) -> float:
     if math.isnan(value) or value < 0:
         raise ConfigurationError(f"shutdown_timeout must be >= 0 seconds, got {value!r}")
     return float(value)
+
+
+@dataclass(slots=True)
+class _SignalledRun:
+    """What the signal watcher of a standalone run (``App.run``) knows: how many signals
+    came, whether one cut the run short, and whether ``serve`` is over."""
+
+    nursery: trio.Nursery
+    received: int = 0
+    cut_short: bool = False
+    over: bool = False
 
 
 def _did_not_start(name: str, error: Exception) -> AppFailed:

@@ -4,18 +4,26 @@ Subcommands are registered by the modules that own them, so the CLI stays one sm
 What every subcommand shares is here: Ctrl-C exits with status 130 and no traceback, and a
 reader that went away (``trio-streams file decode big.ss | head``) ends the command quietly with
 status 141, as the coreutils do (they die of SIGPIPE, which a shell reports as 128 + 13).
+
+``run`` is a service: SIGINT and SIGTERM stop it at any moment, also while trio-streams and
+the app are still being imported. So this module imports nothing heavy at its top: ``main``
+installs the start-up signal guard (``_signals``) first, then imports the rest.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
 
+from . import _signals
 from ._version import __version__
-from .groups import leaves
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
+
+if TYPE_CHECKING:
+    import argparse
 
 __all__ = ["build_parser", "main"]
 
@@ -45,6 +53,8 @@ def _registrars() -> list[Registrar]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import argparse
+
     parser = argparse.ArgumentParser(
         prog="trio-streams", description="Run, feed and inspect trio-streams services."
     )
@@ -56,6 +66,33 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command ``argv`` (the program's arguments when None) and return its status.
+
+    For ``run``, SIGINT and SIGTERM are guarded from here on (see ``_signals``): one that comes
+    before the app is running stops the command at once with one line and status 130. Called
+    with ``argv`` (from code), the handlers found are put back on return; as the program, the
+    guard stays until the process exits, so a signal at the very end changes nothing."""
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    guarded = arguments[:1] == ["run"] and _signals.install(raising=True)
+    try:
+        return _main(arguments)
+    except _signals.StopSignal as stop:
+        # Before ``run`` configured logging: the one line goes to stderr as it is.
+        print(
+            f"trio-streams run: {stop.name} received while starting, stopping at once",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
+    finally:
+        if guarded and argv is not None:
+            _signals.uninstall()
+        elif guarded:
+            _signals.install(raising=False)
+
+
+def _main(argv: list[str]) -> int:
+    from .groups import leaves
+
     try:
         parser = build_parser()
         args = parser.parse_args(argv)

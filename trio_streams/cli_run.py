@@ -16,6 +16,7 @@ from typing import Any
 
 import trio
 
+from . import _signals
 from .app import App, AppFailed
 from .logs import FORMATS, LEVELS, LogConfigError, configure
 from .reporting import describe, report
@@ -31,6 +32,9 @@ __all__ = ["AppNotFound", "load_app", "register"]
 
 _PROG = "trio-streams run"
 _TRACEBACK_HINT = "--log-level debug shows the traceback"
+#: The exit status of a run that a signal stopped before it was running, or whose drain a
+#: second signal cut short (128 + SIGINT, whichever signal it was).
+_EXIT_CUT_SHORT = 128 + signal.SIGINT
 _log = logging.getLogger("trio_streams.cli")
 
 
@@ -102,6 +106,18 @@ def _run(args: argparse.Namespace) -> int:
         print(f"{_PROG}: {exc}", file=sys.stderr)
         return 2
     try:
+        return _load_and_run(args)
+    except _signals.StopSignal as stop:
+        # Came while the app was imported or checked, before Trio: nothing runs yet.
+        _log.warning("%s: %s received while starting, stopping at once", _PROG, stop.name)
+        return _EXIT_CUT_SHORT
+
+
+def _load_and_run(args: argparse.Namespace) -> int:
+    """Import the app and run it (or its supervisor), logging configured. A signal before
+    Trio runs raises ``StopSignal`` (the start-up guard installed by ``main``); from
+    ``trio.run`` on, the guard only holds signals and the run hears them from its start."""
+    try:
         app = load_app(args.app, factory=args.factory)
     except AppNotFound as exc:
         if exc.__cause__ is not None:
@@ -114,12 +130,13 @@ def _run(args: argparse.Namespace) -> int:
     if args.workers is not None or args.reload:
         return _supervise(app, args)
     watch_supervisor()
+    _signals.hold()
     try:
         graceful = app.run_until_stopped(shutdown_timeout=args.shutdown_timeout)
     except AppFailed as failure:
         report(failure, prefix=_PROG, out=sys.stderr, logger=_log, traceback_hint=_TRACEBACK_HINT)
         return 1
-    return 0 if graceful else 128 + signal.SIGINT
+    return 0 if graceful else _EXIT_CUT_SHORT
 
 
 def _supervise(app: App, args: argparse.Namespace) -> int:
@@ -146,6 +163,7 @@ def _supervise(app: App, args: argparse.Namespace) -> int:
         reload=args.reload,
         reload_dirs=tuple(Path(d).resolve() for d in args.reload_dir),
     )
+    _signals.hold()
     return trio.run(supervise, worker_command(_worker_argv(args)), policy)
 
 
@@ -218,8 +236,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "SIGTERM drains in-flight work; a second one cancels at once. Exit status: 0 after a "
         "graceful stop, 1 when the app did not start or a subscription failed (one line per "
         "error on stderr), 2 for a bad command line or a target that is not an App, 130 when "
-        "a second signal cut the drain short. With --workers, the supervisor exits 1 when a "
-        "worker keeps crashing.",
+        "a signal stopped it while it was starting (at once: importing, in a startup hook, "
+        "connecting) or a second signal cut the drain short. With --workers, the supervisor "
+        "exits 1 when a worker keeps crashing.",
     )
     parser.add_argument("app", metavar="MODULE:ATTRIBUTE", help="where the App is, e.g. svc:app")
     parser.add_argument(

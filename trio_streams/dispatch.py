@@ -39,7 +39,7 @@ from .handler import UNDECODED
 from .middleware import HandlerCall, broker_kind
 from .outcome import Outcome, OutcomeKind, ack, drop, retry
 from .reporting import describe
-from .transport import DeadLetter, Unsettled
+from .transport import DeadLetter, SourceFault, Unsettled
 
 if TYPE_CHECKING:
     from .subscription import SubscriptionRunner
@@ -877,16 +877,8 @@ class Dispatcher:
                 runner.label,
                 time.time_ns() // 1_000_000,
             )
-            self._log.warning(
-                "%s: message %s dead-lettered to %r after %d attempt(s): %s%s",
-                runner.label,
-                _where(delivery),
-                verdict.dead_letter,
-                delivery.attempt,
-                reason,
-                f" ({letter.error})" if letter.error else "",
-            )
-            await runner.dead_letter(delivery, letter)
+            refused = await runner.dead_letter(delivery, letter)
+            self._log_dead_letter(delivery, letter, refused)
             return False
         elif (
             verdict.outcome.kind is OutcomeKind.DROP
@@ -907,6 +899,23 @@ class Dispatcher:
             return True
         await runner.settle(delivery, outcome)
         return False
+
+    def _log_dead_letter(
+        self, delivery: Delivery, letter: DeadLetter, refused: SourceFault | None
+    ) -> None:
+        """One line, once the dead letter was tried: "dead-lettered" only when it was
+        written; otherwise why not, and what became of the delivery (the fault's message)."""
+        why = f"{letter.reason}{f' ({letter.error})' if letter.error else ''}"
+        if refused is None:
+            self._log.warning(
+                "%s: message %s dead-lettered to %r after %d attempt(s): %s",
+                self._runner.label, _where(delivery), letter.destination, delivery.attempt, why,
+            )  # fmt: skip
+        else:
+            self._log.warning(
+                "%s: message %s not dead-lettered after %d attempt(s): %s; %s",
+                self._runner.label, _where(delivery), delivery.attempt, why, refused.message,
+            )  # fmt: skip
 
     def _observe(
         self,

@@ -321,15 +321,17 @@ class SubscriptionRunner:
                 for kind in kinds:
                     self.host.clear_fault(kind)
 
-    async def dead_letter(self, delivery: Delivery, letter: DeadLetter) -> None:
+    async def dead_letter(self, delivery: Delivery, letter: DeadLetter) -> SourceFault | None:
         """Dead-letter ``delivery``: in one step where the source can, else publish the copy
-        through the transport and settle the delivery with ``drop()``."""
+        through the transport and settle the delivery with ``drop()``. Returns the fault when
+        the source could not write the letter (its message says what became of the delivery),
+        None when the letter was written."""
         delivery.ended = True
         try:
             done = await self.source.dead_letter(delivery, letter)
         except SourceFault as fault:
             self._settle_failed(fault)  # the delivery stays with the transport, to deliver again
-            return
+            return fault
         if done:
             self._settle_recovered()
         else:
@@ -338,6 +340,7 @@ class SubscriptionRunner:
                 letter.destination, delivery.payload, letter.headers_for(delivery)
             )
             await self.settle(delivery, drop())
+        return None
 
     def unsettled(self, delivery: Delivery, why: Unsettled) -> None:
         """``delivery`` ends without a settle: tell the source (synchronously), unless it was

@@ -42,6 +42,7 @@ from typing import final
 
 import trio
 
+from . import _signals
 from .app import App
 from .transport import Sharing
 
@@ -115,9 +116,10 @@ class _Worker:
         Sets ``gave_up`` when the worker keeps crashing (or cannot start at all). Returns at
         once after ``reload`` stopped the worker: the caller starts the slot again."""
         pause = self._policy.backoff
-        while True:
+        status = 0
+        while not stopping.is_set():  # a signal may come before the first start
             started = trio.current_time()
-            status = await self._run_once(reload)
+            status = await self._run_once(reload, stopping)
             if stopping.is_set() or reload.is_set():
                 return status  # the caller starts it again after a reload
             if status == 0:
@@ -145,8 +147,9 @@ class _Worker:
                 return status
             pause = min(pause * 2, self._policy.max_backoff)
             self.restarts += 1
+        return status
 
-    async def _run_once(self, reload: trio.Event) -> int:
+    async def _run_once(self, reload: trio.Event, stopping: trio.Event) -> int:
         read_fd, write_fd = os.pipe()
         env = dict(
             os.environ,
@@ -164,6 +167,10 @@ class _Worker:
             os.close(read_fd)
         self.process = process
         _log.info("worker %d: started (pid %d)", self.index, process.pid)
+        if stopping.is_set():
+            # The stop came while the process was being spawned, when there was no process
+            # to forward it to: it gets it now, and stops as one in its start-up does.
+            process.send_signal(signal.SIGTERM)
         try:
             async with trio.open_nursery() as nursery:
 
@@ -228,6 +235,11 @@ async def supervise(command: Sequence[str], policy: SupervisorPolicy) -> int:
             reload_event = trio.Event()  # the restarted worker waits for the next change
 
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        early = _signals.take()  # came before the receiver opened, as Trio started
+        if early:
+            name = signal.Signals(early[0]).name
+            _log.warning("supervisor: %s received while starting, stopping at once", name)
+            return 128 + signal.SIGINT
         async with trio.open_nursery() as nursery:
             _log.info(
                 "supervisor: starting %d worker(s) of %s", policy.workers, " ".join(command[3:])

@@ -7,7 +7,7 @@ import sys
 
 import trio
 
-from tests.cli.support import ROOT, cli
+from tests.cli.support import ROOT, Lines, cli
 
 
 async def run_app(*args: str, mood: str = "finishes") -> trio.Process:
@@ -18,34 +18,6 @@ async def run_app(*args: str, mood: str = "finishes") -> trio.Process:
         stderr=subprocess.STDOUT,
         env={**os.environ, "HANDLER": mood, "PYTHONUNBUFFERED": "1"},
     )
-
-
-class Lines:
-    """Reads a process's output line by line, keeping all of it for error messages."""
-
-    def __init__(self, process: trio.Process) -> None:
-        assert process.stdout is not None
-        self._stream = process.stdout
-        self._buffer = b""
-        self.seen: list[str] = []
-
-    async def wait_for(self, text: str) -> None:
-        while not any(text in line for line in self.seen):
-            if b"\n" in self._buffer:
-                line, self._buffer = self._buffer.split(b"\n", 1)
-                self.seen.append(line.decode())
-                continue
-            chunk = await self._stream.receive_some()
-            if not chunk:
-                raise AssertionError(f"{text!r} never came; output was:\n" + "\n".join(self.seen))
-            self._buffer += chunk
-
-    async def rest(self) -> list[str]:
-        while chunk := await self._stream.receive_some():
-            self._buffer += chunk
-        self.seen.extend(self._buffer.decode().splitlines())
-        self._buffer = b""
-        return self.seen
 
 
 async def test_sigterm_drains_the_handler_in_flight_then_exits_cleanly() -> None:

@@ -12,15 +12,17 @@ for text that is UTF-8, ``{"base64": "..."}`` for bytes that are not.
 
 An entry with no ``_payload`` whose fields are UTF-8 and named once each is recorded with the
 value ``json`` instead: its payload (a JSON object of the fields, in order) already holds them.
+The string-or-base64 items are those of a foreign entry's payload
+(:func:`~..redis.wire.field_item`), so what a handler reading Redis gets and what a recording
+keeps spell bytes the same way.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Sequence
 
-from ..redis.wire import PAYLOAD_FIELD, encode_fields
+from ..redis.wire import PAYLOAD_FIELD, ForeignPayloadError, encode_fields, field_bytes, field_item
 
 __all__ = ["JSON_OBJECT", "BadFieldList", "decode_field_list", "exact_fields"]
 
@@ -49,8 +51,10 @@ def exact_fields(fields: Sequence[bytes], payload: bytes, headers: dict[str, str
         try:
             pairs = json.loads(payload)
         except ValueError:  # pragma: no cover - decode_fields writes JSON
-            pairs = {}
-        again = [_as_bytes(part) for pair in pairs.items() for part in pair]
+            pairs = None
+        # The ``json`` marker's replay writes the object's strings back: only for text.
+        texts = isinstance(pairs, dict) and all(isinstance(v, str) for v in pairs.values())
+        again = [_as_bytes(part) for pair in pairs.items() for part in pair] if texts else []
     if again == [bytes(part) for part in fields]:
         return None if has_payload else JSON_OBJECT
     return encode_field_list(fields)
@@ -58,13 +62,7 @@ def exact_fields(fields: Sequence[bytes], payload: bytes, headers: dict[str, str
 
 def encode_field_list(fields: Sequence[bytes]) -> str:
     """``fields`` as a JSON array: text as strings, other bytes as ``{"base64": ...}``."""
-    items: list[object] = []
-    for part in fields:
-        raw = bytes(part)
-        try:
-            items.append(raw.decode("utf-8"))
-        except UnicodeDecodeError:
-            items.append({"base64": base64.b64encode(raw).decode("ascii")})
+    items = [field_item(bytes(part)) for part in fields]
     return json.dumps(items, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -77,15 +75,7 @@ def decode_field_list(value: str) -> list[bytes]:
         raise BadFieldList(f"not JSON: {exc}") from None
     if not isinstance(items, list) or not items or len(items) % 2:
         raise BadFieldList("not a non-empty array of field names and values")
-    out: list[bytes] = []
-    for item in items:
-        if isinstance(item, str):
-            out.append(item.encode("utf-8"))
-        elif isinstance(item, dict) and isinstance(item.get("base64"), str) and len(item) == 1:
-            try:
-                out.append(base64.b64decode(item["base64"], validate=True))
-            except ValueError as exc:
-                raise BadFieldList(f"bad base64: {exc}") from None
-        else:
-            raise BadFieldList(f"an item is neither a string nor {{'base64': ...}}: {item!r}")
-    return out
+    try:
+        return [field_bytes(item) for item in items]
+    except ForeignPayloadError as exc:
+        raise BadFieldList(str(exc)) from None

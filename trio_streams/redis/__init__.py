@@ -10,10 +10,12 @@ from .lists import ConsumerNameInUse, DeadLetterKind, ListEnd, RedisList, WrongK
 from .pubsub import PubSubFailed
 from .segments import SegmentRefused
 from .streams import NoGroup, RedisStream
+from .wire import ForeignPayloadError, entry_fields
 
 __all__ = [
     "ConsumerNameInUse",
     "DeadLetterKind",
+    "ForeignPayloadError",
     "GroupVanished",
     "ListEnd",
     "NoGroup",
@@ -26,4 +28,5 @@ __all__ = [
     "SegmentRefused",
     "WrongKeyType",
     "companion_key",
+    "entry_fields",
 ]

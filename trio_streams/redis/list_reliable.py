@@ -617,7 +617,7 @@ class ReliableListSubscription(ListSubscriptionBase):
         token: int = delivery.handle
         value = self._values[token]
         write = self.dead_letter_command(delivery, letter)
-        with self._settling(token, "dead letter"):
+        with self._settling(token, f"dead letter to {letter.destination!r}"):
             if self._same_slot(letter.destination):
                 await self._copy_then_remove(write, value)
             else:  # two slots: the letter first, so a crash between never loses it

@@ -11,6 +11,10 @@
   with the retry-count header; ``retry_after`` puts the copy into the durable delay set (a
   promoter pushes it back when due); a dead letter pushes the copy with the reason headers
   onto the dead-letter list (or ``XADD``s it onto a stream, ``dead_letter_kind="stream"``).
+- **A refused dead letter** (its key holds another type, the server refuses the write): the
+  popped entry, as it was popped, goes back at the front of the list (:data:`PUT_BACK`), after
+  the entries put back so before it that were popped before it, so a run of refusals keeps the
+  order the entries were popped in; it is handled again. Only if that too fails is it lost.
 - **Faults.** A lost connection is the fault ``connection`` while the reader reconnects
   (paced); a key that holds another type is :class:`~.lists.WrongKeyType`, which stops the
   subscription: no retry would fix it.
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,6 +44,34 @@ _log = logging.getLogger("trio_streams.redis")
 
 #: Beyond the block time, how long a stop waits for the reply of a pop it cancelled (s).
 _REPLY_MARGIN = 2.0
+
+#: How many entries put back after a refused dead letter are remembered, to put the next ones
+#: behind those of them popped before (and still at the front).
+_REMEMBERED_PUT_BACKS = 256
+
+#: Put ``ARGV[1]`` back at the front of list ``KEYS[1]`` (``ARGV[2]``: ``LEFT`` or ``RIGHT``,
+#: the end consumers take from), behind the entries at the front that are among ``ARGV[3..]``
+#: (put back before it, popped before it), as one step; answers how many it went behind.
+PUT_BACK = """
+local key, value = KEYS[1], ARGV[1]
+local earlier, left = {}, #ARGV - 2
+for i = 3, #ARGV do earlier[ARGV[i]] = (earlier[ARGV[i]] or 0) + 1 end
+local pop, push, index, step = "LPOP", "LPUSH", 0, 1
+if ARGV[2] == "RIGHT" then pop, push, index, step = "RPOP", "RPUSH", -1, -1 end
+local ahead = 0
+while ahead < left do
+  local v = redis.call("LINDEX", key, index)
+  if not v or not earlier[v] or earlier[v] == 0 then break end
+  earlier[v] = earlier[v] - 1
+  ahead = ahead + 1
+  index = index + step
+end
+local moved = {}
+if ahead > 0 then moved = redis.call(pop, key, ahead) end
+redis.call(push, key, value)
+for i = #moved, 1, -1 do redis.call(push, key, moved[i]) end
+return ahead
+"""
 
 
 def _popped(reply: Any, count: int) -> list[bytes]:
@@ -62,6 +95,8 @@ class SimpleListSubscription(ListSubscriptionBase):
         self._order = itertools.count()
         #: ``(order, value)`` of the deliveries let go unsettled, pushed back at close.
         self._give_back: list[tuple[int, bytes]] = []
+        #: ``(order, value)`` of the entries put back after a refused dead letter, latest last.
+        self._put_back: deque[tuple[int, bytes]] = deque(maxlen=_REMEMBERED_PUT_BACKS)
 
     async def read(self) -> Sequence[Delivery] | None:
         key, end, count = self._key, self._end.word, self._count
@@ -155,15 +190,36 @@ class SimpleListSubscription(ListSubscriptionBase):
             ) from exc
 
     async def dead_letter(self, delivery: Delivery, letter: DeadLetter) -> bool:
+        """Write the letter; if the server refuses it, put the entry back (a fault that says
+        so, and the dispatcher's log line with it)."""
         try:
             await self._client.execute(*self.dead_letter_command(delivery, letter))
         except RedisError as exc:
+            what = await self._put_back_refused(delivery)
             raise SourceFault(
                 "settle",
-                f"dead letter of an entry of list {self._key!r} to {letter.destination!r} "
-                f"failed (lost): {exc}",
+                f"dead letter to {letter.destination!r} of an entry of list {self._key!r} "
+                f"failed: {exc}; {what}",
             ) from exc
         return True
+
+    async def _put_back_refused(self, delivery: Delivery) -> str:
+        """Put the entry of a refused dead letter back at the front of the list, behind those
+        put back before it that were popped before it (:data:`PUT_BACK`); what happened, for
+        the fault's message. Shielded, for a bounded time: the entry exists only here, and a
+        stop cancelling the settle would lose it."""
+        order, value = delivery.handle
+        earlier = [v for o, v in self._put_back if o < order]
+        with trio.CancelScope(shield=True), trio.move_on_after(_REPLY_MARGIN):
+            try:
+                await self._client.execute(
+                    "EVAL", PUT_BACK, 1, self._key, value, self._end.word, *earlier
+                )
+            except RedisError as exc:
+                return f"putting the entry back on list {self._key!r} failed too (lost): {exc}"
+            self._put_back.append((order, value))
+            return f"put back at the front of list {self._key!r}"
+        return f"putting the entry back on list {self._key!r} got no reply (it may be lost)"
 
     def unsettled(self, delivery: Delivery, why: Unsettled) -> None:
         """Popped, and let go unsettled (a stop abandoned it, queued or in its handler): kept

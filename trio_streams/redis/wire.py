@@ -3,9 +3,17 @@
 Pure functions, no I/O, so every shape is tested on its own:
 
 - **Entries** carry the payload in field ``_payload`` and each header in a field ``h:<name>``
-  (the layout RustStream's Redis transport uses). Other fields are ignored on read. An entry
-  from another producer without ``_payload`` still delivers: its payload is the entry's fields
-  as a JSON object of strings (so a JSON handler can take a ``dict``), and it has no headers.
+  whose name and value are UTF-8 (the layout RustStream's Redis transport uses). Other fields
+  are ignored on read.
+- **Foreign entries**, which another producer wrote without that layout — no ``_payload``, or
+  a header name or value that is not UTF-8 — still deliver, with no headers, and with nothing
+  of them changed or lost: the payload is the entry's fields as JSON (:func:`fields_payload`).
+  When every field name is UTF-8 and given once, a JSON object in the entry's order (so a JSON
+  handler can take a ``dict``); otherwise the flat field list as a JSON array, ``[name, value,
+  ...]``. Either way a value (or, in the array, a name) is a string when it is UTF-8 and
+  ``{"base64": "..."}`` when it is not — the convention a recording uses for the exact fields
+  it keeps (:mod:`trio_streams.record.fields`). :func:`entry_fields` gives the bytes back. A
+  retry copy or a dead letter of a foreign entry carries that payload, so the same bytes.
 - **Replies** are read in both protocols: under RESP3 ``XREADGROUP`` answers a map, under RESP2
   a list of ``[key, entries]`` pairs; an entry is ``[id, fields]`` with ``fields`` a flat list,
   or nil when the entry was deleted (or trimmed) while it was pending.
@@ -15,6 +23,8 @@ Pure functions, no I/O, so every shape is tested on its own:
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
@@ -26,10 +36,15 @@ __all__ = [
     "HEADER_PREFIX",
     "PAYLOAD_FIELD",
     "Entry",
+    "ForeignPayloadError",
     "ReplyShapeError",
     "decode_fields",
     "encode_fields",
+    "entry_fields",
     "entry_position",
+    "field_bytes",
+    "field_item",
+    "fields_payload",
     "id_before",
     "parse_autoclaim",
     "parse_consumers",
@@ -49,6 +64,10 @@ class ReplyShapeError(TrioStreamsError):
     """A server reply was not shaped as the command documents (the message says which)."""
 
 
+class ForeignPayloadError(TrioStreamsError, ValueError):
+    """A payload given to :func:`entry_fields` is not the JSON a foreign entry delivers."""
+
+
 class Entry(NamedTuple):
     """One stream entry as read: its id, and its fields (None: deleted while pending)."""
 
@@ -57,7 +76,8 @@ class Entry(NamedTuple):
 
 
 def text(value: Any) -> str:
-    """A reply value (bytes or str) as text."""
+    """A reply value (bytes or str) as text: for what the server names (keys, ids, types),
+    never an entry's fields, where a byte that is not UTF-8 must not become U+FFFD."""
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     if isinstance(value, str):
@@ -84,15 +104,77 @@ def decode_fields(fields: Sequence[bytes]) -> tuple[bytes, dict[str, str]]:
     payload: bytes | None = None
     headers: dict[str, str] = {}
     pairs = iter(fields)
-    for name, value in zip(pairs, pairs, strict=True):
-        if name == PAYLOAD_FIELD:
-            payload = bytes(value)
-        elif name.startswith(_HEADER_PREFIX_BYTES):
-            headers[text(name[2:])] = text(value)
+    try:
+        for name, value in zip(pairs, pairs, strict=True):
+            if name == PAYLOAD_FIELD:
+                payload = bytes(value)
+            elif name.startswith(_HEADER_PREFIX_BYTES):
+                headers[str(name[2:], "utf-8")] = str(value, "utf-8")
+    except UnicodeDecodeError:  # a header that is not text: not this layout, a foreign entry
+        payload = None
     if payload is None:
-        raw = {text(fields[i]): text(fields[i + 1]) for i in range(0, count, 2)}
-        return json.dumps(raw, separators=(",", ":")).encode(), {}
+        return fields_payload(fields), {}
     return payload, headers
+
+
+def field_item(raw: bytes) -> str | dict[str, str]:
+    """One field name or value in the JSON of a foreign entry (and of a recording's exact
+    fields): the text when ``raw`` is UTF-8, else ``{"base64": ...}`` of its bytes."""
+    try:
+        return str(raw, "utf-8")
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(raw).decode("ascii")}
+
+
+def field_bytes(item: object) -> bytes:
+    """The bytes :func:`field_item` made ``item`` of (:class:`ForeignPayloadError` if it is
+    neither a string nor ``{"base64": ...}``)."""
+    if isinstance(item, str):
+        return item.encode("utf-8")
+    if isinstance(item, dict) and len(item) == 1 and isinstance(item.get("base64"), str):
+        try:
+            return base64.b64decode(item["base64"], validate=True)
+        except binascii.Error as exc:
+            raise ForeignPayloadError(f"bad base64 in {item!r}: {exc}") from None
+    raise ForeignPayloadError(f"a field is neither a string nor {{'base64': ...}}: {item!r}")
+
+
+def fields_payload(fields: Sequence[bytes]) -> bytes:
+    """The payload of a foreign entry: its fields as JSON, losslessly (module docstring)."""
+    try:
+        keys = [str(name, "utf-8") for name in fields[::2]]
+    except UnicodeDecodeError:
+        keys = []
+    if keys:
+        values: list[str] | list[str | dict[str, str]]
+        try:  # the usual foreign entry is text: decode it all at once
+            values = [str(value, "utf-8") for value in fields[1::2]]
+        except UnicodeDecodeError:
+            values = [field_item(value) for value in fields[1::2]]
+        object_ = dict(zip(keys, values, strict=True))
+        if len(object_) == len(keys):  # each name once: the object holds every field
+            return json.dumps(object_, separators=(",", ":")).encode()
+    items = [field_item(part) for part in fields]
+    return json.dumps(items, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def entry_fields(payload: bytes) -> list[bytes]:
+    """The fields of a foreign entry, byte for byte and in order, from the payload it was
+    delivered with (:func:`fields_payload`); :class:`ForeignPayloadError` if ``payload`` is
+    not such JSON."""
+    try:
+        decoded = json.loads(payload)
+    except ValueError as exc:
+        raise ForeignPayloadError(f"not the JSON of a foreign entry: {exc}") from None
+    if isinstance(decoded, dict):
+        return [
+            part
+            for key, value in decoded.items()
+            for part in (field_bytes(key), field_bytes(value))
+        ]
+    if isinstance(decoded, list) and decoded and len(decoded) % 2 == 0:
+        return [field_bytes(item) for item in decoded]
+    raise ForeignPayloadError("not a JSON object, nor an array of field names and values")
 
 
 def parse_entries(reply: Any) -> list[Entry]:

@@ -1,0 +1,157 @@
+"""A dead letter the server refuses (its key holds another type: a string, a hash), against a
+real server: a simple list puts the popped entry back at the front of its list, in the order
+the entries were popped, instead of losing it; a reliable list leaves it in its processing
+list. Either way the log says what happened, and never "dead-lettered" for a letter that was
+not written."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import trio
+
+from tests.redis.client.redis_waits import eventually
+from tests.redis_servers import RedisServer
+from tests.support import serving
+from trio_streams import App, Context
+from trio_streams.redis import RedisBroker, RedisList
+from trio_streams.redis.client import RedisClient
+from trio_streams.redis.frames import encode_frame
+from trio_streams.redis.lists import processing_key
+
+from .support import frames, length, values
+
+DEAD = "jobs.dead"
+
+#: How the dead-letter key is made to hold another type, and what it then holds.
+OTHER_TYPES = {
+    "string": (("SET", DEAD, "another type"), ("GET", DEAD), b"another type"),
+    "hash": (("HSET", DEAD, "f", "v"), ("HGETALL", DEAD), {b"f": b"v"}),
+}
+
+
+def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+
+def assert_logged_as_refused(caplog: pytest.LogCaptureFixture, what_happened: str) -> None:
+    lines = warnings(caplog)
+    assert not any("dead-lettered to" in line for line in lines), lines
+    refused = [line for line in lines if "not dead-lettered" in line]
+    assert refused, lines
+    for line in refused:
+        assert f"dead letter to {DEAD!r} of an entry of list 'jobs' failed" in line, line
+        assert "WRONGTYPE" in line, line
+        assert what_happened in line, line
+
+
+@pytest.mark.parametrize("kind", ["list", "stream"])
+@pytest.mark.parametrize("other", sorted(OTHER_TYPES))
+async def test_a_simple_list_puts_an_entry_whose_dead_letter_is_refused_back_to_be_handled_again(
+    redis_server: RedisServer,
+    redis: RedisClient,
+    caplog: pytest.LogCaptureFixture,
+    kind: str,
+    other: str,
+) -> None:
+    make, read, holds = OTHER_TYPES[other]
+    await redis.execute(*make)
+    app = App("svc")
+    broker = app.broker(RedisBroker(redis_server.url))
+    seen: list[tuple[bytes, dict[str, str]]] = []
+    again = trio.Event()
+
+    @broker.subscriber(RedisList("jobs", dead_letter_kind=kind), max_attempts=1, dead_letter=DEAD)
+    async def handle(payload: bytes, ctx: Context) -> None:
+        seen.append((payload, dict(ctx.headers)))
+        if len(seen) == 1:
+            raise ValueError("nope")  # the one attempt: dead-lettered, and refused
+        again.set()
+
+    await redis.execute("RPUSH", "jobs", encode_frame(b"5", {"trace": "t"}))
+    async with serving(app):
+        with trio.fail_after(10):
+            await again.wait()
+    # The same entry, as it was popped: not a copy with new headers.
+    assert seen == [(b"5", {"trace": "t"})] * 2
+    assert await redis.execute(*read) == holds
+    assert await length(redis, "jobs") == 0
+    assert_logged_as_refused(caplog, "put back at the front of list 'jobs'")
+
+
+@pytest.mark.parametrize("pop", ["left", "right"])
+async def test_refused_dead_letters_go_back_at_the_front_in_the_order_the_entries_were_popped(
+    redis_server: RedisServer, redis: RedisClient, caplog: pytest.LogCaptureFixture, pop: str
+) -> None:
+    # Each letter is refused while the app drains: reading has stopped, so the entries stay
+    # where they were put back, and the list shows the order.
+    await redis.execute("SET", DEAD, "another type")
+    app = App("svc", shutdown_timeout=10)
+    broker = app.broker(RedisBroker(redis_server.url))
+    draining = trio.Event()
+    first = trio.Event()
+
+    @app.on_shutdown
+    def stop_waiting() -> None:
+        draining.set()
+
+    @broker.subscriber(
+        RedisList("jobs", pop=pop), count=3, max_attempts=1, dead_letter=DEAD, workers=1
+    )
+    async def handle(n: int) -> None:
+        first.set()
+        await draining.wait()
+        raise ValueError(f"nope {n}")
+
+    push = "RPUSH" if pop == "left" else "LPUSH"  # the end the consumers do not pop
+    for n in (1, 2, 3):
+        await redis.execute(push, "jobs", encode_frame(str(n).encode(), {}))
+    async with serving(app):
+        with trio.fail_after(10):
+            await first.wait()  # 1 in the handler, 2 and 3 queued: one read
+        await redis.execute(push, "jobs", encode_frame(b"4", {}))
+
+        async def popped() -> bool:
+            return await length(redis, "jobs") == 0
+
+        await eventually(popped, what="entry 4 popped by a second read")
+    in_list = [payload for payload, _ in await frames(redis, "jobs")]
+    if pop == "right":
+        in_list.reverse()  # the front is the right end
+    assert in_list == [b"1", b"2", b"3", b"4"]
+    assert await redis.execute("GET", DEAD) == b"another type"
+    assert_logged_as_refused(caplog, "put back at the front of list 'jobs'")
+
+
+@pytest.mark.parametrize("kind", ["list", "stream"])
+async def test_a_reliable_list_logs_a_refused_dead_letter_as_left_in_its_processing_list(
+    redis_server: RedisServer, redis: RedisClient, caplog: pytest.LogCaptureFixture, kind: str
+) -> None:
+    await redis.execute("HSET", DEAD, "f", "v")
+    app = App("svc")
+    broker = app.broker(RedisBroker(redis_server.url))
+    tries = 0
+    twice = trio.Event()
+
+    @broker.subscriber(
+        RedisList("jobs", reliable=True, consumer="w1", dead_letter_kind=kind),
+        max_attempts=1,
+        dead_letter=DEAD,
+    )
+    async def handle(n: int) -> None:
+        nonlocal tries
+        tries += 1
+        if tries == 2:
+            twice.set()  # delivered again from the processing list
+        raise ValueError("nope")
+
+    await redis.execute("RPUSH", "jobs", encode_frame(b"5", {}))
+    async with serving(app):
+        with trio.fail_after(10):
+            await twice.wait()
+    assert await redis.execute("HGETALL", DEAD) == {b"f": b"v"}
+    # Nothing lost: the graceful close put the entry back on the list.
+    assert await values(redis, "jobs") == [bytes(4) + b"5"]
+    assert await length(redis, processing_key("jobs", "w1")) == 0
+    assert_logged_as_refused(caplog, "it stays in processing list")
