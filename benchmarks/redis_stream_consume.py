@@ -43,7 +43,7 @@ from trio_streams.redis.client import RedisClient, connect
 
 COUNT = 100
 #: The aim: the framework drains at least this share of the raw consume + XACK rate.
-AIM_RATIO = 0.4
+AIM_RATIO = 0.45
 PAYLOAD = b'{"id":1,"amount":9.5}'
 
 
