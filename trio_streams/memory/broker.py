@@ -291,11 +291,15 @@ class MemorySubscription(SubscriptionSource):
         """A group member counts handler runs, as a live group's attempt ledger does."""
         return self._members is not None
 
-    async def attempt_started(self, delivery: Delivery) -> None:
+    def record_run(self, delivery: Delivery) -> bool:
         if self._members is not None and id(delivery) in self._held:
             entry: Entry = delivery.handle
             key = (entry.stream, entry.seq)
             self._members.runs[key] = self._members.runs.get(key, 0) + 1
+        return True
+
+    async def attempt_started(self, delivery: Delivery) -> None:
+        self.record_run(delivery)
         await checkpoint()
 
     #: Handlers of deliveries this source calls dead are cancelled by the dispatcher, and such

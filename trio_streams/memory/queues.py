@@ -215,10 +215,14 @@ class MemoryListSubscription(SubscriptionSource):
         """A reliable queue counts handler runs, as the live processing list does."""
         return self._source.reliable
 
-    async def attempt_started(self, delivery: Delivery) -> None:
+    def record_run(self, delivery: Delivery) -> bool:
         entry = self._holding.get(delivery.handle)
         if entry is not None:
             entry.runs += 1
+        return True
+
+    async def attempt_started(self, delivery: Delivery) -> None:
+        self.record_run(delivery)
         await checkpoint()
 
     def kill(self) -> int:
