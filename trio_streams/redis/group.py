@@ -8,8 +8,9 @@ How it keeps its promises:
   consumer first reads its own pending entries (id ``0``), skipping those it still holds, then
   new ones (``>``).
 - **An attempt is a handler run.** A delivery's attempt is 1, plus the handler runs the entry
-  had (its field in the attempt ledger, :mod:`.attempts`, written before each run; read for
-  entries delivered again), plus the retry-count header of a retry copy. The PEL's delivery
+  had (recorded before each run in the consumer's run journal, :mod:`.journal`, and sent to the
+  group's attempt ledger, :mod:`.attempts`; read back for entries delivered again), plus the
+  retry-count header of a retry copy. The PEL's delivery
   count, which every read raises, only bounds it: a read-ahead, a stop, a restart, a reclaim
   charge nothing.
 - **Names that survive restarts.** The default consumer name is stable for app, subscription,
@@ -565,9 +566,13 @@ class GroupSubscription(SubscriptionSource):
             return None
 
     async def _acknowledge(self, ids: list[str]) -> None:
-        """Acknowledge entries a dead consumer's handlers had finished (its journal says so)."""
+        """Settle entries a dead consumer's handlers had finished (its journal says so), as
+        its flush would have (``XACK``, and ``XDEL`` for ``delete_on_ack``)."""
         for i in range(0, len(ids), _CHUNK):
-            await self._client.execute("XACK", self._key, self.group, *ids[i : i + _CHUNK])
+            pipeline = self._client.pipeline()
+            for command in self._settle_commands(ids[i : i + _CHUNK]):
+                pipeline.add(*command)
+            (await pipeline.execute()).raise_first()
 
     def _journal_group(self) -> str:
         """The server, stream and group, as the journals of this group's consumers name them."""
