@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from ._alone import RunGate
 from .codec import DecodeError, EncodeError, encode
 from .context import Context
 from .delivery import Delivery, retry_target_of
@@ -128,6 +129,10 @@ class Dispatcher:
         source = runner.source
         self._killable: Any = source if getattr(source, "killable", False) else None
         self._live: dict[int, tuple[Delivery, trio.CancelScope]] = {}
+        #: Several handlers at once on a source that counts runs: a delivery whose last run
+        #: died with its process runs alone (:mod:`._alone`).
+        concurrent = subscription.options.batch is None and subscription.options.workers > 1
+        self._gate = RunGate() if concurrent and source.counts_runs else None
         #: With observers: when the handling of each delivery in hand began (perf_counter).
         self._starts: dict[int, float] | None = {} if runner.observers else None
         #: The handler takes the payload alone: its deliveries are handled in line (unless a
@@ -225,6 +230,7 @@ class Dispatcher:
             noop_acks = source.acks_are_noops
             runs = source.attempt_started if source.counts_runs else None
             record_run = source.record_run
+            gate = self._gate
             run = RUN
             while True:
                 if delivery.attempt != 1 or not channel.is_current(delivery):
@@ -250,33 +256,45 @@ class Dispatcher:
                             )
                             later = concluded is True
                         else:
-                            try:
-                                if runs is not None and not record_run(delivery):
-                                    await runs(delivery)
-                                result = await fn(message)
-                            except Exception as exc:  # noqa: BLE001 - runs the failure policy
-                                if starts is not None:
-                                    starts[id(delivery)] = began
-                                outcome = self._failed(delivery, exc)
-                                concluded = await self._conclude(delivery, message, outcome, exc)
-                                later = concluded is True
+                            if gate is not None and not gate.enter_nowait():
+                                # One runs alone now: this waits its turn on the general path.
+                                later = await self._handle_delivery(delivery, message) is True
                             else:
-                                if result is not None:
-                                    if starts is not None:
-                                        starts[id(delivery)] = began
-                                    later = await self._conclude_result(delivery, message, result)
-                                else:
-                                    if observers:  # the verdict of an ack needs no policy
-                                        record = HandledMessage(
-                                            label, delivery, message, _ACK, _ACK_VERDICT,
-                                            None, True, perf_counter() - began,
-                                        )  # fmt: skip
-                                        for observer in observers:
-                                            observer(record)
-                                    if noop_acks:
-                                        runner.ended_by_noop_ack(delivery)
+                                try:
+                                    try:
+                                        if runs is not None and not record_run(delivery):
+                                            await runs(delivery)
+                                        result = await fn(message)
+                                    except Exception as exc:  # noqa: BLE001 - the failure policy
+                                        if starts is not None:
+                                            starts[id(delivery)] = began
+                                        outcome = self._failed(delivery, exc)
+                                        concluded = await self._conclude(
+                                            delivery, message, outcome, exc
+                                        )
+                                        later = concluded is True
                                     else:
-                                        await settle(delivery, _ACK)
+                                        if result is not None:
+                                            if starts is not None:
+                                                starts[id(delivery)] = began
+                                            later = await self._conclude_result(
+                                                delivery, message, result
+                                            )
+                                        else:
+                                            if observers:  # the verdict of an ack needs no policy
+                                                record = HandledMessage(
+                                                    label, delivery, message, _ACK, _ACK_VERDICT,
+                                                    None, True, perf_counter() - began,
+                                                )  # fmt: skip
+                                                for observer in observers:
+                                                    observer(record)
+                                            if noop_acks:
+                                                runner.ended_by_noop_ack(delivery)
+                                            else:
+                                                await settle(delivery, _ACK)
+                                finally:
+                                    if gate is not None:
+                                        gate.leave()
                     except BaseException:
                         # Cancelled (or failed) before it was settled: it never will be.
                         runner.unsettled(delivery, Unsettled.ABANDONED)
@@ -506,6 +524,24 @@ class Dispatcher:
         it; ``_AGAIN`` if an ordered lane is to handle it again in place."""
         if delivery.attempt > self._policy.max_attempts:
             return await self._spent(delivery)
+        gate = self._gate
+        if gate is None:
+            return await self._run_one(delivery, message, scope, ordered)
+        alone = self._runner.source.runs_alone(delivery)
+        await (gate.enter_alone() if alone else gate.enter())
+        try:
+            return await self._run_one(delivery, message, scope, ordered)
+        finally:
+            if alone:
+                gate.leave_alone()
+            else:
+                gate.leave()
+
+    async def _run_one(
+        self, delivery: Delivery, message: Any, scope: DependencyScope | None, ordered: bool
+    ) -> bool | _Again:
+        """``_handle_one``'s run: counted, the arguments built, the handler called, and the
+        verdict carried out."""
         source = self._runner.source
         if source.counts_runs and not source.record_run(delivery):
             await source.attempt_started(delivery)  # counted before its dependencies run
@@ -624,16 +660,17 @@ class Dispatcher:
         """A delivery already tried ``max_attempts`` times (a handler that crashed the process
         never settled it, or the cap was lowered): not handled again, dead-lettered or dropped.
         True if a delayed retry now owns it (never)."""
+        runs = delivery.attempt - 1  # the attempts made: this delivery is not one
         self._log.warning(
-            "%s: message %s delivered %d times, more than max_attempts=%d: not handled again",
+            "%s: message %s was tried %d times (max_attempts=%d): not handled again",
             self._runner.label,
             _where(delivery),
-            delivery.attempt,
+            runs,
             self._policy.max_attempts,
         )
         verdict = Verdict(drop(), self._policy.dead_letter)
         self._observe(delivery, None, verdict.outcome, verdict, None, called=False)
-        return await self._settle(delivery, verdict)
+        return await self._settle(delivery, verdict, attempts=runs)
 
     async def _undecodable(self, delivery: Delivery, exc: DecodeError) -> bool:
         """Run the decode policy; True if a delayed retry now owns the delivery."""
@@ -865,30 +902,30 @@ class Dispatcher:
         error: BaseException | None = None,
         *,
         reason: str = "max-attempts",
+        attempts: int | None = None,
     ) -> bool:
-        """Carry out ``verdict``. True if a delayed retry now owns the delivery."""
+        """Carry out ``verdict``. True if a delayed retry now owns the delivery. ``attempts``:
+        how many times it was tried (its attempt, unless it is spent: one fewer)."""
         runner = self._runner
+        tried = delivery.attempt if attempts is None else attempts
         if verdict.dead_letter is not None:
             letter = DeadLetter(
                 verdict.dead_letter,
                 reason,
                 DeadLetter.describe(error),
-                delivery.attempt,
+                tried,
                 runner.label,
                 time.time_ns() // 1_000_000,
             )
             refused = await runner.dead_letter(delivery, letter)
             self._log_dead_letter(delivery, letter, refused)
             return False
-        elif (
-            verdict.outcome.kind is OutcomeKind.DROP
-            and delivery.attempt >= self._policy.max_attempts
-        ):
+        elif verdict.outcome.kind is OutcomeKind.DROP and tried >= self._policy.max_attempts:
             self._log.warning(
                 "%s: message %s dropped after %d attempt(s): %s%s",
                 runner.label,
                 _where(delivery),
-                delivery.attempt,
+                tried,
                 reason,
                 f" ({describe(error)})" if error is not None else "",
             )
@@ -909,12 +946,12 @@ class Dispatcher:
         if refused is None:
             self._log.warning(
                 "%s: message %s dead-lettered to %r after %d attempt(s): %s",
-                self._runner.label, _where(delivery), letter.destination, delivery.attempt, why,
+                self._runner.label, _where(delivery), letter.destination, letter.attempts, why,
             )  # fmt: skip
         else:
             self._log.warning(
                 "%s: message %s not dead-lettered after %d attempt(s): %s; %s",
-                self._runner.label, _where(delivery), delivery.attempt, why, refused.message,
+                self._runner.label, _where(delivery), letter.attempts, why, refused.message,
             )  # fmt: skip
 
     def _observe(

@@ -295,6 +295,15 @@ class SubscriptionSource(ABC):
         del delivery
         return False
 
+    def runs_alone(self, delivery: Delivery) -> bool:
+        """True if ``delivery``'s last run did not end (its process died under it, or a stop
+        gave up on it): with several handlers at once (``workers=n``, lanes), the core runs it
+        while no other handler of the subscription runs, so a message that kills its process
+        dies alone and does not take the others' attempts with it. Default False. Called
+        synchronously, once per run, by a source that counts runs."""
+        del delivery
+        return False
+
     async def attempt_started(self, delivery: Delivery) -> None:
         """A handler run of ``delivery`` is about to begin (its dependencies, then the handler):
         record it where a later process reads it, before returning, so a run that never

@@ -85,3 +85,42 @@ async def test_a_poison_killed_at_every_run_is_dead_lettered_after_exactly_max_a
     for n in set(range(1, 11)) - {4}:
         attempts = [a for m, a in runs if m == n]
         assert attempts == list(range(1, len(attempts) + 1)) and attempts, (n, attempts)
+
+
+@pytest.mark.parametrize("name", CASES)
+async def test_entries_under_way_beside_a_poison_come_back_to_run_alone_and_finish(
+    name: str,
+) -> None:
+    app, source, where = case(name)
+    [broker] = app.brokers
+    runs: list[tuple[int, int]] = []
+    poisoned = trio.Event()
+    alongside: set[int] = set()
+
+    @broker.subscriber(
+        source, count=10, workers=4, name="handle", max_attempts=3, dead_letter="dead"
+    )
+    async def handle(n: int, ctx: Context) -> None:
+        runs.append((n, ctx.attempt))
+        if n == 4:
+            poisoned.set()
+            await trio.sleep_forever()  # the crash: the test kills the consumer here
+        alongside.add(n)
+        await trio.sleep(0.01)
+        alongside.discard(n)
+
+    async with app.test() as t:
+        for n in range(1, 11):
+            await broker.publish(where, n)
+        for _ in range(3):
+            with trio.fail_after(5):
+                await poisoned.wait()
+            poisoned = trio.Event()
+            t.kill_consumer(handle)
+        await t.settled()
+        dead = t.published(Destination.list("dead") if isinstance(where, Destination) else "dead")
+        assert [m.decode(int) for m in dead] == [4]
+    assert [a for n, a in runs if n == 4] == [1, 2, 3]
+    for n in set(range(1, 11)) - {4}:
+        attempts = [a for m, a in runs if m == n]
+        assert attempts in ([1], [1, 2]), (n, attempts)  # never dead-lettered with the poison

@@ -6,7 +6,8 @@ heartbeat 1 s); ``CONSUMER`` its name (``-``: the default). Each run appends ``r
 <pid>`` to ``RUNLOG`` (``O_APPEND``: one whole line per write) as it begins, so a run that never
 returns (the process was killed in it) is on record; a run that returns appends ``done <n>``
 and prints ``handled <n>``. ``BEHAVIOUR``: ``ok``; ``slow`` (a millisecond of work);
-``poison:<n>`` (the run of ``n`` ends its process at once, ``os._exit``, as a crash would).
+``poison:<n>`` (the run of ``n`` ends its process at once, ``os._exit``, as a crash would);
+``slow-poison:<n>`` (the same, every run taking 0.3 s first).
 ``max_attempts=3``, dead letters to ``<KEY>.dead``. SIGTERM stops it gracefully.
 """
 
@@ -37,13 +38,16 @@ def build(
     else:
         source = RedisList(key, reliable=True, consumer=name, heartbeat=1.0, reap_every=0.2)
     log = os.open(runlog, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    poison = int(behaviour.partition(":")[2]) if behaviour.startswith("poison:") else None
+    poison = int(behaviour.partition(":")[2]) if "poison:" in behaviour else None
+    pause = 0.3 if behaviour.startswith("slow-poison:") else 0.0
 
     @broker.subscriber(
         source, count=count, workers=workers, block=50, max_attempts=3, dead_letter=f"{key}.dead"
     )
     async def handle(n: int, ctx: Context) -> None:
         os.write(log, f"run {n} {ctx.attempt} {os.getpid()}\n".encode())
+        if pause:
+            await trio.sleep(pause)
         if n == poison:
             os._exit(3)
         if behaviour == "slow":

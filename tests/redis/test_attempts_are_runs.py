@@ -53,14 +53,24 @@ async def settled(redis: RedisClient, ledger: Ledger, *, within: float = 30) -> 
 
 
 @pytest.mark.parametrize("kind", ["stream", "list"])
+@pytest.mark.parametrize(
+    ("behaviour", "workers"),
+    [("poison:4", 1), ("slow-poison:4", 1), ("slow-poison:4", 4)],
+    ids=["quick", "slow", "slow-4-workers"],
+)
 async def test_a_poison_that_exits_its_process_is_dead_lettered_after_exactly_max_attempts_runs(
-    redis_server: RedisServer, redis: RedisClient, tmp_path: Path, kind: str
-) -> None:
+    redis_server: RedisServer, redis: RedisClient, tmp_path: Path, kind: str, behaviour: str,
+    workers: int,
+) -> None:  # fmt: skip
+    # One read of ten, the fourth the poison. "slow": each run takes 0.3 s, so the runs of the
+    # three before it reach Redis before it dies, their acknowledgements still in the window.
+    # With four workers, three others are under way when it dies (their runs count): they come
+    # back to run alone, one at a time, and finish; the poison dies alone.
     ledger = Ledger(redis, kind, "jobs", tmp_path / "runs.log")
-    await ledger.publish(range(1, 11))  # the fourth is the poison; one read of ten
+    await ledger.publish(range(1, 11))
     deaths = 0
     while True:
-        proc = consumer(redis_server, kind, "jobs", "w1", ledger.runlog, "poison:4")
+        proc = consumer(redis_server, kind, "jobs", "w1", ledger.runlog, behaviour, workers=workers)
         try:
             with trio.fail_after(30):
                 while proc.process.poll() is None:
@@ -83,7 +93,11 @@ async def test_a_poison_that_exits_its_process_is_dead_lettered_after_exactly_ma
     assert report.handled == set(range(1, 11)) - {4}
     assert not report.settled_without_run
     for n in set(range(1, 11)) - {4}:
-        assert report.attempts[n] == list(range(1, len(report.attempts[n]) + 1)), n
+        # A neighbour whose run finished is acknowledged by the next consumer on the host,
+        # not run again; one only read is run once, as a first attempt; one under way beside
+        # the poison (four workers) counts that run and finishes the next, alone.
+        expected = [[1]] if workers == 1 else [[1], [1, 2]]
+        assert report.attempts[n] in expected, (n, report.attempts[n])
 
 
 # ---- "A graceful stop finishes what the handlers hold, and what was read but not started is

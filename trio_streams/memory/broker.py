@@ -230,6 +230,8 @@ class MemorySubscription(SubscriptionSource):
         #: was read in (``kill`` starts a new one).
         self._held: dict[int, tuple[Delivery, int]] = {}
         self._life = 0
+        #: Held deliveries that came back with runs (they run alone), by ``id``.
+        self._suspects: set[int] = set()
         if stream.group is not None:
             group = hub.group(stream.keys, stream.group, start)
             self._members = group
@@ -279,10 +281,17 @@ class MemorySubscription(SubscriptionSource):
         runs, held, life = group.runs, self._held, self._life
         for entry in entries:
             delivery = _deliver(entry)
-            delivery.attempt += runs.get((entry.stream, entry.seq), 0)
+            again = runs.get((entry.stream, entry.seq), 0)
+            if again:
+                delivery.attempt += again
+                self._suspects.add(id(delivery))
             held[id(delivery)] = (delivery, life)
             out.append(delivery)
         return out
+
+    def runs_alone(self, delivery: Delivery) -> bool:
+        """An entry that came back with runs: its last run died with its consumer."""
+        return id(delivery) in self._suspects
 
     # ---- a group member's runs, kills and hand-backs -----------------------------------------
 
@@ -343,6 +352,7 @@ class MemorySubscription(SubscriptionSource):
     def _release(self, delivery: Delivery) -> bool:
         """``delivery`` is settled: False if its member was killed since (nothing to do)."""
         held = self._held.pop(id(delivery), None)
+        self._suspects.discard(id(delivery))
         if held is not None and held[1] < 0:
             return False
         if self._members is not None:
@@ -396,6 +406,7 @@ class MemorySubscription(SubscriptionSource):
         held = self._held.get(id(delivery))
         if held is not None and held[1] < 0:
             del self._held[id(delivery)]  # its member was killed: the entry went back
+            self._suspects.discard(id(delivery))
         # Otherwise a group member keeps holding it (pending, as live) until its close.
 
     def _decide(self, delivery: Delivery, *, kept: bool, decided_by: str) -> None:

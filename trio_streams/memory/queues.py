@@ -170,6 +170,8 @@ class MemoryListSubscription(SubscriptionSource):
         self._tokens = itertools.count(1)
         #: Reliable: what this consumer holds (taken, not settled), by token.
         self._holding: dict[int, QueueEntry] = {}
+        #: Held tokens whose entry came back with runs (they run alone).
+        self._suspects: set[int] = set()
         self._retry_target: str | None = None
         #: Entries put back by :meth:`kill`.
         self.killed = 0
@@ -205,6 +207,8 @@ class MemoryListSubscription(SubscriptionSource):
             headers = entry.headers
             attempt = attempt_from_headers(headers) if RETRY_COUNT_HEADER in headers else 1
             attempt += entry.runs
+            if entry.runs and self._source.reliable:
+                self._suspects.add(token)
             out.append(
                 Delivery(self._source.key, entry.payload, headers, attempt=attempt, handle=token)
             )
@@ -214,6 +218,10 @@ class MemoryListSubscription(SubscriptionSource):
     def counts_runs(self) -> bool:  # type: ignore[override]
         """A reliable queue counts handler runs, as the live processing list does."""
         return self._source.reliable
+
+    def runs_alone(self, delivery: Delivery) -> bool:
+        """An entry that came back with runs: its last run died with its consumer."""
+        return delivery.handle in self._suspects
 
     def record_run(self, delivery: Delivery) -> bool:
         entry = self._holding.get(delivery.handle)
@@ -285,6 +293,7 @@ class MemoryListSubscription(SubscriptionSource):
         if self._window is not None:
             self._decide(delivery, kept=outcome.kind.value == "ack", decided_by=outcome.kind.value)
         self._holding.pop(delivery.handle, None)
+        self._suspects.discard(delivery.handle)
         if not outcome.consumes:
             self._queue.push(delivery.payload, retry_headers(delivery, self._retry_target))
             self._hub.wake()

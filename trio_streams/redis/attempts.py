@@ -288,6 +288,7 @@ class AttemptLedger:
         finished = sorted(entry for entry, runs in since.items() if runs == 0)
         if finished:
             await self._acknowledge(finished)
+            await self._client.execute("HDEL", self.key, *finished)
             _log.info(
                 "%s: acknowledged %d entries a predecessor had handled but not acknowledged",
                 self._label, len(finished),
@@ -311,7 +312,7 @@ class AttemptLedger:
         journal = self._journal
         recorded: int = getattr(delivery, "recorded", 0)
         if journal is not None and recorded:
-            journal.record(delivery.handle, 0)
+            delivery.finished = journal.record(delivery.handle, 0)  # type: ignore[attr-defined]
 
     async def run(self, lock: trio.Lock) -> None:
         """Every :data:`SHIP_EVERY`, send the runs older than that whose entries are still
@@ -335,6 +336,12 @@ class AttemptLedger:
         sending: list[tuple[Delivery, int]] = []
         fields: list[Any] = []
         for delivery in self._held():
+            finished: int = getattr(delivery, "finished", 0)
+            if finished and finished <= covered:
+                # Its handler finished, its acknowledgement is not flushed: Redis cannot say
+                # so, the journal does. The journal's mark stays before that record, so a
+                # successor on this host reads it back and acknowledges the entry.
+                covered = finished - 1
             runs = getattr(delivery, "runs", 0)
             if runs > getattr(delivery, "sent", 0) and getattr(delivery, "recorded", 0) <= covered:
                 sending.append((delivery, runs))

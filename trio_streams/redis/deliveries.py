@@ -27,7 +27,7 @@ class EntryDelivery(Delivery):
     """A :class:`Delivery` of the stream entry ``entry_id`` (its ``position`` and
     ``timestamp_ms`` are derived from the id on first use)."""
 
-    __slots__ = ("careful", "entry_id", "recorded", "runs", "sent")
+    __slots__ = ("careful", "entry_id", "finished", "recorded", "runs", "sent", "suspect")
 
     def __init__(
         self,
@@ -55,6 +55,9 @@ class EntryDelivery(Delivery):
         #: Its runs are written to the ledger before they begin (an entry claimed from another
         #: consumer: :mod:`.attempts`).
         self.careful = False
+        #: It came back with runs that did not end (its process died under one): it runs
+        #: alone (``SubscriptionSource.runs_alone``).
+        self.suspect = False
 
     @property
     def position(self) -> Position | None:

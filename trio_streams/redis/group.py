@@ -315,7 +315,7 @@ class GroupSubscription(SubscriptionSource):
             created = True
         await check_key_type(
             self._client, self._delays, "zset", label=self._label,
-            role=f"as the delayed retries of stream {self._key!r}",
+            role=f"as the delayed retries of group {self.group!r} on stream {self._key!r}",
         )  # fmt: skip
         return created
 
@@ -540,6 +540,7 @@ class GroupSubscription(SubscriptionSource):
                 key, entry_id, payload, headers, _attempt(counted, headers), entry_id
             )
             delivery.runs = counted
+            delivery.suspect = counted > 0
             # Another consumer's (claimed), or this name's from before a start with no journal
             # of its predecessor here: each run goes to Redis before it begins.
             delivery.careful = careful_own or entry_id in claimed
@@ -588,6 +589,10 @@ class GroupSubscription(SubscriptionSource):
         """Replaced at open by the ledger's (see :mod:`.attempts`)."""
         assert self._ledger is not None
         await self._ledger.attempt_started(delivery)
+
+    def runs_alone(self, delivery: Delivery) -> bool:
+        """An entry that came back with runs: its last run died with its process."""
+        return bool(getattr(delivery, "suspect", False))
 
     async def _forget(self, ids: Sequence[str]) -> None:
         """Entries settled by a step of their own leave the ledger."""

@@ -99,10 +99,15 @@ class ListSubscriptionBase(SubscriptionSource):
         """The delivery of list entry ``value`` (a frame, or a plain value another producer
         pushed: a headerless payload). Its attempt counts the tries its retry copies carry and
         the times it went back to the list from a consumer that died holding it."""
+        return self.delivery_and_runs(value, handle)[0]
+
+    def delivery_and_runs(self, value: bytes, handle: Any) -> tuple[Delivery, int]:
+        """:meth:`delivery`, and the runs the entry had at consumers that died holding it."""
         payload, headers = decode_frame(value)
         again = take_redeliveries(headers) if REDELIVERED_HEADER in headers else 0
         attempt = attempt_from_headers(headers) if RETRY_COUNT_HEADER in headers else 1
-        return Delivery(self._key, payload, headers, attempt=attempt + again, handle=handle)
+        delivery = Delivery(self._key, payload, headers, attempt=attempt + again, handle=handle)
+        return delivery, again
 
     def retry_copy(self, delivery: Delivery) -> bytes:
         assert self._host is not None

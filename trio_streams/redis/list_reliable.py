@@ -147,8 +147,10 @@ class ReliableListSubscription(ListSubscriptionBase):
         self._ledger_commands: list[tuple[str, str, str, int] | tuple[str, str, str]] = []
         #: Tokens finished in the window (acknowledged or dropped, removal not sent), and how
         #: many of each value's copies are.
-        self._finished: set[int] = set()
+        self._finished: dict[int, int] = {}
         self._done: Counter[str] = Counter()
+        #: Tokens of entries that came back with runs (they run alone).
+        self._suspects: set[int] = set()
         self._covered = 0
         self._epoch = ""
         self._ttl_ms = max(10, round(source.heartbeat * 1000))
@@ -354,12 +356,15 @@ class ReliableListSubscription(ListSubscriptionBase):
             stored[token] = value
             held[value] += 1
             tokens.append(token)
-            delivery = self.delivery(value, token)
+            delivery, again = self.delivery_and_runs(value, token)
             if let_go and let_go[value] > 0:  # taken back: the runs it had in this process
                 runs = let_go.pop(value)
                 delivery.attempt += runs
                 self._runs[token] = runs
                 self._digests[token] = hashlib.sha1(value).hexdigest()
+                again += runs
+            if again:
+                self._suspects.add(token)
             out.append(delivery)
         self._window.read(tokens)
         return out
@@ -390,6 +395,10 @@ class ReliableListSubscription(ListSubscriptionBase):
         self._runs[token] = self._runs.get(token, 0) + change
         self._add_total(digest, change)
         return digest
+
+    def runs_alone(self, delivery: Delivery) -> bool:
+        """An entry that came back with runs: its last run died with its process."""
+        return delivery.handle in self._suspects
 
     def record_run(self, delivery: Delivery) -> bool:
         """Record the run in the journal (the hot path); False without a journal."""
@@ -428,16 +437,15 @@ class ReliableListSubscription(ListSubscriptionBase):
         runs = self._runs.pop(token, 0)
         if runs:
             self._add_total(digest, -runs)
-        self._finished.add(token)
         self._done[digest] += 1
-        self._journal.record(_DONE + digest, self._done[digest])
+        self._finished[token] = self._journal.record(_DONE + digest, self._done[digest])
 
     def _unfinish(self, token: int) -> str | None:
         """``token`` is no longer finished-and-waiting (removed, or let go): the journal's
         note goes. Returns its digest if it was."""
         if token not in self._finished:
             return None
-        self._finished.discard(token)
+        del self._finished[token]
         digest = self._digests[token]
         self._done[digest] -= 1
         assert self._journal is not None
@@ -487,6 +495,8 @@ class ReliableListSubscription(ListSubscriptionBase):
         self._covered = journal.last if journal is not None else 0
         if everything:
             covered = self._covered
+        if self._finished:  # a finished entry's note must stay readable until it is removed
+            covered = min(covered, min(self._finished.values()) - 1)
         due = [d for d, number in self._changed.items() if number <= covered]
         if due:
             pipeline = self._client.pipeline()
@@ -555,6 +565,7 @@ class ReliableListSubscription(ListSubscriptionBase):
             value = self._values.get(token)
             if value is not None and runs:
                 self._let_go_runs[value] += runs  # its value's count keeps them
+        self._suspects.discard(token)
         value = self._values.pop(token, None)
         if value is None:
             return
