@@ -33,7 +33,7 @@ import trio
 from ..delivery import Delivery
 from ..outcome import Outcome, OutcomeKind
 from ..transport import DeadLetter, SourceFault, Unsettled
-from .client import Connection
+from .client import Backoff, Connection
 from .client.errors import RedisConnectionError, RedisError, ReplyError, describe_command
 from .client.protocol import pack_command
 from .list_base import ListSubscriptionBase, lost, wrong_type
@@ -97,6 +97,8 @@ class SimpleListSubscription(ListSubscriptionBase):
         self._give_back: list[tuple[int, bytes]] = []
         #: ``(order, value)`` of the entries put back after a refused dead letter, latest last.
         self._put_back: deque[tuple[int, bytes]] = deque(maxlen=_REMEMBERED_PUT_BACKS)
+        #: Paces dead letters the server keeps refusing (their entries come straight back).
+        self._refused = Backoff(0.01, 1.0)
 
     async def read(self) -> Sequence[Delivery] | None:
         key, end, count = self._key, self._end.word, self._count
@@ -196,11 +198,15 @@ class SimpleListSubscription(ListSubscriptionBase):
             await self._client.execute(*self.dead_letter_command(delivery, letter))
         except RedisError as exc:
             what = await self._put_back_refused(delivery)
+            # Never a hot loop: the entry is popped and refused again at once otherwise. The
+            # pause doubles (to 1 s) for as long as dead letters keep being refused.
+            await trio.sleep(self._refused.failed())
             raise SourceFault(
                 "settle",
                 f"dead letter to {letter.destination!r} of an entry of list {self._key!r} "
                 f"failed: {exc}; {what}",
             ) from exc
+        self._refused.succeeded()
         return True
 
     async def _put_back_refused(self, delivery: Delivery) -> str:

@@ -162,3 +162,31 @@ async def test_a_reliable_list_logs_a_refused_dead_letter_as_left_in_its_process
     assert await values(redis, "jobs") == [encode_frame(b"5", {REDELIVERED_HEADER: "1"})]
     assert await length(redis, processing_key("jobs", "w1")) == 0
     assert_logged_as_refused(caplog, "it stays in processing list")
+
+
+async def test_an_entry_whose_dead_letter_keeps_being_refused_is_not_handled_in_a_hot_loop(
+    redis_server: RedisServer, redis: RedisClient
+) -> None:
+    await redis.execute("SET", DEAD, "another type")
+    app = App("svc")
+    broker = app.broker(RedisBroker(redis_server.url))
+    runs: list[float] = []
+
+    @broker.subscriber(RedisList("jobs"), max_attempts=1, dead_letter=DEAD)
+    async def handle(n: int) -> None:
+        runs.append(trio.current_time())
+        raise ValueError("nope")
+
+    await redis.execute("RPUSH", "jobs", encode_frame(b"5", {}))
+    async with serving(app):
+
+        async def a_second_passed() -> bool:
+            await trio.lowlevel.checkpoint()
+            return len(runs) >= 2 and runs[-1] - runs[0] >= 1.0
+
+        await eventually(a_second_passed, within=10, what="a second of refusals")
+    # The pause after each refusal doubles from 10 ms: a handful of runs in the first second,
+    # not the thousands a loop without one makes.
+    first_second = [t for t in runs if t - runs[0] <= 1.0]
+    assert len(first_second) <= 10, len(first_second)
+    assert await values(redis, "jobs") == [encode_frame(b"5", {})]  # still not lost
