@@ -309,9 +309,14 @@ class AttemptLedger:
     def finished(self, delivery: Delivery) -> None:
         """``delivery``'s handler finished and it is acknowledged (or dropped) in the window,
         not yet flushed: a successor on this host acknowledges it rather than run it again."""
+        recorded: int = delivery.recorded  # type: ignore[attr-defined]
         journal = self._journal
-        recorded: int = getattr(delivery, "recorded", 0)
-        if journal is not None and recorded:
+        if not recorded or journal is None:
+            return
+        if recorded > journal.sent:  # the common case: the run's own record says so now
+            journal.finish(recorded)
+            delivery.finished = recorded  # type: ignore[attr-defined]
+        else:  # its run was sent already: a record of its own, past the journal's mark
             delivery.finished = journal.record(delivery.handle, 0)  # type: ignore[attr-defined]
 
     async def run(self, lock: trio.Lock) -> None:
@@ -336,14 +341,14 @@ class AttemptLedger:
         sending: list[tuple[Delivery, int]] = []
         fields: list[Any] = []
         for delivery in self._held():
-            finished: int = getattr(delivery, "finished", 0)
+            finished: int = delivery.finished  # type: ignore[attr-defined]
             if finished and finished <= covered:
                 # Its handler finished, its acknowledgement is not flushed: Redis cannot say
                 # so, the journal does. The journal's mark stays before that record, so a
                 # successor on this host reads it back and acknowledges the entry.
                 covered = finished - 1
-            runs = getattr(delivery, "runs", 0)
-            if runs > getattr(delivery, "sent", 0) and getattr(delivery, "recorded", 0) <= covered:
+            runs: int = delivery.runs  # type: ignore[attr-defined]
+            if runs > delivery.sent and delivery.recorded <= covered:  # type: ignore[attr-defined]
                 sending.append((delivery, runs))
                 fields += (delivery.handle, runs)
         let_go = self._let_go

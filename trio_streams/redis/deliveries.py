@@ -58,6 +58,11 @@ class EntryDelivery(Delivery):
         #: It came back with runs that did not end (its process died under one): it runs
         #: alone (``SubscriptionSource.runs_alone``).
         self.suspect = False
+        #: Its latest run's journal record (0: none), the record once its handler finished
+        #: (acknowledged, not flushed), and the runs the ledger in Redis has.
+        self.recorded = 0
+        self.finished = 0
+        self.sent = 0
 
     @property
     def position(self) -> Position | None:

@@ -55,6 +55,7 @@ _SLOTS = struct.Struct("<I")
 #: A record's number, runs and id length, in one store; and its number alone.
 _pack_head = struct.Struct("<QiB").pack_into
 _pack_number = _SEQ.pack_into
+_pack_count = struct.Struct("<i").pack_into
 
 
 async def journal_epoch(client: RedisClient, key: str, name: str = "") -> str:
@@ -168,6 +169,15 @@ class RunJournal:
         mapped[at + 13 : at + 13 + size] = raw
         _pack_number(mapped, at, number)
         return number
+
+    def finish(self, number: int) -> None:
+        """Record ``number``'s entry as finished (its handler ended, its acknowledgement not
+        flushed): its count becomes 0, in place, one store. A record overwritten since (the
+        ring went round) is left alone."""
+        at = _HEADER + ((number - 1) & self._mask) * _RECORD
+        mapped = self._map
+        if _SEQ.unpack_from(mapped, at)[0] == number:
+            _pack_count(mapped, at + 8, 0)
 
     @property
     def last(self) -> int:
