@@ -219,8 +219,15 @@ async def kill_campaign(
     assert report.handled == ledger.published
     assert not report.settled_without_run and not report.lost
     assert not report.dead_lettered  # no entry reached max_attempts=3 by being read
+    # A run begins when it is recorded, just before the handler's first line: a kill in
+    # between counts that run though the handler wrote nothing yet, so an entry's first
+    # logged attempt may be 2 — at most once per kill and worker.
+    late = {n: seen for n, seen in report.attempts.items() if seen[0] != 1}
     for n, seen in report.attempts.items():
-        assert seen == sorted(seen) and seen[0] == 1, (n, seen)
+        assert seen == sorted(set(seen)), (n, seen)
+    assert all(seen[0] == 2 for seen in late.values()), late
+    assert len(late) <= kills * 4, late
+    print(f"entries whose first logged run was their second attempt: {len(late)}")
     return report
 
 
