@@ -937,7 +937,7 @@ class GroupSubscription(SubscriptionSource):
         the drain gave up counts; a read does not). The next member's reclaim pass takes it,
         or this consumer's name at its next open. A failure is logged: the entries stay pending
         and are reclaimed after ``min_idle``, as after a crash."""
-        if not self.consumer or not self.group:
+        if self._lease is None or not self._lease.name:  # the name was never this one's
             await trio.lowlevel.checkpoint()
             return
         try:

@@ -72,9 +72,9 @@ async def test_a_second_live_process_under_a_given_name_is_refused(
     redis_server: RedisServer, redis: RedisClient
 ) -> None:
     await redis.execute("XADD", "s", "*", "_payload", "1")
-    first = Consumer(redis_server.url, "s", "g", "c1", 60, "ok")
+    first = Consumer(redis_server.url, "s", "g", "c1", 60, "hang")  # holds entry 1
     try:
-        await first.wait_line("handled 1", within=20)
+        await first.wait_line("handling 1", within=20)
         app, _ = member(redis_server.url, consumer="c1")
         with pytest.RaisesGroup(
             pytest.RaisesExc(ConsumerNameInUse, match="'c1' of group 'g'.*another live process"),
@@ -82,6 +82,10 @@ async def test_a_second_live_process_under_a_given_name_is_refused(
         ):
             async with serving(app):
                 pass
+        # The refused one handed nothing of the live holder's back: entry 1 is still c1's,
+        # not made claimable by others.
+        [(_, owner, idle_ms, _)] = await redis.execute("XPENDING", "s", "g", "-", "+", 10)
+        assert owner == b"c1" and idle_ms < 60_000
     finally:
         first.stop()
 
