@@ -252,7 +252,8 @@ class AttemptLedger:
         for path in peers:
             if path == own:
                 continue
-            for entry, n in RunJournal.read_unsent(path).items():
+            unsent = await trio.to_thread.run_sync(RunJournal.read_unsent, path)
+            for entry, n in unsent.items():
                 if entry not in wanted:
                     continue
                 if n == 0:
@@ -284,7 +285,7 @@ class AttemptLedger:
         if journal is None or journal.fresh:
             await trio.lowlevel.checkpoint()
             return 0
-        since = journal.since_sent()
+        since = await trio.to_thread.run_sync(journal.since_sent)
         finished = sorted(entry for entry, runs in since.items() if runs == 0)
         if finished:
             await self._acknowledge(finished)

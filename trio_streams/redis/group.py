@@ -269,7 +269,7 @@ class GroupSubscription(SubscriptionSource):
         lease = self._lease = ConsumerLease(self._client, self._key, self.group, label=self._label)
         self.consumer = await lease.claim(self._given_consumer, base)
         self._epoch = await journal_epoch(self._client, self._key, self.group)
-        journal = self._open_journal()
+        journal = await trio.to_thread.run_sync(self._open_journal)  # file I/O: off the loop
         ledger = self._ledger = AttemptLedger(
             self._client, self._ledger_key, journal, host, self._held.values,
             self._acknowledge, label=self._label,
@@ -859,7 +859,7 @@ class GroupSubscription(SubscriptionSource):
                 )  # fmt: skip
             taken = [c for c in map(text, claimed) if c not in self._held]
             if taken and self._ledger is not None:  # their dead holders' runs on this host
-                peers = RunJournal.peers(self._journal_group())
+                peers = await trio.to_thread.run_sync(RunJournal.peers, self._journal_group())
                 finished = await self._ledger.adopt(taken, peers)
                 taken = [c for c in taken if c not in finished]
             if taken:

@@ -196,7 +196,7 @@ class ReliableListSubscription(ListSubscriptionBase):
         # Alive before anything is read: from now on no reaper takes this processing list.
         await self._claim_name()
         self._epoch = await journal_epoch(self._client, self._key)
-        self._journal = self._open_journal()
+        self._journal = await trio.to_thread.run_sync(self._open_journal)  # file I/O
         host.start_soon(self._ship_loop, name=f"{self._label}: attempt ledger")
         host.start_soon(self._heartbeat_loop, name=f"{self._label}: heartbeat")
         host.start_soon(self._reap_loop, name=f"{self._label}: reaper")
@@ -537,7 +537,7 @@ class ReliableListSubscription(ListSubscriptionBase):
         journal is its own, so what it says is the count), and the copies its handlers had
         finished are returned, as the reaper's and take-back's pairs of SHA-1 and count."""
         path = RunJournal.path_of(self._journal_group(), consumer)
-        unsent = RunJournal.read_unsent(path)
+        unsent = await trio.to_thread.run_sync(RunJournal.read_unsent, path)
         done: list[Any] = []
         ledger = attempts_key(self._key, consumer)
         pipeline = self._client.pipeline()
