@@ -52,7 +52,6 @@ import logging
 import socket
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from itertools import repeat
 from typing import Any
 
 import trio
@@ -639,7 +638,7 @@ class GroupSubscription(SubscriptionSource):
     def _settling(self, entry_id: str, what: str) -> Iterator[None]:
         """Around a settle that writes: a Redis error is a fault (the entry stays pending, to
         be delivered again), and either way the entry is no longer this read's to acknowledge."""
-        delivery = self._held.pop(entry_id, None)
+        delivery = self._held.get(entry_id)  # held until the settle is over (see finally)
         try:
             yield
         except RedisError as exc:
@@ -651,6 +650,7 @@ class GroupSubscription(SubscriptionSource):
         else:
             self._note_acked((entry_id,))
         finally:
+            self._held.pop(entry_id, None)
             if self._window.settled_alone(entry_id):
                 self._flush_wanted.set()
 
@@ -700,7 +700,8 @@ class GroupSubscription(SubscriptionSource):
     async def _send(self, plan: FlushPlan[str]) -> None:
         items = plan_items(plan, settle=self._settle_commands, chunk=_CHUNK)
         held = self._held
-        sent = [d for d in map(held.pop, plan.tokens, repeat(None)) if d is not None]
+        # Held until the reply is in: a read of the own pending list meanwhile skips them.
+        sent = [d for d in map(held.get, plan.tokens) if d is not None]
         try:
             replies = await send_items(self._client, items)
         except RedisError as exc:
@@ -713,6 +714,9 @@ class GroupSubscription(SubscriptionSource):
         except BaseException:
             self._let_go(sent)
             raise
+        finally:
+            for entry_id in plan.tokens:
+                held.pop(entry_id, None)
         failures = _failures(items, replies)
         if failures:
             self._let_go(sent)
