@@ -197,7 +197,7 @@ class SimpleListSubscription(ListSubscriptionBase):
         try:
             await self._client.execute(*self.dead_letter_command(delivery, letter))
         except RedisError as exc:
-            what = await self._put_back_refused(delivery)
+            what = await self._put_back_refused(delivery)  # first: a stop cannot lose it
             # Never a hot loop: the entry is popped and refused again at once otherwise. The
             # pause doubles (to 1 s) for as long as dead letters keep being refused.
             await trio.sleep(self._refused.failed())
@@ -239,11 +239,20 @@ class SimpleListSubscription(ListSubscriptionBase):
         unsettled; then end the connection. Cancelled (or failing), those entries are lost,
         as a crash loses what it popped: logged."""
         self._closed = True
-        back = [value for _, value in sorted(self._give_back)]
+        given = sorted(self._give_back)
         self._give_back.clear()
+        back = [value for _, value in given]
         if back:
             try:
-                await self._client.execute(self._end.push_front, self._key, *reversed(back))
+                if self._put_back:  # behind the refused ones put back that were popped before
+                    for order, value in given:
+                        earlier = [v for o, v in self._put_back if o < order]
+                        await self._client.execute(
+                            "EVAL", PUT_BACK, 1, self._key, value, self._end.word, *earlier
+                        )
+                        self._put_back.append((order, value))
+                else:
+                    await self._client.execute(self._end.push_front, self._key, *reversed(back))
             except RedisError as exc:
                 _log.warning(
                     "%s: could not put %d unhandled entries back on list %r (lost): %s",
