@@ -71,7 +71,7 @@ from .dedicated import DedicatedConnection
 from .delays import PROMOTE, SCHEDULE, delay_key, member
 from .deliveries import EntryDelivery
 from .group_scripts import COPY_THEN_ACK
-from .journal import RunJournal, journal_epoch
+from .journal import RunJournal, journal_epoch, journal_group, open_journal
 from .keytypes import check_key_type, wrong_type_found
 from .names import ConsumerLease
 from .streams import NoGroup, RedisStream
@@ -268,7 +268,7 @@ class GroupSubscription(SubscriptionSource):
         lease = self._lease = ConsumerLease(self._client, self._key, self.group, label=self._label)
         self.consumer = await lease.claim(self._given_consumer, base)
         self._epoch = await journal_epoch(self._client, self._key, self.group)
-        journal = await trio.to_thread.run_sync(self._open_journal)  # file I/O: off the loop
+        journal = await open_journal(self._journal_group(), self.consumer, label=self._label)
         ledger = self._ledger = AttemptLedger(
             self._client, self._ledger_key, journal, host, self._held.values,
             self._acknowledge, label=self._label,
@@ -552,19 +552,6 @@ class GroupSubscription(SubscriptionSource):
 
     # ---- runs --------------------------------------------------------------------------------
 
-    def _open_journal(self) -> RunJournal | None:
-        """This consumer's run journal on this host (:mod:`.journal`); None, with a warning,
-        where it cannot be made: every run is then written to Redis before it begins."""
-        try:
-            return RunJournal.open(self._journal_group(), self.consumer)
-        except OSError as exc:
-            _log.warning(
-                "%s: no run journal (%s): each handler run is written to Redis before it "
-                "begins, a round trip per message; set TRIO_STREAMS_STATE_DIR to a writable "
-                "directory", self._label, exc,
-            )  # fmt: skip
-            return None
-
     async def _acknowledge(self, ids: list[str]) -> None:
         """Settle entries a dead consumer's handlers had finished (its journal says so), as
         its flush would have (``XACK``, and ``XDEL`` for ``delete_on_ack``)."""
@@ -575,9 +562,8 @@ class GroupSubscription(SubscriptionSource):
             (await pipeline.execute()).raise_first()
 
     def _journal_group(self) -> str:
-        """The server, stream and group, as the journals of this group's consumers name them."""
-        config = self._client.config
-        return f"{config.addresses!r}/{config.connection.db}|{self._key}|{self.group}|{self._epoch}"
+        """The server, stream, group and epoch, as this group's journals name them."""
+        return journal_group(self._client, self._key, self.group, self._epoch)
 
     def record_run(self, delivery: Delivery) -> bool:
         """Replaced at open by the ledger's (see :mod:`.attempts`)."""
@@ -699,37 +685,35 @@ class GroupSubscription(SubscriptionSource):
 
     async def _send(self, plan: FlushPlan[str]) -> None:
         items = plan_items(plan, settle=self._settle_commands, chunk=_CHUNK)
-        held = self._held
         # Held until the reply is in: a read of the own pending list meanwhile skips them.
-        sent = [d for d in map(held.get, plan.tokens) if d is not None]
         try:
             replies = await send_items(self._client, items)
         except RedisError as exc:
-            self._let_go(sent)
+            self._release(plan.tokens, pending=True)
             raise SourceFault(
                 "flush",
                 f"flush of {len(plan.tokens)} acknowledgements and {len(plan.segments)} "
                 f"segments failed (the entries stay pending): {exc}",
             ) from exc
         except BaseException:
-            self._let_go(sent)
+            self._release(plan.tokens, pending=True)
             raise
-        finally:
-            for entry_id in plan.tokens:
-                held.pop(entry_id, None)
         failures = _failures(items, replies)
+        self._release(plan.tokens, pending=bool(failures))
         if failures:
-            self._let_go(sent)
             raise SourceFault("flush", f"flush of {len(items)} items: {'; '.join(failures)}")
         self._note_acked(plan.tokens)
         if self._ledger is not None:
             self._ledger.settled(plan.tokens)
 
-    def _let_go(self, deliveries: list[Delivery]) -> None:
-        """``deliveries`` stay pending (their settle failed): their runs must reach Redis."""
-        if self._ledger is not None:
-            for delivery in deliveries:
-                self._ledger.let_go(delivery)
+    def _release(self, ids: Sequence[str], *, pending: bool) -> None:
+        """``ids`` are no longer held; ``pending``: their settle failed, so they stay pending
+        and their runs must reach Redis."""
+        held, ledger = self._held, self._ledger
+        for entry_id in ids:
+            delivery = held.pop(entry_id, None)
+            if pending and delivery is not None and ledger is not None:
+                ledger.let_go(delivery)
 
     def _note_acked(self, ids: Sequence[str]) -> None:
         """``ids`` were acknowledged: a pending read under way must not deliver them again."""

@@ -28,6 +28,7 @@ bytes: a stream entry's id, at most 41, or a list value's SHA-1 in hex).
 from __future__ import annotations
 
 import hashlib
+import logging
 import mmap
 import os
 import secrets
@@ -35,11 +36,15 @@ import struct
 import tempfile
 from pathlib import Path
 
+import trio
+
 from .client import RedisClient
 from .companions import companion_key
 from .wire import text
 
-__all__ = ["RunJournal", "journal_dir", "journal_epoch"]
+__all__ = ["RunJournal", "journal_dir", "journal_epoch", "journal_group", "open_journal"]
+
+_log = logging.getLogger("trio_streams.redis")
 
 _MAGIC = b"TSRUNS01"
 _HEADER = 64
@@ -67,6 +72,27 @@ async def journal_epoch(client: RedisClient, key: str, name: str = "") -> str:
     epoch_key = companion_key(key, f"journal-epoch{':' if name else ''}{name}")
     await client.execute("SET", epoch_key, secrets.token_hex(8), "NX")
     return text(await client.execute("GET", epoch_key))
+
+
+def journal_group(client: RedisClient, *parts: str) -> str:
+    """The name a group's journals share: the server (its addresses and database), then
+    ``parts`` (the stream or list, the group, the epoch)."""
+    config = client.config
+    return "|".join((f"{config.addresses!r}/{config.connection.db}", *parts))
+
+
+async def open_journal(group: str, consumer: str, *, label: str) -> RunJournal | None:
+    """``consumer``'s journal (file I/O, in a worker thread); None, with a warning, where it
+    cannot be made: every run is then written to Redis before it begins."""
+    try:
+        return await trio.to_thread.run_sync(RunJournal.open, group, consumer)
+    except OSError as exc:
+        _log.warning(
+            "%s: no run journal (%s): each handler run is written to Redis before it begins, "
+            "a round trip per message; set TRIO_STREAMS_STATE_DIR to a writable directory",
+            label, exc,
+        )  # fmt: skip
+        return None
 
 
 def journal_dir() -> Path:

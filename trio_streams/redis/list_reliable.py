@@ -73,7 +73,7 @@ from .client import RedisClient
 from .client.connection import Connection
 from .client.errors import RedisConnectionError, RedisError, ReplyError
 from .frames import REDELIVERED_HEADER
-from .journal import RunJournal, journal_epoch
+from .journal import RunJournal, journal_epoch, journal_group, open_journal
 from .list_base import ListSubscriptionBase, lost, wrong_type
 from .list_scripts import COPY_THEN_REMOVE, REAP, RENEW, TAKE_BACK
 from .lists import (
@@ -196,7 +196,7 @@ class ReliableListSubscription(ListSubscriptionBase):
         # Alive before anything is read: from now on no reaper takes this processing list.
         await self._claim_name()
         self._epoch = await journal_epoch(self._client, self._key)
-        self._journal = await trio.to_thread.run_sync(self._open_journal)  # file I/O
+        self._journal = await open_journal(self._journal_group(), self.consumer, label=self._label)
         host.start_soon(self._ship_loop, name=f"{self._label}: attempt ledger")
         host.start_soon(self._heartbeat_loop, name=f"{self._label}: heartbeat")
         host.start_soon(self._reap_loop, name=f"{self._label}: reaper")
@@ -371,21 +371,8 @@ class ReliableListSubscription(ListSubscriptionBase):
 
     # ---- runs --------------------------------------------------------------------------------
 
-    def _open_journal(self) -> RunJournal | None:
-        """This consumer's run journal on this host; None, with a warning, where it cannot be
-        made (every run is then written to Redis before it begins)."""
-        try:
-            return RunJournal.open(self._journal_group(), self.consumer)
-        except OSError as exc:
-            _log.warning(
-                "%s: no run journal (%s): each handler run is written to Redis before it "
-                "begins; set TRIO_STREAMS_STATE_DIR to a writable directory", self._label, exc,
-            )  # fmt: skip
-            return None
-
     def _journal_group(self) -> str:
-        config = self._client.config
-        return f"{config.addresses!r}/{config.connection.db}|list|{self._key}|{self._epoch}"
+        return journal_group(self._client, "list", self._key, self._epoch)
 
     def _add_runs(self, token: int, change: int) -> str:
         """Add ``change`` to the runs of ``token`` and of its value; returns the digest."""

@@ -271,20 +271,6 @@ class Connection:
             return False
         return not poller.poll(0)
 
-    def coalesce_writes(self) -> None:
-        """Let the kernel gather small writes into full segments (Nagle's algorithm: trio
-        turns it off for every stream). For a connection whose replies nobody waits for (a
-        ledger written with ``CLIENT REPLY OFF``): each write is then a copy into the socket's
-        buffer, which the kernel sends, in order, even after the process has died."""
-        self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 0)
-
-    @property
-    def fd(self) -> int:
-        """The socket's descriptor where this connection writes it directly (plain TCP on
-        POSIX), else -1 (TLS: the stream writes). A caller writing it must keep commands whole
-        and in order, and :meth:`close` the connection if it cannot."""
-        return self._fd
-
     def close(self) -> None:
         """Close the socket now (synchronously); the connection is broken from here on."""
         self.broken = True
