@@ -36,6 +36,7 @@ from ..memory.queues import MemoryListSubscription, queue_of
 from ..outcome import Outcome
 from ..pipeline import Command, Segment
 from ..transport import Transport
+from .brokers import broker_for
 
 if TYPE_CHECKING:
     from ..app import App, RunningApp
@@ -356,20 +357,7 @@ class TestClient:
     # ---- internals ---------------------------------------------------------------------------
 
     def _broker_for(self, destination: str | Destination, broker: Broker | None) -> Broker:
-        if broker is not None:
-            if broker not in self._hubs:
-                raise ConfigurationError(f"{broker!r} is not a broker of app {self.app.name!r}")
-            return broker
-        brokers = list(self._hubs)
-        if len(brokers) == 1:
-            return brokers[0]
-        name = Destination.of(destination).name
-        reading = [b for b in brokers if any(name in s.source.streams for s in b.subscriptions)]
-        if len(reading) == 1:
-            return reading[0]
-        raise ConfigurationError(
-            f"{destination!r} could be on any of {brokers}; say which with broker="
-        )
+        return broker_for(self.app.name, list(self._hubs), destination, broker)
 
     def _quiet(self) -> bool:
         return all(runner.quiescent() for runner in self._runners)
