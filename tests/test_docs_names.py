@@ -20,6 +20,7 @@ PAGES = [ROOT / "README.md", *(p for p in sorted(DOCS.rglob("*.md")) if p != DOC
 
 _FENCE = re.compile(r"```[^\n]*\n(.*?)```", re.S)
 _SPAN = re.compile(r"`([^`\n]+)`")
+_IMPORT = re.compile(r"^[ \t]*from (trio_streams[\w.]*) import (\([^)]*\)|[^\n]*)", re.M)
 _DOTTED = re.compile(r"\btrio_streams(?:\.[A-Za-z_]\w*)+")
 #: A command line, not its output: ``trio-streams run: app 'x' did not start`` is output.
 _COMMAND = re.compile(r"trio-streams [^\s:]+(\s|$)")
@@ -75,12 +76,18 @@ def unknown_words(line: str, parser: argparse.ArgumentParser) -> list[str]:
 
 
 def dotted_names(text: str) -> set[str]:
-    """The ``trio_streams.x.Y`` names of a page, logger names left out."""
-    return {
+    """The ``trio_streams.x.Y`` names of a page, logger names left out, and every name its
+    code imports (``from trio_streams.x import Y, Z`` gives ``trio_streams.x.Y`` and ``.Z``)."""
+    names = {
         name
         for name in _DOTTED.findall(text)
         if not (name.startswith(LOGGER_PREFIXES) and not resolves(name))
     }
+    for module, imported in _IMPORT.findall(text):
+        for part in re.sub(r"#[^\n]*", "", imported.strip("()")).split(","):
+            if name := part.split(" as ")[0].strip():
+                names.add(f"{module}.{name}")
+    return names
 
 
 def resolves(dotted: str) -> bool:
@@ -137,3 +144,13 @@ def test_the_checks_see_a_wrong_flag_a_wrong_subcommand_and_a_wrong_name() -> No
     assert resolves("trio_streams.file.FileBroker")
     assert not resolves("trio_streams.file.FileBrokr")
     assert not resolves("trio_streams.nowhere.Thing")
+    imports = (
+        "from trio_streams import (\n    App,  # the app\n    Router as R,\n)\n"
+        "from trio_streams.file import FileBroker\n"
+    )
+    assert dotted_names(imports) == {
+        "trio_streams.App",
+        "trio_streams.Router",
+        "trio_streams.file",
+        "trio_streams.file.FileBroker",
+    }
