@@ -213,7 +213,9 @@ class TestClient:
         """Publish, then wait until the whole reaction has settled; returns the receipt.
 
         ``destination`` is a stream (a ``str``), or a ``Destination`` (a Redis list or channel:
-        ``Destination.list("jobs")``, ``Destination.channel("news")``)."""
+        ``Destination.list("jobs")``, ``Destination.channel("news")``). With several brokers,
+        it is on the one that reads, publishes or dead-letters to it; ``broker=`` says which
+        where more than one does, or none (:mod:`trio_streams.testing.brokers`)."""
         target = self._broker_for(destination, broker)
         receipt = await target.publish(destination, message, headers=headers)
         await self.settled()
@@ -315,7 +317,7 @@ class TestClient:
         """Every message in ``destination``, from tests and handlers alike, in order (for a
         channel, ``Destination.channel(name)``: what was published to it, heard or not; for a
         list, ``Destination.list(name)``: every entry ever pushed, retry copies included, taken
-        or not; ``seq`` counts them from 1)."""
+        or not; ``seq`` counts them from 1). The broker is found as for :meth:`publish`."""
         target = Destination.of(destination)
         hub = self._hubs[self._broker_for(target, broker)]
         if target.is_channel:
