@@ -14,7 +14,7 @@ from trio_streams import (
     Router,
 )
 from trio_streams.file import FileBroker, FileStream
-from trio_streams.redis import RedisBroker, RedisList, RedisStream
+from trio_streams.redis import RedisBroker, RedisChannel, RedisList, RedisStream
 
 #: Never connected: under app.test() every broker runs in-process.
 UNUSED_URL = "redis://127.0.0.1:1"
@@ -178,3 +178,26 @@ async def test_a_broker_that_is_not_the_apps_is_refused_by_name() -> None:
     async with app.test() as t:
         with pytest.raises(ConfigurationError, match="broker 'stranger' is not a broker of app"):
             t.published("orders", broker=stranger)
+
+
+async def test_a_channel_a_pattern_subscription_matches_is_found_on_its_broker() -> None:
+    app = App("news")
+    wires = app.broker(RedisBroker(UNUSED_URL, name="wires"))
+    orders = app.broker(RedisBroker(UNUSED_URL, name="orders"))
+    heard: list[str] = []
+
+    @wires.subscriber(RedisChannel("news.*", pattern=True))
+    async def ticker(title: str) -> None:
+        heard.append(title)
+
+    @orders.subscriber(RedisStream("orders", group="billing"))
+    async def bill(n: int) -> None: ...
+
+    async with app.test() as t:
+        await t.publish(Destination.channel("news.eu"), "rates held")
+        assert [m.decode(str) for m in t.published(Destination.channel("news.eu"))] == [
+            "rates held"
+        ]
+        with pytest.raises(ConfigurationError, match="named by none"):
+            t.published(Destination.channel("sport.eu"))
+    assert heard == ["rates held"]

@@ -1,10 +1,11 @@
 """Which of an app's brokers a destination named in a test is on.
 
 ``t.publish("orders", ...)`` and ``t.published("orders.dead")`` take no ``broker=`` when only
-one broker can mean the name: the broker whose subscriptions read it, whose publishers publish
-to it, or whose handlers dead-letter to it (and that has that kind of destination at all: a
-``Destination.list`` is never on a stream file). A name more than one broker uses, or none does,
-is refused with one line naming the candidates and how to pick one (``broker=``).
+one broker can mean the name: the broker whose subscriptions read it (for a channel, also one a
+pattern subscription matches), whose publishers publish to it, or whose handlers dead-letter to
+it, and that has that kind of destination at all (a ``Destination.list`` is never on a stream
+file). A name more than one broker uses, or none does, is refused with one line naming the
+candidates and how to pick one (``broker=``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 from ..broker import Broker
 from ..destinations import Destination
 from ..errors import ConfigurationError
+from ..memory.channels import MemoryChannel
 
 __all__ = ["broker_for"]
 
@@ -28,6 +30,19 @@ def names_on(broker: Broker) -> set[str]:
     return names
 
 
+def means(broker: Broker, target: Destination) -> bool:
+    """Whether ``target`` is on ``broker``: a kind it has, and a name it uses (for a channel,
+    one of its pattern subscriptions may match the name instead)."""
+    if target.kind not in broker.destination_kinds:
+        return False
+    if target.name in names_on(broker):
+        return True
+    return target.is_channel and any(
+        isinstance(reads := s.source.in_process(), MemoryChannel) and reads.matches(target.name)
+        for s in broker.subscriptions
+    )
+
+
 def broker_for(
     app_name: str, brokers: Sequence[Broker], destination: str | Destination, chosen: Broker | None
 ) -> Broker:
@@ -40,9 +55,7 @@ def broker_for(
     if len(brokers) == 1:
         return brokers[0]
     target = Destination.of(destination)
-    meaning = [
-        b for b in brokers if target.kind in b.destination_kinds and target.name in names_on(b)
-    ]
+    meaning = [b for b in brokers if means(b, target)]
     if len(meaning) == 1:
         return meaning[0]
     labels = _labels(brokers)
