@@ -123,6 +123,25 @@ def test_every_command_line_in_the_docs_uses_subcommands_and_flags_the_cli_has(
     assert not wrong, f"{_name(page)}: the CLI has no {wrong}"
 
 
+#: The guides of the command line: every ``--flag`` they name, in prose or tables too.
+CLI_GUIDES = [DOCS / "guides" / "cli.md", DOCS / "guides" / "record-and-top.md"]
+
+
+def every_flag(parser: argparse.ArgumentParser) -> set[str]:
+    """The option strings of ``parser`` and of all its subcommands."""
+    flags = set(parser._option_string_actions)
+    for sub in _subcommands(parser).values():
+        flags |= every_flag(sub)
+    return flags
+
+
+@pytest.mark.parametrize("page", CLI_GUIDES, ids=_name)
+def test_every_flag_a_command_line_guide_names_is_a_flag_of_some_command(page: Path) -> None:
+    flags = every_flag(build_parser())
+    named = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", page.read_text()))
+    assert not named - flags, f"{_name(page)}: no command has {sorted(named - flags)}"
+
+
 @pytest.mark.parametrize("page", PAGES, ids=_name)
 def test_every_trio_streams_name_in_the_docs_imports(page: Path) -> None:
     missing = sorted(n for n in dotted_names(page.read_text()) if not resolves(n))
@@ -133,6 +152,8 @@ def test_the_checks_see_a_wrong_flag_a_wrong_subcommand_and_a_wrong_name() -> No
     parser = build_parser()
     assert unknown_words("trio-streams run svc:app --workers 2 --shutdown-timeout 5", parser) == []
     assert unknown_words("trio-streams run svc:app --worker 2", parser) == ["--worker"]
+    assert {"--workers", "--stuck-after", "--no-header"} <= every_flag(parser)
+    assert "--worker" not in every_flag(parser)
     assert unknown_words("trio-streams publish x.ss k -X a=b -H a=b", parser) == ["-X"]
     assert unknown_words("trio-streams file dcode x.ss", parser) == ["dcode"]
     assert unknown_words("trio-streams file decode x.ss | head --lines 3", parser) == []
