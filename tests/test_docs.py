@@ -23,7 +23,12 @@ def test_every_runnable_block_of_the_page_runs_as_written(page: str, tmp_path: P
 
 
 def test_the_pages_that_teach_have_runnable_examples() -> None:
-    for page in ("README.md", "docs/tutorial.md", "docs/guides/testing.md"):
+    for page in (
+        "README.md",
+        "docs/tutorial.md",
+        "docs/guides/testing.md",
+        "docs/guides/outcomes.md",
+    ):
         assert page in PAGES, f"{page} has no runnable example"
     readme = [s.argument for s in steps_of(ROOT / "README.md") if s.kind == "file"]
     assert readme == ["billing.py", "test_billing.py"]

@@ -36,6 +36,7 @@ from ..memory.queues import MemoryListSubscription, queue_of
 from ..outcome import Outcome
 from ..pipeline import Command, Segment
 from ..transport import Transport
+from .brokers import broker_for
 
 if TYPE_CHECKING:
     from ..app import App, RunningApp
@@ -212,7 +213,9 @@ class TestClient:
         """Publish, then wait until the whole reaction has settled; returns the receipt.
 
         ``destination`` is a stream (a ``str``), or a ``Destination`` (a Redis list or channel:
-        ``Destination.list("jobs")``, ``Destination.channel("news")``)."""
+        ``Destination.list("jobs")``, ``Destination.channel("news")``). With several brokers,
+        it is on the one that reads, publishes or dead-letters to it; ``broker=`` says which
+        where more than one does, or none (:mod:`trio_streams.testing.brokers`)."""
         target = self._broker_for(destination, broker)
         receipt = await target.publish(destination, message, headers=headers)
         await self.settled()
@@ -314,7 +317,7 @@ class TestClient:
         """Every message in ``destination``, from tests and handlers alike, in order (for a
         channel, ``Destination.channel(name)``: what was published to it, heard or not; for a
         list, ``Destination.list(name)``: every entry ever pushed, retry copies included, taken
-        or not; ``seq`` counts them from 1)."""
+        or not; ``seq`` counts them from 1). The broker is found as for :meth:`publish`."""
         target = Destination.of(destination)
         hub = self._hubs[self._broker_for(target, broker)]
         if target.is_channel:
@@ -356,20 +359,7 @@ class TestClient:
     # ---- internals ---------------------------------------------------------------------------
 
     def _broker_for(self, destination: str | Destination, broker: Broker | None) -> Broker:
-        if broker is not None:
-            if broker not in self._hubs:
-                raise ConfigurationError(f"{broker!r} is not a broker of app {self.app.name!r}")
-            return broker
-        brokers = list(self._hubs)
-        if len(brokers) == 1:
-            return brokers[0]
-        name = Destination.of(destination).name
-        reading = [b for b in brokers if any(name in s.source.streams for s in b.subscriptions)]
-        if len(reading) == 1:
-            return reading[0]
-        raise ConfigurationError(
-            f"{destination!r} could be on any of {brokers}; say which with broker="
-        )
+        return broker_for(self.app.name, list(self._hubs), destination, broker)
 
     def _quiet(self) -> bool:
         return all(runner.quiescent() for runner in self._runners)
