@@ -8,10 +8,11 @@
   (protocol ``file``), the in-process broker (protocol ``in-process``);
 - **channels** — one per stream, list or Pub/Sub channel a subscription reads or a publisher
   writes, on the server of the broker that reads or writes it (a handler reading one broker and
-  publishing through another has its publisher's channel on the other), with the Redis binding that says how it is read or written
-  (``xreadgroup`` with the group and consumer, ``xread``, ``blmove``/``blpop``,
-  ``subscribe``/``psubscribe``/``ssubscribe``; ``xadd``, ``rpush``/``lpush``, ``publish``/
-  ``spublish``), the shape FastStream's documents use, so AsyncAPI tools show both alike;
+  publishing through another has its publisher's channel on the other), with the Redis
+  binding that says how it is read or written (``xreadgroup`` with the group and consumer,
+  ``xread``, ``blmove``/``blpop``, ``subscribe``/``psubscribe``/``ssubscribe``; ``xadd``,
+  ``rpush``/``lpush``, ``publish``/``spublish``), the shape FastStream's documents use, so
+  AsyncAPI tools show both alike;
 - **operations** — ``receive`` for each subscription (its handler's name and docstring),
   ``send`` for each publisher (what the handlers it decorates return, whichever broker they
   read);

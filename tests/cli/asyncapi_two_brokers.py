@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from trio_streams import App, Destination, Router
+from trio_streams import App, Broker, Destination, Router
 from trio_streams.file import FileBroker
 from trio_streams.redis import RedisBroker, RedisStream
 
@@ -18,50 +18,45 @@ class Receipt(msgspec.Struct):
     paid: bool
 
 
-# A Redis group in, a stream file out: the file broker has a publisher and no subscriber.
-redis_to_file = App("redis-to-file")
-redis = redis_to_file.broker(RedisBroker("redis://cache.internal:6380/0"))
-files = redis_to_file.broker(FileBroker("shop.ss"))
+def billing(
+    name: str,
+    reads: str,
+    writes: Router,
+    receipts: str | Destination = "receipts",
+    *,
+    also_where_it_reads: bool = False,
+) -> App:
+    """An app whose handler ``bill`` reads the group ``g`` of the stream ``orders`` at the Redis
+    URL ``reads`` and publishes its ``Receipt`` to ``receipts`` through ``writes`` (registered on
+    the app when it is a broker), and with ``also_where_it_reads`` to the stream ``receipts`` of
+    the broker it reads too."""
+    app = App(name)
+    redis = app.broker(RedisBroker(reads))
+    if isinstance(writes, Broker):
+        app.broker(writes)
+
+    async def bill(order: Order) -> Receipt:
+        return Receipt(order=order.id, paid=True)
+
+    handler = writes.publisher(receipts)(bill)
+    if also_where_it_reads:
+        handler = redis.publisher("receipts")(handler)
+    redis.subscriber(RedisStream("orders", group="g"), name="bill")(handler)
+    return app
 
 
-@redis.subscriber(RedisStream("orders", group="g"))
-@files.publisher("receipts")
-async def bill(order: Order) -> Receipt:
-    return Receipt(order=order.id, paid=True)
-
-
-# Two Redis brokers (both named "redis" by default): read on one, write a list on the other.
-two_redis = App("two-redis")
-primary = two_redis.broker(RedisBroker("redis://primary.internal:6379/0"))
-archive = two_redis.broker(RedisBroker("redis://archive.internal:6379/0"))
-
-
-@primary.subscriber(RedisStream("orders", group="g"))
-@archive.publisher(Destination.list("receipts"))
-async def archive_receipt(order: Order) -> Receipt:
-    return Receipt(order=order.id, paid=False)
-
-
-# A handler with a publisher on each broker: its own (a Redis stream) and a stream file.
-both = App("both")
-both_redis = both.broker(RedisBroker("redis://cache.internal:6380/0"))
-both_files = both.broker(FileBroker("shop.ss"))
-
-
-@both_redis.subscriber(RedisStream("orders", group="g"))
-@both_redis.publisher("receipts")
-@both_files.publisher("receipts")
-async def bill_twice(order: Order) -> Receipt:
-    return Receipt(order=order.id, paid=True)
-
-
-# A handler decorated with a publisher of a router that no broker includes.
-unmounted = App("unmounted")
-unmounted_redis = unmounted.broker(RedisBroker("redis://cache.internal:6380/0"))
-nowhere = Router().publisher("receipts")
-
-
-@unmounted_redis.subscriber(RedisStream("orders", group="g"))
-@nowhere
-async def bill_nowhere(order: Order) -> Receipt:
-    return Receipt(order=order.id, paid=True)
+#: A Redis group in, a stream file out: the file broker has a publisher and no subscriber.
+redis_to_file = billing("redis-to-file", "redis://cache.internal:6380/0", FileBroker("shop.ss"))
+#: Two Redis brokers (both named "redis" by default): read on one, write a list on the other.
+two_redis = billing(
+    "two-redis",
+    "redis://primary.internal:6379/0",
+    RedisBroker("redis://archive.internal:6379/0"),
+    Destination.list("receipts"),
+)
+#: A publisher on each broker: the Redis one the handler reads, and a stream file.
+both = billing(
+    "both", "redis://cache.internal:6380/0", FileBroker("shop.ss"), also_where_it_reads=True
+)
+#: A publisher of a router that no broker includes.
+unmounted = billing("unmounted", "redis://cache.internal:6380/0", Router())

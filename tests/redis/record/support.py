@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
+
+import trio
 
 from trio_streams.file.envelope import open_envelope
 from trio_streams.file.reader import FileReader
@@ -46,3 +50,26 @@ def group_state(groups: Any, pending: Any, consumers: Any) -> Any:
     rows = [(row[0], row[1], row[3]) for row in pending]
     people = [(c["name"], c["pending"]) for c in shapes.consumer_info(consumers)]
     return info, rows, people
+
+
+@asynccontextmanager
+async def command_in_background(argv: list[str], cwd: Path) -> AsyncIterator[trio.Process]:
+    """``argv`` running from ``cwd``, its output in the files ``cwd/out`` and ``cwd/err``;
+    killed on the way out if it still runs."""
+    with (cwd / "out").open("w") as out_file, (cwd / "err").open("w") as err_file:
+        process = await trio.lowlevel.open_process(argv, cwd=cwd, stdout=out_file, stderr=err_file)
+    try:
+        yield process
+    finally:
+        if process.returncode is None:
+            process.kill()
+            with trio.CancelScope(shield=True):
+                await process.wait()
+
+
+async def exit_status(process: trio.Process, signum: int | None = None) -> int:
+    """Send ``signum`` (None: none) and wait, at most 30 s, for ``process`` to exit."""
+    if signum is not None:
+        process.send_signal(signum)
+    with trio.fail_after(30):
+        return await process.wait()

@@ -26,7 +26,7 @@ from trio_streams.redis.client import RedisClient
 from trio_streams.redis.client.subscriber import Message
 from trio_streams.redis.frames import decode_frame, encode_frame
 
-from .support import recorded
+from .support import command_in_background, exit_status, recorded
 
 GUIDE = ROOT / "docs" / "guides" / "record-and-top.md"
 GUIDE_URL = "redis://localhost:6379"
@@ -57,10 +57,7 @@ async def record_while_publishing(
     """Run the ``record`` command ``argv``, publish :data:`PUBLISHED` (and a message on a
     channel the pattern does not match) once it is subscribed, stop it with SIGINT once all
     are in ``path``; its standard output."""
-    out_path, err_path = cwd / "record.out", cwd / "record.err"
-    with out_path.open("w") as out_file, err_path.open("w") as err_file:
-        process = await trio.lowlevel.open_process(argv, cwd=cwd, stdout=out_file, stderr=err_file)
-    try:
+    async with command_in_background(argv, cwd) as process:
 
         async def subscribed() -> bool:
             return int(await redis.execute("PUBSUB", "NUMPAT")) == 1
@@ -74,15 +71,9 @@ async def record_while_publishing(
             return await trio.Path(path).exists() and len(recorded(path)) == len(PUBLISHED)
 
         await eventually(all_in, within=20, what="every message in the recording")
-        process.send_signal(signal.SIGINT)
-        with trio.fail_after(30):
-            await process.wait()
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-    assert process.returncode == 0, err_path.read_text()
-    return out_path.read_text()
+        status = await exit_status(process, signal.SIGINT)
+    assert status == 0, (cwd / "err").read_text()
+    return (cwd / "out").read_text()
 
 
 @asynccontextmanager
