@@ -26,7 +26,7 @@ from trio_streams.redis.client import RedisClient
 from trio_streams.redis.client.subscriber import Message
 from trio_streams.redis.frames import decode_frame, encode_frame
 
-from .support import command_in_background, exit_status, recorded
+from .support import checkout_env, command_in_background, exit_status, recorded
 
 GUIDE = ROOT / "docs" / "guides" / "record-and-top.md"
 GUIDE_URL = "redis://localhost:6379"
@@ -99,8 +99,10 @@ async def listening(redis: RedisClient) -> AsyncIterator[Callable[[], Awaitable[
 
 async def run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[bytes]:
     with trio.fail_after(60):
-        return await trio.run_process(argv, cwd=cwd, capture_stdout=True, capture_stderr=True,
-                                      check=False)  # fmt: skip
+        return await trio.run_process(
+            argv, cwd=cwd, capture_stdout=True, capture_stderr=True, check=False,
+            env=checkout_env(),
+        )  # fmt: skip
 
 
 # ---- the guide's example, as written ----------------------------------------------------------
