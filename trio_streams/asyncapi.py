@@ -2,16 +2,20 @@
 
 :func:`asyncapi_document` reads what an app declares, without running it:
 
-- **servers** — one per broker: a Redis broker's URL (host, port, ``redis``/``rediss``, and its
+- **servers** — one per broker, keyed by its name (two brokers of one name: ``redis``,
+  ``redis_2``): a Redis broker's URL (host, port, ``redis``/``rediss``, and its
   cluster or sentinel topology; a password in the URL is never written), a stream file's path
   (protocol ``file``), the in-process broker (protocol ``in-process``);
 - **channels** — one per stream, list or Pub/Sub channel a subscription reads or a publisher
-  writes, on its broker's server, with the Redis binding that says how it is read or written
-  (``xreadgroup`` with the group and consumer, ``xread``, ``blmove``/``blpop``,
-  ``subscribe``/``psubscribe``/``ssubscribe``; ``xadd``, ``rpush``/``lpush``, ``publish``/
-  ``spublish``), the shape FastStream's documents use, so AsyncAPI tools show both alike;
+  writes, on the server of the broker that reads or writes it (a handler reading one broker and
+  publishing through another has its publisher's channel on the other), with the Redis
+  binding that says how it is read or written (``xreadgroup`` with the group and consumer,
+  ``xread``, ``blmove``/``blpop``, ``subscribe``/``psubscribe``/``ssubscribe``; ``xadd``,
+  ``rpush``/``lpush``, ``publish``/``spublish``), the shape FastStream's documents use, so
+  AsyncAPI tools show both alike;
 - **operations** — ``receive`` for each subscription (its handler's name and docstring),
-  ``send`` for each publisher (what the handlers it decorates return);
+  ``send`` for each publisher (what the handlers it decorates return, whichever broker they
+  read);
 - **messages** — their payload schemas from the annotations: dataclasses, ``msgspec.Struct``,
   enums and plain types through msgspec's JSON Schema, pydantic models through
   their own ``model_json_schema``, ``bytes`` as a binary string; shared definitions go to
@@ -50,7 +54,11 @@ def asyncapi_document(
     """The AsyncAPI 3.0 document of ``app`` (a JSON-ready dict); see the module docstring."""
     builder = _Builder()
     for broker in app.brokers:
-        builder.add_broker(broker)
+        builder.server(broker)
+    for broker in app.brokers:
+        builder.add_subscriptions(broker)
+    for broker in app.brokers:
+        builder.add_lone_publishers(broker)
     info: dict[str, Any] = {"title": app.name, "version": version}
     if description:
         info["description"] = description
@@ -84,21 +92,39 @@ class _Builder:
         self.operations: dict[str, Any] = {}
         self.messages: dict[str, Any] = {}
         self.schemas: dict[str, Any] = {}
+        #: The server key of each broker (by identity: two brokers may share a name).
+        self._server_keys: dict[int, str] = {}
+        #: The publishers that decorate a handler of the app (by identity).
+        self._decorating: set[int] = set()
 
     # ---- servers -----------------------------------------------------------------------------
 
-    def add_broker(self, broker: Broker) -> None:
-        server = _key(broker.name)
-        self.servers[server] = _server_of(broker)
+    def server(self, broker: Broker) -> str:
+        """The key of ``broker``'s server, added on first use: one per broker, even for two
+        brokers of one name (``redis``, ``redis_2``)."""
+        key = self._server_keys.get(id(broker))
+        if key is None:
+            key = self._server_keys[id(broker)] = self._unique(self.servers, _key(broker.name))
+            self.servers[key] = _server_of(broker)
+        return key
+
+    def add_subscriptions(self, broker: Broker) -> None:
+        """A receive per subscription of ``broker``, and a send per publisher decorating its
+        handler, each on the publisher's own broker, carrying what the handler returns."""
+        server = self.server(broker)
         for subscription in broker.subscriptions:
             self._receive(server, subscription)
+            returns = _return_type(subscription.handler.fn)
             for publisher in subscription.publishers:
-                returns = _return_type(subscription.handler.fn)
-                self._send(server, broker, publisher, returns, subscription)
-        declared = {id(p) for s in broker.subscriptions for p in s.publishers}
+                self._decorating.add(id(publisher))
+                self._send(publisher, returns, subscription)
+
+    def add_lone_publishers(self, broker: Broker) -> None:
+        """A send per publisher of ``broker`` that decorates no handler of the app (its payload
+        is unknown); after :meth:`add_subscriptions` of every broker."""
         for publisher in broker.all_publishers():
-            if id(publisher) not in declared:
-                self._send(server, broker, publisher, None, None)
+            if id(publisher) not in self._decorating:
+                self._send(publisher, None, None)
 
     # ---- operations --------------------------------------------------------------------------
 
@@ -134,14 +160,10 @@ class _Builder:
                 "messages": [{"$ref": f"#/channels/{channel}/messages/{message}"}],
             }
 
-    def _send(
-        self,
-        server: str,
-        broker: Broker,
-        publisher: Publisher,
-        returns: Any,
-        subscription: Subscription | None,
-    ) -> None:
+    def _send(self, publisher: Publisher, returns: Any, subscription: Subscription | None) -> None:
+        """A send on the publisher's own broker (whichever broker the handler reads)."""
+        broker = publisher.broker
+        server = self.server(broker)
         target = publisher.target
         message = self._message(returns)
         channel = self._channel(server, target.name, message, _write_binding(broker, target))

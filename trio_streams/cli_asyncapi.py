@@ -9,6 +9,7 @@ from pathlib import Path
 
 from .asyncapi import asyncapi_document
 from .cli_run import AppNotFound, load_app
+from .errors import ConfigurationError
 
 __all__ = ["register"]
 
@@ -21,7 +22,11 @@ def _asyncapi(args: argparse.Namespace) -> int:
     except AppNotFound as exc:
         print(f"{_PROG}: {exc}", file=sys.stderr)
         return 2
-    document = asyncapi_document(app, version=args.app_version, description=args.description)
+    try:
+        document = asyncapi_document(app, version=args.app_version, description=args.description)
+    except ConfigurationError as exc:  # e.g. a publisher whose router is in no broker
+        print(f"{_PROG}: {args.app}: {exc}", file=sys.stderr)
+        return 2
     text = json.dumps(document, indent=2, sort_keys=False) + "\n"
     if args.output is None:
         sys.stdout.write(text)

@@ -27,7 +27,14 @@ from .bounds import parse_bounds
 from .headers import ID_HEADER
 from .pacing import Pacing
 from .progress import make_progress
-from .recorder import RecordSummary, check_file_key, record_channel, record_list, record_stream
+from .recorder import (
+    RecordSummary,
+    check_file_key,
+    pattern_file_key,
+    record_channel,
+    record_list,
+    record_stream,
+)
 from .replayer import MessageRefused, ReplaySummary, replay_file
 
 __all__ = ["register"]
@@ -116,7 +123,8 @@ async def _record_main(args: argparse.Namespace) -> int:
             )
         if kind in ("channel", "pattern") and (args.start or args.until):
             raise SourceNotFound("a channel has no past: --from and --until are for streams")
-        key = check_file_key(args.key or args.source, f"the {kind} {args.source!r}")
+        default_key = pattern_file_key(args.source) if kind == "pattern" else args.source
+        key = check_file_key(args.key or default_key, f"the {kind} {args.source!r}")
         summary = RecordSummary(f"{kind} {args.source!r}", key)
         writer = StreamWriter(args.to)
         progress = make_progress(args.progress)
@@ -285,16 +293,22 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="publish a recording back to Redis",
         description="Publish the messages of a stream file to Redis with their payloads and "
         "headers (without the headers the recording added), as stream entries (XADD, new ids), "
-        "list elements (RPUSH) or channel messages (PUBLISH); unpaced, at a rate, or as "
-        "recorded.",
+        "list elements (RPUSH) or channel messages (PUBLISH, on the channel each was recorded "
+        "from); unpaced, at a rate, or as recorded.",
     )
     replay.add_argument("file", metavar="FILE", help="the stream file (.ss)")
     replay.add_argument("--to", required=True, metavar="URL", help="the deployment to write to")
-    replay.add_argument("--stream", default=None, metavar="KEY", help="write every message to KEY")
+    replay.add_argument(
+        "--stream", default=None, metavar="KEY",
+        help="write every message to KEY (a stream, a list with --as list, a channel with --as "
+        "channel); default: each message's stream key, or with --as channel the channel it was "
+        "recorded from",
+    )  # fmt: skip
     replay.add_argument("--key", action="append", help="only this stream key (repeatable)")
     replay.add_argument(
         "--as", dest="as_", choices=("stream", "list", "channel"), default="stream",
-        help="stream entries (default), list elements, or channel messages",
+        help="stream entries (default), list elements, or channel messages (each on the "
+        "channel it was recorded from)",
     )  # fmt: skip
     replay.add_argument(
         "--from", dest="start", default=None, metavar="POS",

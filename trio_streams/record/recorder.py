@@ -25,6 +25,7 @@ in says how far it got.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -58,6 +59,7 @@ __all__ = [
     "InvalidFileKey",
     "RecordSummary",
     "check_file_key",
+    "pattern_file_key",
     "record_channel",
     "record_list",
     "record_stream",
@@ -87,6 +89,18 @@ def check_file_key(key: str, source: str) -> str:
             "letters, digits, '.', '_' and '-' (at most 249 bytes)"
         )
     return key
+
+
+#: A run of characters a stream file's key cannot hold.
+_NOT_IN_A_FILE_KEY = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def pattern_file_key(pattern: str) -> str:
+    """The file's stream key for a recording of ``pattern`` given no ``--key``: the pattern with
+    each run of characters a file key cannot hold (the glob's ``*``, ``?``, ``[``...) made one
+    ``_`` (``news.*`` is kept under ``news._``). A pattern names no one channel, and each
+    message keeps its own in :data:`~.headers.CHANNEL_HEADER`."""
+    return _NOT_IN_A_FILE_KEY.sub("_", pattern)
 
 
 @final
@@ -377,10 +391,13 @@ async def record_channel(
 ) -> RecordSummary:
     """Record what is published on ``channel`` (a pattern with ``pattern``) until cancelled or
     ``limit`` messages; each message's timestamp is when it arrived, its channel in
-    :data:`~.headers.CHANNEL_HEADER`. ``on_subscribed`` is called once the server confirmed the
-    subscription (from then on nothing published is missed, but for reported gaps)."""
+    :data:`~.headers.CHANNEL_HEADER`. Without ``key``, the file's key is the channel's name (a
+    pattern's: :func:`pattern_file_key`). ``on_subscribed`` is called once the server confirmed
+    the subscription (from then on nothing published is missed, but for reported gaps)."""
     what = "pattern" if pattern else "channel"
-    file_key = check_file_key(channel if key is None else key, f"the {what} {channel!r}")
+    if key is None:
+        key = pattern_file_key(channel) if pattern else channel
+    file_key = check_file_key(key, f"the {what} {channel!r}")
     summary = summary or RecordSummary(f"{what} {channel!r}", file_key)
     summary.backlog_done = summary.live = True
     subscription = client.subscribe(patterns=[channel]) if pattern else client.subscribe([channel])

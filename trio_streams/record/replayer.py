@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, final
 
@@ -37,7 +37,13 @@ from ..redis.client import RedisClient
 from ..redis.frames import encode_frame
 from ..redis.wire import encode_fields
 from .fields import JSON_OBJECT, BadFieldList, decode_field_list
-from .headers import FIELDS_HEADER, ID_HEADER, RECORDING_HEADERS, without_recording_headers
+from .headers import (
+    CHANNEL_HEADER,
+    FIELDS_HEADER,
+    ID_HEADER,
+    RECORDING_HEADERS,
+    without_recording_headers,
+)
 from .pacing import Pacing
 from .sending import send_in_order
 
@@ -85,10 +91,22 @@ class ReplaySummary:
     last_timestamp_ms: int | None = None
 
 
+def _destination(target: Target, message: Message, headers: Mapping[str, str]) -> str:
+    """Where a message goes unless renamed: the channel it was recorded from for a channel
+    message (a pattern's recording holds many, under one key), else its stream key."""
+    if target == "channel":
+        return headers.get(CHANNEL_HEADER, message.stream_key)
+    return message.stream_key
+
+
 def _command(
-    target: Target, key: str, message: Message, drop: frozenset[str]
+    target: Target,
+    key: str,
+    message: Message,
+    payload: bytes,
+    headers: Mapping[str, str],
+    drop: frozenset[str],
 ) -> tuple[object, ...]:
-    payload, headers = open_envelope(message.payload)
     kept = without_recording_headers(headers, drop)
     if target == "stream":
         marker = headers.get(FIELDS_HEADER)
@@ -140,9 +158,12 @@ async def replay_file(
     """Publish the messages of the stream file at ``path`` to ``client``.
 
     ``keys`` picks stream keys (None: all); each goes to the Redis key of its name, or to
-    ``rename``. ``start`` seeks first (``Position.timestamp(ms)``: as recorded after ``ms``; a
-    sequence or time needs exactly one key). ``keep`` names recording headers to send anyway;
-    ``id_header`` is the one the recording kept entry ids in (``record --id-header``).
+    ``rename``. As channel messages (``target="channel"``), a message recorded from a channel
+    goes back to that channel (:data:`~.headers.CHANNEL_HEADER`: a pattern's recording holds
+    many), unless ``rename`` names one for all. ``start`` seeks first
+    (``Position.timestamp(ms)``: as recorded after ``ms``; a sequence or time needs exactly one
+    key). ``keep`` names recording headers to send anyway; ``id_header`` is the one the
+    recording kept entry ids in (``record --id-header``).
     """
     summary = summary or ReplaySummary()
     drop = (RECORDING_HEADERS | {id_header}) - frozenset(keep)
@@ -204,8 +225,9 @@ async def replay_file(
                     if at > trio.current_time():
                         await send()
                         await trio.sleep_until(at)
-                key = rename or message.stream_key
-                pending.append(_command(target, key, message, drop))
+                payload, headers = open_envelope(message.payload)
+                key = rename or _destination(target, message, headers)
+                pending.append(_command(target, key, message, payload, headers, drop))
                 pending_keys.append((key, message))
                 index += 1
                 if len(pending) >= batch:

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import trio
+
+from tests.cli.support import ROOT
 from trio_streams.file.envelope import open_envelope
 from trio_streams.file.reader import FileReader
 from trio_streams.redis.client import RedisClient
@@ -46,3 +52,35 @@ def group_state(groups: Any, pending: Any, consumers: Any) -> Any:
     rows = [(row[0], row[1], row[3]) for row in pending]
     people = [(c["name"], c["pending"]) for c in shapes.consumer_info(consumers)]
     return info, rows, people
+
+
+def checkout_env() -> dict[str, str]:
+    """The environment for a command run from another directory than the checkout's: it still
+    imports this checkout's ``trio_streams``."""
+    paths = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+
+
+@asynccontextmanager
+async def command_in_background(argv: list[str], cwd: Path) -> AsyncIterator[trio.Process]:
+    """``argv`` running from ``cwd`` (see :func:`checkout_env`), its output in the files
+    ``cwd/out`` and ``cwd/err``; killed on the way out if it still runs."""
+    with (cwd / "out").open("w") as out_file, (cwd / "err").open("w") as err_file:
+        process = await trio.lowlevel.open_process(
+            argv, cwd=cwd, stdout=out_file, stderr=err_file, env=checkout_env()
+        )
+    try:
+        yield process
+    finally:
+        if process.returncode is None:
+            process.kill()
+            with trio.CancelScope(shield=True):
+                await process.wait()
+
+
+async def exit_status(process: trio.Process, signum: int | None = None) -> int:
+    """Send ``signum`` (None: none) and wait, at most 30 s, for ``process`` to exit."""
+    if signum is not None:
+        process.send_signal(signum)
+    with trio.fail_after(30):
+        return await process.wait()

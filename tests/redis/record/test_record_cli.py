@@ -7,12 +7,12 @@ from pathlib import Path
 
 import trio
 
-from tests.cli.support import COMMAND, ROOT, cli
+from tests.cli.support import COMMAND, cli
 from tests.redis.client.redis_waits import eventually, wait_until_blocked
 from tests.redis_servers import RedisServer
 from trio_streams.redis.client import RedisClient
 
-from .support import add_entries, recorded
+from .support import add_entries, command_in_background, exit_status, recorded
 
 
 async def test_sigterm_while_following_flushes_and_closes_the_file_and_prints_a_summary(
@@ -20,13 +20,8 @@ async def test_sigterm_while_following_flushes_and_closes_the_file_and_prints_a_
 ) -> None:
     await add_entries(redis, "orders", 3)
     path = tmp_path / "r.ss"
-    out_path, err_path = tmp_path / "out", tmp_path / "err"
-    with out_path.open("w") as out_file, err_path.open("w") as err_file:
-        process = await trio.lowlevel.open_process(
-            [*COMMAND, "record", redis_server.url, "orders", "--follow", "--to", str(path)],
-            cwd=ROOT, stdout=out_file, stderr=err_file,
-        )  # fmt: skip
-    try:
+    argv = [*COMMAND, "record", redis_server.url, "orders", "--follow", "--to", str(path)]
+    async with command_in_background(argv, tmp_path) as process:
         await wait_until_blocked(redis, "xread")
         await redis.execute("XADD", "orders", "99000-0", "_payload", b"late")
 
@@ -34,15 +29,9 @@ async def test_sigterm_while_following_flushes_and_closes_the_file_and_prints_a_
             return len(recorded(path)) == 4
 
         await eventually(in_file, within=20, what="the new entry in the recording")
-        process.send_signal(signal.SIGTERM)
-        with trio.fail_after(30):
-            await process.wait()
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-    out, err = out_path.read_text(), err_path.read_text()
-    assert process.returncode == 0, err
+        status = await exit_status(process, signal.SIGTERM)
+    out, err = (tmp_path / "out").read_text(), (tmp_path / "err").read_text()
+    assert status == 0, err
     assert "recorded 4 entries of stream 'orders'" in out
     assert "ids 1000-0..99000-0" in out and "stopped by SIGTERM" in out
     assert "following stream 'orders'" in err  # plain progress lines: stderr is not a terminal
@@ -127,12 +116,8 @@ async def test_ctrl_c_stops_a_channel_recording_cleanly(
     redis_server: RedisServer, redis: RedisClient, tmp_path: Path
 ) -> None:
     path, err_path = tmp_path / "r.ss", tmp_path / "err"
-    with (tmp_path / "out").open("w") as out_file, err_path.open("w") as err_file:
-        process = await trio.lowlevel.open_process(
-            [*COMMAND, "record", redis_server.url, "news", "--channel", "--to", str(path)],
-            cwd=ROOT, stdout=out_file, stderr=err_file,
-        )  # fmt: skip
-    try:
+    argv = [*COMMAND, "record", redis_server.url, "news", "--channel", "--to", str(path)]
+    async with command_in_background(argv, tmp_path) as process:
 
         async def subscribed() -> bool:
             await trio.lowlevel.checkpoint()
@@ -147,15 +132,9 @@ async def test_ctrl_c_stops_a_channel_recording_cleanly(
             return len(recorded(path)) == 2
 
         await eventually(in_file, within=20, what="both messages in the recording")
-        process.send_signal(signal.SIGINT)
-        with trio.fail_after(30):
-            await process.wait()
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+        status = await exit_status(process, signal.SIGINT)
     out = (tmp_path / "out").read_text()
-    assert process.returncode == 0, err_path.read_text()
+    assert status == 0, err_path.read_text()
     assert "recorded 2 entries of channel 'news'" in out and "stopped by SIGINT" in out
     assert [m[3] for m in recorded(path)] == [b"one", b"two"]
 
@@ -164,22 +143,13 @@ async def test_follow_waits_for_a_stream_that_does_not_exist_yet(
     redis_server: RedisServer, redis: RedisClient, tmp_path: Path
 ) -> None:
     path = tmp_path / "r.ss"
-    with (tmp_path / "out").open("w") as out_file, (tmp_path / "err").open("w") as err_file:
-        process = await trio.lowlevel.open_process(
-            [*COMMAND, "record", redis_server.url, "later", "--follow", "--limit", "1",
-             "--to", str(path)],
-            cwd=ROOT, stdout=out_file, stderr=err_file,
-        )  # fmt: skip
-    try:
+    argv = [*COMMAND, "record", redis_server.url, "later", "--follow", "--limit", "1",
+            "--to", str(path)]  # fmt: skip
+    async with command_in_background(argv, tmp_path) as process:
         await wait_until_blocked(redis, "xread")
         await redis.execute("XADD", "later", "7-0", "_payload", b"first")
-        with trio.fail_after(30):
-            await process.wait()
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-    assert process.returncode == 0, (tmp_path / "err").read_text()
+        status = await exit_status(process)
+    assert status == 0, (tmp_path / "err").read_text()
     assert "--limit reached" in (tmp_path / "out").read_text()
     assert [m[3] for m in recorded(path)] == [b"first"]
 
