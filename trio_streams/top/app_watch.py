@@ -16,6 +16,7 @@ from typing import final
 
 import trio
 
+from .._extras import importing
 from ..errors import TrioStreamsError
 from .render import Table
 from .view import Screen, Watch
@@ -77,7 +78,8 @@ class _Sample:
 def _parse(text: str, at: float) -> _Sample | None:
     """The trio-streams metrics of ``text``; None when it has no trio-streams metric at all (a
     family declared without samples counts: the middleware runs, nothing happened yet)."""
-    from prometheus_client.parser import text_string_to_metric_families
+    with importing("prometheus", "top of an app's /metrics"):
+        from prometheus_client.parser import text_string_to_metric_families
 
     sample = _Sample(at)
     ours = False
