@@ -114,14 +114,14 @@ def importing(extra: str, feature: str) -> Iterator[None]:
         with importing("prometheus", "trio_streams.prometheus"):
             from prometheus_client import Counter
 
-    A module of ``extra`` that is not found becomes :class:`MissingExtra` (chained to the
-    original error); any other import error passes unchanged, since it is not a missing extra
-    but a broken installation, and its own message says more."""
+    A top-level module of ``extra`` that is not found becomes :class:`MissingExtra` (chained
+    to the original error); any other import error passes unchanged (a submodule missing from
+    an installed dependency is a broken or too old installation, not a missing extra, and its
+    own message says more)."""
     try:
         yield
     except ModuleNotFoundError as exc:
-        top = (exc.name or "").partition(".")[0]
-        if top not in EXTRAS[extra].modules:
+        if exc.name not in EXTRAS[extra].modules:
             raise
         raise MissingExtra(extra, feature) from exc
 

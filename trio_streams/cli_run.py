@@ -16,7 +16,7 @@ from typing import Any
 import trio
 
 from . import _signals
-from ._extras import require
+from ._extras import MissingExtra, require
 from .app import App, AppFailed
 from .logs import FORMATS, LEVELS, LogConfigError, configure
 from .reporting import describe, report
@@ -122,7 +122,9 @@ def _load_and_run(args: argparse.Namespace) -> int:
     except AppNotFound as exc:
         if exc.__cause__ is not None:
             _log.debug("%s: the traceback", _PROG, exc_info=exc.__cause__)
-        hint = f"; {_TRACEBACK_HINT}" if exc.__cause__ is not None else ""
+        # A missing extra's line ends with the command that installs it: nothing to add.
+        traced = exc.__cause__ is not None and not isinstance(exc.__cause__, MissingExtra)
+        hint = f"; {_TRACEBACK_HINT}" if traced else ""
         print(f"{_PROG}: {exc}{hint}", file=sys.stderr)
         return 2
     if args.http is not None:
