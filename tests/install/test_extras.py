@@ -91,3 +91,9 @@ def test_a_missing_extra_is_an_import_error_naming_the_extra_and_the_command() -
         "trio_streams.prometheus needs the 'prometheus' extra (prometheus-client, not "
         f"installed): {error.command}"
     )
+
+
+def test_the_error_is_part_of_the_public_api() -> None:
+    import trio_streams
+
+    assert trio_streams.MissingExtra is MissingExtra
