@@ -9,7 +9,6 @@ before the app starts, in one line naming the extra and the pip command for this
 
 from __future__ import annotations
 
-import os
 import shlex
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import pytest
 from trio_streams._extras import EXTRAS
 
 from ..cli.support import cli, stderr_lines
+from .support import run_in
 
 ROOT = Path(__file__).resolve().parents[2]
 VECTOR = ROOT / "tests" / "data" / "vectors" / "one-key-1024.ss"
@@ -42,10 +42,7 @@ class PlainInstall:
         return self.command(str(self.venv / "bin" / "python"), "-c", code)
 
     def command(self, *argv: str) -> subprocess.CompletedProcess[str]:
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-        return subprocess.run(
-            argv, cwd=self.apps, env=env, capture_output=True, text=True, timeout=60, check=False
-        )
+        return run_in(self.apps, *argv)
 
 
 APPS = {

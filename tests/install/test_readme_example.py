@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 from tests.docs_blocks import ROOT, steps_of
+
+from .support import run_in
 
 README = ROOT / "README.md"
 
@@ -19,16 +19,7 @@ def test_the_readme_test_passes_in_a_fresh_directory_with_the_files_the_readme_s
     assert {"billing.py", "test_billing.py"} <= set(files)
     for name, body in files.items():  # every file the README tells the reader to create
         (tmp_path / name).write_text(body)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = run_in(tmp_path, sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider")
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.splitlines()[-1].startswith("1 passed"), result.stdout
 
