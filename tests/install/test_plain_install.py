@@ -184,6 +184,22 @@ def test_redis_commands_are_refused_in_one_line_naming_the_redis_extra(
     assert not (plain.apps / "copy.ss").exists()
 
 
+def test_asyncapi_of_a_redis_app_is_refused_in_one_line_naming_the_redis_extra(
+    plain: PlainInstall,
+) -> None:
+    _refused(plain.run("asyncapi", "redis_app:app"), "trio-streams asyncapi", "redis")
+
+
+def test_top_of_an_app_is_refused_before_any_request_naming_the_prometheus_extra(
+    plain: PlainInstall,
+) -> None:
+    # Nothing listens at port 9: a request would fail differently.
+    line = _refused(
+        plain.run("top", "http://127.0.0.1:9", "--once"), "trio-streams top", "prometheus"
+    )
+    assert "/metrics" in line
+
+
 def test_run_http_is_refused_before_the_app_starts(plain: PlainInstall) -> None:
     result = plain.run("run", "started_app:app", "--http", "127.0.0.1:9")
     _refused(result, "trio-streams run", "http")

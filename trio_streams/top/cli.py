@@ -68,7 +68,9 @@ async def _top(args: argparse.Namespace) -> int:
         if not sys.stdout.isatty():
             raise ConfigurationError("the live view needs a terminal; use --once for text")
     if args.target.startswith("http://"):
-        from .app_watch import AppWatch
+        from .app_watch import APP_METRICS, AppWatch
+
+        require("prometheus", APP_METRICS)  # refused before the first request
 
         await _show(AppWatch(args.target), args)
         return 0
