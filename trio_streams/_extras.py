@@ -9,7 +9,8 @@ naming the extra and the command that installs it from where trio-streams was in
 ``pip install -e '/path/to/checkout[redis]'`` for a source tree (editable or not, as it was
 installed), ``pip install 'trio-streams[redis]'`` otherwise.
 
-Nothing here does I/O beyond reading the package's own install metadata, once per error.
+Cheap to call: a check looks the modules up without importing them, and only building the
+error reads the package's own install metadata. Nothing here is async or cancellable.
 """
 
 from __future__ import annotations
