@@ -31,7 +31,7 @@ def test_the_pages_that_teach_have_runnable_examples() -> None:
     ):
         assert page in PAGES, f"{page} has no runnable example"
     readme = [s.argument for s in steps_of(ROOT / "README.md") if s.kind == "file"]
-    assert readme == ["billing.py", "test_billing.py"]
+    assert readme == ["billing.py", "test_billing.py", "pytest.ini"]
 
 
 def run_steps(steps: list[Step], tmp_path: Path) -> None:

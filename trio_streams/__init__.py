@@ -14,6 +14,7 @@ from ._version import __version__
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (a few ms)
 
 if TYPE_CHECKING:
+    from ._extras import MissingExtra
     from .app import App, AppFailed, Health, HealthState, RunningApp, State
     from .broker import Broker, NotConnected
     from .codec import DecodeError, EncodeError
@@ -53,6 +54,7 @@ __all__ = [
     "MemoryBroker",
     "MemoryStream",
     "Middleware",
+    "MissingExtra",
     "NotConnected",
     "Outcome",
     "Pipeline",
@@ -101,6 +103,7 @@ _EXPORTS: dict[str, str] = {
     "Headers": ".handler",
     "MemoryBroker": ".memory",
     "MemoryStream": ".memory",
+    "MissingExtra": "._extras",
     "HandlerCall": ".middleware",
     "Middleware": ".middleware",
     "PublishCall": ".middleware",

@@ -32,6 +32,9 @@ Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], No
 
 #: The exit status of a command stopped by Ctrl-C (128 + SIGINT).
 EXIT_INTERRUPTED = 128 + signal.SIGINT
+#: The exit status of a command that cannot run as given: a bad command line, or a feature
+#: whose extra is not installed.
+EXIT_USAGE = 2
 #: The exit status of a command whose output was closed early (128 + SIGPIPE).
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 
@@ -91,11 +94,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
+    from ._extras import MissingExtra
     from .groups import leaves
 
+    command = "trio-streams"
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
+        command = f"trio-streams {args.command}" if args.command else command
         handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)
         if handler is None:
             parser.print_help()
@@ -109,6 +115,9 @@ def _main(argv: list[str]) -> int:
     except KeyboardInterrupt:
         _discard_stdout()  # output still buffered for a reader that may be gone
         return EXIT_INTERRUPTED
+    except MissingExtra as missing:  # the command needs an extra: one line, as for bad usage
+        print(f"{command}: {missing}", file=sys.stderr)
+        return EXIT_USAGE
     except BaseExceptionGroup as group:  # the same, raised inside a command's nursery
         if all(isinstance(leaf, BrokenPipeError) for leaf in leaves(group)):
             _discard_stdout()
@@ -116,6 +125,10 @@ def _main(argv: list[str]) -> int:
         if all(isinstance(leaf, KeyboardInterrupt) for leaf in leaves(group)):
             _discard_stdout()
             return EXIT_INTERRUPTED
+        found = leaves(group)
+        if all(isinstance(leaf, MissingExtra) for leaf in found):
+            print(f"{command}: {found[0]}", file=sys.stderr)
+            return EXIT_USAGE
         raise
 
 

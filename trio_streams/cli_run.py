@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import inspect
 import logging
 import math
@@ -17,6 +16,7 @@ from typing import Any
 import trio
 
 from . import _signals
+from ._extras import MissingExtra, require
 from .app import App, AppFailed
 from .logs import FORMATS, LEVELS, LogConfigError, configure
 from .reporting import describe, report
@@ -122,7 +122,9 @@ def _load_and_run(args: argparse.Namespace) -> int:
     except AppNotFound as exc:
         if exc.__cause__ is not None:
             _log.debug("%s: the traceback", _PROG, exc_info=exc.__cause__)
-        hint = f"; {_TRACEBACK_HINT}" if exc.__cause__ is not None else ""
+        # A missing extra's line ends with the command that installs it: nothing to add.
+        traced = exc.__cause__ is not None and not isinstance(exc.__cause__, MissingExtra)
+        hint = f"; {_TRACEBACK_HINT}" if traced else ""
         print(f"{_PROG}: {exc}{hint}", file=sys.stderr)
         return 2
     if args.http is not None:
@@ -145,12 +147,8 @@ def _supervise(app: App, args: argparse.Namespace) -> int:
     if args.reload and workers > 1:
         print(f"{_PROG}: --reload runs one worker; leave out --workers", file=sys.stderr)
         return 2
-    if args.reload and importlib.util.find_spec("watchfiles") is None:
-        print(
-            f"{_PROG}: --reload needs watchfiles: pip install 'trio-streams[reload]'",
-            file=sys.stderr,
-        )
-        return 2
+    if args.reload:
+        require("reload", "--reload")
     problems = check_workers(app, workers, allow_broadcast=args.allow_broadcast)
     if problems:
         for problem in problems:
@@ -172,6 +170,7 @@ def _serve_http(app: App, address: tuple[str, int]) -> None:
     serves them; the port is then shared with ``SO_REUSEPORT``)."""
     from .http_endpoints import serve_endpoints
 
+    require("http", "--http")  # refused here, before the app starts, not in its task
     host, port = address
 
     @app.task

@@ -36,6 +36,7 @@ from typing import Any
 
 import msgspec
 
+from ._extras import importing
 from .errors import TrioStreamsError
 
 __all__ = ["DecodeError", "Decoder", "EncodeError", "decoder_for", "encode"]
@@ -225,7 +226,8 @@ def _model_decoder(annotation: Any) -> Decoder | None:
 
 
 def _pydantic_decoder(model: Any) -> Decoder:
-    import pydantic
+    with importing("pydantic", "a pydantic model payload"):
+        import pydantic
 
     validate = model.model_validate_json
 
@@ -460,7 +462,8 @@ def _msgspec_leaf(kind: type) -> _Convert:
 def _model_from_value(model: Any) -> _Convert:
     """A pydantic model or msgspec Struct nested inside a dataclass or container."""
     if hasattr(model, "model_validate"):
-        import pydantic
+        with importing("pydantic", "a pydantic model payload"):
+            import pydantic
 
         def convert_pydantic(value: Any, path: str) -> Any:
             try:

@@ -27,6 +27,7 @@ from typing import Any
 
 import trio
 
+from ._extras import MissingExtra, importing
 from .app import App, HealthState
 from .errors import TrioStreamsError
 
@@ -81,11 +82,10 @@ def endpoints_asgi(app: App, registry: Any = None) -> Callable[[Any, Any, Any], 
             await _answer(send, 200 if good else 503, body + b"\n", b"application/json")
         elif path == "/metrics":
             try:
-                from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
-            except ImportError:
-                message = (
-                    b"/metrics needs prometheus-client: pip install 'trio-streams[prometheus]'\n"
-                )
+                with importing("prometheus", "/metrics"):
+                    from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+            except MissingExtra as exc:
+                message = f"{exc}\n".encode()
                 await _answer(send, 501, message, b"text/plain; charset=utf-8")
                 return
             body = generate_latest(
@@ -138,8 +138,9 @@ async def serve_endpoints(
     """Serve the endpoints on ``host:port`` (port 0: any free one) until cancelled; then the
     listening socket closes and open connections are dropped. Started (``nursery.start``), it
     answers the addresses it listens on (``http://127.0.0.1:9100``)."""
-    from hypercorn.config import Config
-    from hypercorn.trio import serve
+    with importing("http", "--http"):
+        from hypercorn.config import Config
+        from hypercorn.trio import serve
 
     config = Config()
     where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

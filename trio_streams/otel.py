@@ -26,11 +26,14 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
-from opentelemetry import context as otel_context
-from opentelemetry import propagate, trace
-from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from ._extras import importing
 from .middleware import HandlerCall, Middleware, PublishCall
+
+with importing("otel", "trio_streams.otel"):
+    from opentelemetry import context as otel_context
+    from opentelemetry import propagate, trace
+    from opentelemetry.trace import SpanKind, Status, StatusCode
 
 __all__ = ["TracingMiddleware"]
 

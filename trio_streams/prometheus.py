@@ -45,18 +45,21 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import trio
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-)
-from prometheus_client.registry import Collector
 
+from ._extras import importing
 from .codec import DecodeError
 from .errors import ConfigurationError
 from .middleware import Middleware, PublishCall
 from .outcome import OutcomeKind
+
+with importing("prometheus", "trio_streams.prometheus"):
+    from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+    from prometheus_client.core import (
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        HistogramMetricFamily,
+    )
+    from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
     from .app import App

@@ -43,6 +43,7 @@ from typing import final
 import trio
 
 from . import _signals
+from ._extras import importing
 from .app import App
 from .transport import Sharing
 
@@ -279,7 +280,8 @@ async def supervise(command: Sequence[str], policy: SupervisorPolicy) -> int:
 
             async def watch_sources() -> None:
                 nonlocal reload_event
-                from watchfiles import PythonFilter, awatch
+                with importing("reload", "--reload"):
+                    from watchfiles import PythonFilter, awatch
 
                 dirs = policy.reload_dirs or (Path.cwd(),)
                 _log.info("supervisor: reloading on changes under %s", ", ".join(map(str, dirs)))

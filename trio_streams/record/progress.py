@@ -9,12 +9,12 @@ that the recording does not own). Otherwise one plain line on stderr at most eve
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from typing import Any, TextIO
 
 import trio
 
+from .._extras import available, importing, require
 from .recorder import RecordSummary
 
 __all__ = ["PlainProgress", "Progress", "RichProgress", "live_rate", "make_progress"]
@@ -78,14 +78,15 @@ class RichProgress(Progress):
     """A rich progress bar on stderr, redrawn by the recording itself."""
 
     def __init__(self) -> None:
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            TextColumn,
-            TimeElapsedColumn,
-        )
-        from rich.progress import Progress as Bar
+        with importing("tui", "--progress bar"):
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+            from rich.progress import Progress as Bar
 
         self._bar: Any = Bar(
             TextColumn("{task.description}"),
@@ -122,7 +123,7 @@ class RichProgress(Progress):
 
 
 def rich_available() -> bool:
-    return importlib.util.find_spec("rich") is not None
+    return available("tui")
 
 
 def make_progress(mode: str, err: TextIO = sys.stderr) -> Progress | None:
@@ -131,9 +132,6 @@ def make_progress(mode: str, err: TextIO = sys.stderr) -> Progress | None:
     if mode == "none":
         return None
     if mode == "bar" or (mode == "auto" and err.isatty() and rich_available()):
-        if not rich_available():
-            from ..errors import ConfigurationError
-
-            raise ConfigurationError("--progress bar needs rich: pip install 'trio-streams[tui]'")
+        require("tui", "--progress bar")
         return RichProgress()
     return PlainProgress(err)

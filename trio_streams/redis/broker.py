@@ -33,6 +33,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, ClassVar
 
+from .._extras import require
 from .._process import process_name
 from ..broker import Broker
 from ..destinations import Destination, DestinationKind
@@ -116,6 +117,7 @@ class RedisBroker(Broker):
         prefix: str = "",
         **defaults: Any,
     ) -> None:
+        require("redis", "RedisBroker")  # without hiredis: refused at declaration, one line
         config = parse_url(url)  # a bad URL fails here, at declaration
         super().__init__(name=name or "redis", prefix=prefix, **defaults)
         self.url = url

@@ -16,6 +16,7 @@ from typing import final
 
 import trio
 
+from .._extras import importing
 from ..errors import TrioStreamsError
 from .render import Table
 from .view import Screen, Watch
@@ -24,6 +25,9 @@ __all__ = ["AppWatch", "EndpointError", "MetricsMissing", "fetch"]
 
 _TIMEOUT = 10.0
 _OUTCOMES = ("ack", "drop", "retry", "retry_after", "dead_letter")
+
+#: What a missing prometheus-client refuses: reading an app's /metrics.
+APP_METRICS = "top of an app's /metrics (trio-streams run --http)"
 
 
 class EndpointError(TrioStreamsError):
@@ -77,7 +81,8 @@ class _Sample:
 def _parse(text: str, at: float) -> _Sample | None:
     """The trio-streams metrics of ``text``; None when it has no trio-streams metric at all (a
     family declared without samples counts: the middleware runs, nothing happened yet)."""
-    from prometheus_client.parser import text_string_to_metric_families
+    with importing("prometheus", APP_METRICS):
+        from prometheus_client.parser import text_string_to_metric_families
 
     sample = _Sample(at)
     ours = False

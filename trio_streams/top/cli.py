@@ -18,10 +18,12 @@ from collections.abc import Callable
 
 import trio
 
+from .._extras import require
 from ..errors import ConfigurationError, TrioStreamsError
 from ..groups import open_nursery
 from ..redis.client import connect
 from .file_sample import FileSampler
+from .live import LIVE_VIEW
 from .render import SORTS, as_text
 from .view import FileWatch, RedisWatch, Screen, Watch
 
@@ -62,16 +64,13 @@ async def _show(watch: Watch, args: argparse.Namespace) -> None:
 
 async def _top(args: argparse.Namespace) -> int:
     if not args.once:
-        from ..record.progress import rich_available
-
-        if not rich_available():
-            raise ConfigurationError(
-                "the live view needs rich: pip install 'trio-streams[tui]' (or use --once)"
-            )
+        require("tui", LIVE_VIEW)
         if not sys.stdout.isatty():
             raise ConfigurationError("the live view needs a terminal; use --once for text")
     if args.target.startswith("http://"):
-        from .app_watch import AppWatch
+        from .app_watch import APP_METRICS, AppWatch
+
+        require("prometheus", APP_METRICS)  # refused before the first request
 
         await _show(AppWatch(args.target), args)
         return 0

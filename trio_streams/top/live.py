@@ -22,11 +22,15 @@ from typing import Any
 
 import trio
 
+from .._extras import importing
 from ..groups import open_nursery
 from .render import SORTS
 from .view import Screen, Watch
 
 __all__ = ["run_live"]
+
+#: What a missing rich refuses.
+LIVE_VIEW = "the live view of top (--once prints text without it)"
 
 
 @dataclass
@@ -67,9 +71,10 @@ class _State:
 
 
 def _renderable(screen: Screen, state: _State) -> Any:
-    from rich.console import Group
-    from rich.table import Table
-    from rich.text import Text
+    with importing("tui", LIVE_VIEW):
+        from rich.console import Group
+        from rich.table import Table
+        from rich.text import Text
 
     parts: list[Any] = [Text(screen.title, style="bold")]
     status = f"sort: {state.sort}   filter: {state.match or '-'}"
@@ -121,8 +126,9 @@ async def _read_keys(fd: int, state: _State) -> None:
 
 async def run_live(watch: Watch, *, interval: float, sort: str, match: str) -> None:
     """Redraw ``watch`` every ``interval`` seconds until ``q`` or a cancellation."""
-    from rich.console import Console
-    from rich.live import Live
+    with importing("tui", LIVE_VIEW):
+        from rich.console import Console
+        from rich.live import Live
 
     state = _State(sort=sort, match=match)
     console = Console()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..._extras import require
 from . import shapes
 from .backoff import Backoff
 from .client import Redis, RedisClient
@@ -51,6 +52,7 @@ from .errors import (
 )
 from .keys import key_slot
 from .pipeline import Pipeline, Transaction
+from .protocol import REDIS_CLIENT
 from .replies import Replies
 from .shapes import StreamEntry
 from .subscriber import Gap, Message, Subscription
@@ -66,7 +68,11 @@ def connect(url: str = "redis://127.0.0.1:6379", **overrides: Any) -> RedisClien
 
 
 def from_config(config: ClientConfig) -> RedisClient:
-    """A client for an already built :class:`ClientConfig`."""
+    """A client for an already built :class:`ClientConfig`.
+
+    Without hiredis (the ``redis`` extra) it raises :class:`~trio_streams._extras.MissingExtra`
+    here, before anything connects."""
+    require("redis", REDIS_CLIENT)
     if config.topology == "cluster":
         return RedisCluster(config)
     return Redis(config)

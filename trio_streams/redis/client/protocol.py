@@ -14,6 +14,11 @@ split. hiredis does the byte work in C; this module fixes its conventions in one
   an aggregate) are dropped. hiredis returns an attribute as if it were a reply of its own (a
   flat list), which would shift every later reply by one, so the parser removes them from the
   byte stream before hiredis sees it (see :class:`ReplyParser`).
+
+hiredis is the ``redis`` extra. Without it this module still imports (so does everything
+that imports it: a stream-file app and the command line never parse RESP), and packing a
+command or making a parser raises :class:`~trio_streams._extras.MissingExtra`; ``connect``
+and ``RedisBroker`` refuse the same way, before anything starts.
 """
 
 from __future__ import annotations
@@ -22,13 +27,25 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
-import hiredis
-
+from ..._extras import MissingExtra, optional
 from .commands import encoding_error
 from .errors import RedisProtocolError, reply_error
 
+#: hiredis, or None on an install without the ``redis`` extra.
+_hiredis: Any = optional("redis")
+
+
+class _NoPushFrame(list[Any]):
+    """Stands in for hiredis's push frame type without hiredis, where no reply is parsed."""
+
+    __slots__ = ()
+
+
 #: A RESP3 push frame (Pub/Sub message, invalidation...): a list of its elements.
-PushFrame: Final = hiredis.PushNotification
+PushFrame: Final[type[list[Any]]] = _NoPushFrame if _hiredis is None else _hiredis.PushNotification
+
+#: What a missing hiredis refuses.
+REDIS_CLIENT: Final = "the Redis client (trio_streams.redis)"
 
 
 class _NeedData:
@@ -50,8 +67,10 @@ Command = Sequence[Arg]
 
 def pack_command(args: Command) -> bytes:
     """One command as a RESP array of bulk strings."""
+    if _hiredis is None:
+        raise MissingExtra("redis", REDIS_CLIENT)
     try:
-        return hiredis.pack_command(tuple(args))  # type: ignore[no-any-return,arg-type]
+        return _hiredis.pack_command(tuple(args))  # type: ignore[no-any-return]
     except (TypeError, UnicodeEncodeError) as exc:
         raise encoding_error(args, exc) from exc
 
@@ -191,7 +210,9 @@ _RETAIN_LIMIT: Final = 512 * 1024 * 1024
 
 
 def _new_reader() -> Any:
-    return hiredis.Reader(
+    if _hiredis is None:
+        raise MissingExtra("redis", REDIS_CLIENT)
+    return _hiredis.Reader(
         replyError=reply_error, protocolError=RedisProtocolError, notEnoughData=NEED_DATA
     )
 

@@ -76,7 +76,6 @@ _GROUPS = {
 _KIND = {b"message": "message", b"pmessage": "pmessage", b"smessage": "smessage"}
 #: What a health-check PING carries, so its answer is told apart in RESP2 (``[pong, token]``).
 _PING_TOKEN = b"trio-streams-health"
-_PING = pack_command(("PING", _PING_TOKEN))
 
 
 def _as_bytes(name: str | bytes) -> bytes:
@@ -419,7 +418,9 @@ class Subscription:
         self._requests.append(ping)
         self._ping = ping
         try:
-            await connection.send_raw(_PING, describe="Pub/Sub health check")
+            await connection.send_raw(
+                pack_command(("PING", _PING_TOKEN)), describe="Pub/Sub health check"
+            )
         except RedisConnectionError as exc:
             self._mark_lost(exc)
 
