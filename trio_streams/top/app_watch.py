@@ -17,6 +17,7 @@ from typing import final
 import trio
 
 from ..errors import TrioStreamsError
+from ..http_get import NotHttp, get_over
 from .render import Table
 from .view import Screen, Watch
 
@@ -50,20 +51,11 @@ async def fetch(url: str, path: str) -> tuple[int, bytes]:
     try:
         with trio.fail_after(_TIMEOUT):
             stream = await trio.open_tcp_stream(host.strip("[]"), int(port))
-            async with stream:
-                request = f"GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
-                await stream.send_all(request.encode())
-                chunks = []
-                while chunk := await stream.receive_some():
-                    chunks.append(chunk)
+            return await get_over(stream, address, path)
     except (OSError, trio.TooSlowError) as exc:
         raise EndpointError(f"cannot read {url}{path}: {exc or type(exc).__name__}") from exc
-    head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
-    try:
-        status = int(head.split(b" ", 2)[1])
-    except (IndexError, ValueError):
+    except NotHttp:
         raise EndpointError(f"{url}{path} did not answer HTTP") from None
-    return status, body
 
 
 @final
