@@ -197,15 +197,15 @@ async def test_top_shows_the_app_and_a_row_per_worker_from_the_supervisors_endpo
     lines = result.stdout.decode().splitlines()
     assert lines[0].startswith(f"{url}: running, 2 workers, 1 subscriptions"), lines[0]
     header = next(line.split() for line in lines if line.startswith("SUBSCRIPTION"))
-    rows = {
-        line.split()[0] if not line.startswith(" ") else " ".join(line.split()[:2]): line.split()
-        for line in lines[lines.index(next(x for x in lines if x.startswith("SUBSCRIPTION"))) + 1 :]
-        if line.strip()
-    }
-    app_row = dict(zip(header, rows["count"], strict=True))
-    assert app_row["ACK"] == "40" and app_row["RECEIVED/S"] == "0.0"
-    worker_acks = 0
-    for k in range(2):
-        cells = rows[f"count [w{k}]"]
-        worker_acks += int(dict(zip(header, [" ".join(cells[:2]), *cells[2:]], strict=True))["ACK"])
-    assert worker_acks == 40
+    rows = {}
+    for line in lines:
+        cells = line.split()
+        if cells and cells[0] == "count":
+            label = "count" if len(cells) == len(header) else f"count {cells[1]}"
+            values = cells[len(cells) - len(header) + 1 :]
+            rows[label] = dict(zip(header, [label, *values], strict=True))
+    assert rows["count"]["ACK"] == "40" and rows["count"]["RECEIVED/S"] == "0.0"
+    assert int(rows["count [w0]"]["ACK"]) + int(rows["count [w1]"]["ACK"]) == 40
+    assert lines.index(next(x for x in lines if x.startswith("count"))) < lines.index(
+        next(x for x in lines if "count [w0]" in x)
+    )  # the app's line first, its workers' under it
