@@ -29,6 +29,7 @@ SIGTERM and waited for; a worker still running after ``kill_after`` seconds is k
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import signal
@@ -246,8 +247,10 @@ async def supervise(
     starts."""
     if http is None:
         return await _supervise(command, policy, None)
-    from .http_endpoints import check_free
+    from .http_endpoints import EndpointError, check_free
 
+    if importlib.util.find_spec("hypercorn") is None:
+        raise EndpointError("--http needs hypercorn: pip install 'trio-streams[http]'")
     where = check_free(*http)
     with tempfile.TemporaryDirectory(prefix="trio-streams-") as private:  # mode 0700
         return await _supervise(command, policy, (where, Path(private)))

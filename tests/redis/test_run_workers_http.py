@@ -7,6 +7,7 @@ import itertools
 import json
 import os
 import signal
+import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -14,6 +15,7 @@ from contextlib import asynccontextmanager
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.cli.support import cli
 from tests.ops.http_client import get
 from tests.redis.client.redis_waits import eventually
 from tests.redis.streams.procs import Consumer
@@ -209,3 +211,32 @@ async def test_top_shows_the_app_and_a_row_per_worker_from_the_supervisors_endpo
     assert lines.index(next(x for x in lines if x.startswith("count"))) < lines.index(
         next(x for x in lines if "count [w0]" in x)
     )  # the app's line first, its workers' under it
+
+
+def test_an_http_address_in_use_stops_the_supervisor_before_any_worker_with_one_line() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = cli("run", APP, "--workers", "2", "--http", f"127.0.0.1:{port}")
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"trio-streams run: --http 127.0.0.1:{port}: cannot listen there: Address already in use"
+    ], result.stderr
+    assert "started" not in result.stdout
+
+
+async def test_the_supervisors_endpoint_answers_only_get_and_its_three_paths(
+    redis_server: RedisServer,
+) -> None:
+    async with app_with_http(redis_server, workers=1) as (_, url):
+        assert (await get(url, "/nowhere"))[0] == 404
+        with trio.fail_after(10):
+            stream = await trio.open_tcp_stream("127.0.0.1", int(url.rsplit(":", 1)[1]))
+            async with stream:
+                await stream.send_all(b"POST /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                                      b"Content-Length: 0\r\n\r\n")  # fmt: skip
+                answer = b""
+                while chunk := await stream.receive_some():
+                    answer += chunk
+        assert answer.startswith(b"HTTP/1.1 405")
