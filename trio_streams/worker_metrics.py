@@ -139,12 +139,13 @@ class AppFigures:
 
     def _metrics(self) -> Iterator[Metric]:
         per_slot = [(slot.counters(), slot.gauges) for slot in self._slots]
+        by_family: dict[str, set[_Key]] = {name: set() for name in (*self._families, "")}
+        for counters, gauges in per_slot:
+            for key in (*counters, *gauges):
+                by_family[_family_of(key[0], by_family)].add(key)
         for name, (kind, documentation) in sorted(self._families.items()):
             metric = Metric(name, documentation, kind)
-            keys: dict[_Key, None] = {}
-            for counters, gauges in per_slot:
-                keys.update(dict.fromkeys(k for k in (*counters, *gauges) if _of(k, name)))
-            for key in sorted(keys, key=_order):
+            for key in sorted(by_family[name], key=_order):
                 sample, labels = key
                 values = [
                     counters[key] if key in counters else gauges.get(key)
@@ -173,12 +174,12 @@ class AppFigures:
         yield from (workers, up, restarts)
 
 
-def _of(key: _Key, family: str) -> bool:
-    sample = key[0]
-    return sample == family or (
-        sample.startswith(family)
-        and sample[len(family) :] in ("_total", "_bucket", "_count", "_sum")
-    )
+def _family_of(sample: str, families: dict[str, set[_Key]]) -> str:
+    """The family a sample belongs to: its own name, or that name less a sample suffix."""
+    for suffix in ("", "_total", "_bucket", "_count", "_sum", "_info"):
+        if sample.endswith(suffix) and sample[: len(sample) - len(suffix)] in families:
+            return sample[: len(sample) - len(suffix)]
+    return ""  # not a sample name the text format makes: left out
 
 
 def _order(key: _Key) -> tuple[Any, ...]:

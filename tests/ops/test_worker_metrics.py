@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Summary, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Enum,
+    Gauge,
+    Histogram,
+    Info,
+    Summary,
+    generate_latest,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
 from trio_streams.worker_metrics import AppFigures, WorkerScrape
@@ -29,6 +38,8 @@ class Worker:
             registry=self.registry, buckets=(0.1, 1.0),
         )  # fmt: skip
         self.sizes = Summary("sizes", "s", registry=self.registry)
+        Info("build", "b", registry=self.registry).info({"version": "1.2"})
+        Enum("phase", "p", states=["a", "b"], registry=self.registry).state("b")
         self.up.set(1)
 
     def text(self) -> str:
@@ -82,6 +93,10 @@ def test_every_workers_series_has_a_worker_label_and_the_app_series_is_their_exa
     assert key("process_resident_memory_bytes") not in got
     assert key("process_resident_memory_bytes", worker="2") in got
     assert not any(name.endswith("_created") for name, _ in got)
+    # An info and a state set are per worker too.
+    assert got[key("build_info", version="1.2", worker="1")] == 1
+    assert key("build_info", version="1.2") not in got
+    assert got[key("phase", phase="b", worker="0")] == 1
 
 
 def test_a_restarted_worker_carries_its_counts_over_and_the_app_total_never_goes_back() -> None:
