@@ -18,6 +18,9 @@ nursery:
 - **Orphans.** Each worker holds the read end of a pipe whose write end only the supervisor
   has; if the supervisor dies without a word (SIGKILL), the pipe closes and the worker drains
   and stops as on SIGTERM.
+- **Endpoints** (``--http``): the supervisor alone listens on the address and answers for the
+  whole app (:mod:`.supervisor_http`); each worker serves its own endpoints on a private Unix
+  socket in a directory this supervisor made (mode 0700), named per start of its slot.
 - **Reload** (``--reload``, one worker): on a change to a ``.py`` file under the watched
   directories (``watchfiles``), the worker is stopped with SIGTERM (a clean drain) and started
   again with the new code.
