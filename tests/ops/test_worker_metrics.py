@@ -12,9 +12,10 @@ from prometheus_client import (
     Summary,
     generate_latest,
 )
-from prometheus_client.parser import text_string_to_metric_families
 
 from trio_streams.worker_metrics import AppFigures, WorkerScrape
+
+from .test_metrics import samples as parse
 
 Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -44,14 +45,6 @@ class Worker:
 
     def text(self) -> str:
         return generate_latest(self.registry).decode()
-
-
-def parse(text: bytes) -> Series:
-    found: Series = {}
-    for family in text_string_to_metric_families(text.decode()):
-        for sample in family.samples:
-            found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-    return found
 
 
 def key(name: str, **labels: str) -> tuple[str, tuple[tuple[str, str], ...]]:

@@ -13,10 +13,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import trio
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.cli.support import cli
 from tests.ops.http_client import get
+from tests.ops.test_metrics import samples as series
 from tests.redis.client.redis_waits import eventually
 from tests.redis.streams.procs import Consumer
 from tests.redis.test_run_workers import supervisor, wait_running, worker_pids
@@ -25,14 +25,6 @@ from trio_streams.redis.client import RedisClient
 
 APP = "tests.cli.worker_apps:metered"
 Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def series(text: bytes) -> Series:
-    found: Series = {}
-    for family in text_string_to_metric_families(text.decode()):
-        for sample in family.samples:
-            found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-    return found
 
 
 def received(got: Series, worker: str | None = None) -> float:
