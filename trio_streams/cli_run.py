@@ -265,7 +265,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         default=None,
         metavar="HOST:PORT",
         help="serve /metrics, /healthz and /readyz on HOST:PORT from the app (default: off; "
-        "needs the http extra, and prometheus for /metrics)",
+        "needs the http extra, and prometheus for /metrics); with --workers, the supervisor "
+        "serves them for the whole app, each worker's series labelled worker",
     )
     processes = parser.add_argument_group("processes")
     processes.add_argument(

@@ -98,7 +98,7 @@ async def test_metrics_serve_every_workers_series_with_a_worker_label_and_exact_
 async def test_readyz_is_ready_only_when_every_worker_is_and_healthz_answers_for_them_all(
     redis_server: RedisServer,
 ) -> None:
-    async with app_with_http(redis_server, "--restart-backoff", "5") as (running, url):
+    async with app_with_http(redis_server, "--restart-backoff", "10") as (running, url):
 
         async def answers(path: str, status: int) -> bool:
             return (await get(url, path))[0] == status
@@ -110,8 +110,8 @@ async def test_readyz_is_ready_only_when_every_worker_is_and_healthz_answers_for
         assert sorted(health["workers"]) == ["0", "1", "2"]
         assert (await get(url, "/healthz"))[0] == 200
         os.kill(worker_pids(running)[1], signal.SIGKILL)
-        await running.wait_text("worker 1: killed by SIGKILL; restarting in 5.0 s")
-        # Restarting after 5 s: the app is neither ready nor healthy meanwhile.
+        await running.wait_text("worker 1: killed by SIGKILL; restarting in 10.0 s")
+        # Restarting after 10 s: the app is neither ready nor healthy meanwhile.
         status, _, body = await get(url, "/readyz")
         assert status == 503
         health = json.loads(body)
