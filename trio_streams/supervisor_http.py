@@ -115,10 +115,9 @@ def _worker_health(answer: tuple[int, int, bytes] | None) -> tuple[bool, dict[st
     _, status, body = answer
     try:
         state = json.loads(body)
-        health = {"state": str(state["state"]), "reason": state.get("reason")}
-    except (ValueError, KeyError, TypeError):
-        health = {"state": HealthState.STARTING.value, "reason": f"answered {status}"}
-    return status == 200, health
+        return status == 200, {"state": str(state["state"]), "reason": state.get("reason")}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return False, {"state": HealthState.STARTING.value, "reason": f"answered {status}"}
 
 
 def app_health(
