@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import inspect
 import logging
@@ -18,6 +19,7 @@ import trio
 from . import _signals
 from ._extras import MissingExtra, require
 from .app import App, AppFailed
+from .http_endpoints import EndpointError
 from .logs import FORMATS, LEVELS, LogConfigError, configure
 from .reporting import describe, report
 from .supervisor import (
@@ -27,6 +29,7 @@ from .supervisor import (
     watch_supervisor,
     worker_command,
 )
+from .supervisor_http import serve_worker_endpoints
 
 __all__ = ["AppNotFound", "load_app", "register"]
 
@@ -127,10 +130,11 @@ def _load_and_run(args: argparse.Namespace) -> int:
         hint = f"; {_TRACEBACK_HINT}" if traced else ""
         print(f"{_PROG}: {exc}{hint}", file=sys.stderr)
         return 2
+    if args.workers is not None or args.reload:
+        return _supervise(app, args)  # with --http, the supervisor serves it for the app
     if args.http is not None:
         _serve_http(app, args.http)
-    if args.workers is not None or args.reload:
-        return _supervise(app, args)
+    serve_worker_endpoints(app)
     watch_supervisor()
     _signals.hold()
     try:
@@ -162,12 +166,18 @@ def _supervise(app: App, args: argparse.Namespace) -> int:
         reload_dirs=tuple(Path(d).resolve() for d in args.reload_dir),
     )
     _signals.hold()
-    return trio.run(supervise, worker_command(_worker_argv(args)), policy)
+    try:
+        return trio.run(
+            functools.partial(supervise, http=args.http), worker_command(_worker_argv(args)), policy
+        )
+    except EndpointError as exc:
+        print(f"{_PROG}: {exc}", file=sys.stderr)
+        return 1
 
 
 def _serve_http(app: App, address: tuple[str, int]) -> None:
-    """``--http``: the endpoints as a task of the app (in a supervised worker, each worker
-    serves them; the port is then shared with ``SO_REUSEPORT``)."""
+    """``--http``: the endpoints as a task of the app (with ``--workers``, the supervisor
+    serves them instead, for every worker)."""
     from .http_endpoints import serve_endpoints
 
     require("http", "--http")  # refused here, before the app starts, not in its task
@@ -192,8 +202,6 @@ def _worker_argv(args: argparse.Namespace) -> list[str]:
     argv = [args.app]
     if args.factory:
         argv.append("--factory")
-    if args.http is not None:
-        argv += ["--http", f"{args.http[0]}:{args.http[1]}"]
     if args.shutdown_timeout is not None:
         argv += ["--shutdown-timeout", repr(args.shutdown_timeout)]
     for flag, value in (
@@ -256,7 +264,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         default=None,
         metavar="HOST:PORT",
         help="serve /metrics, /healthz and /readyz on HOST:PORT from the app (default: off; "
-        "needs the http extra, and prometheus for /metrics)",
+        "needs the http extra, and prometheus for /metrics); with --workers, the supervisor "
+        "serves them for the whole app, each worker's series labelled worker",
     )
     processes = parser.add_argument_group("processes")
     processes.add_argument(

@@ -20,7 +20,6 @@ once every subscription is running, and is cancelled with the app's other tasks 
 from __future__ import annotations
 
 import json
-import os
 import socket
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -31,7 +30,17 @@ from ._extras import MissingExtra, importing
 from .app import App, HealthState
 from .errors import TrioStreamsError
 
-__all__ = ["EndpointError", "endpoints_asgi", "parse_address", "serve_endpoints"]
+__all__ = [
+    "EndpointError",
+    "answer",
+    "check_free",
+    "endpoints_asgi",
+    "http_path",
+    "no_prometheus",
+    "parse_address",
+    "serve_asgi",
+    "serve_endpoints",
+]
 
 _Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
@@ -43,6 +52,11 @@ _ALIVE = frozenset(
         HealthState.SHUTTING_DOWN,
     }
 )
+
+
+def no_prometheus(exc: MissingExtra) -> bytes:
+    """The answer to ``/metrics`` without prometheus-client: the extra and how to install it."""
+    return f"{exc}\n".encode()
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -57,19 +71,8 @@ def endpoints_asgi(app: App, registry: Any = None) -> Callable[[Any, Any, Any], 
     """The ASGI application that answers the three endpoints for ``app``."""
 
     async def asgi(scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            while True:
-                event = await receive()
-                if event["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif event["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
-        if scope["type"] != "http":
-            return
-        path, method = scope.get("path", ""), scope.get("method", "GET")
-        if method not in ("GET", "HEAD"):
-            await _answer(send, 405, b"only GET\n", b"text/plain; charset=utf-8")
+        path = await http_path(scope, receive, send)
+        if path is None:
             return
         health = app.health.value
         if path in ("/healthz", "/readyz"):
@@ -79,21 +82,20 @@ def endpoints_asgi(app: App, registry: Any = None) -> Callable[[Any, Any, Any], 
                 else health.state is HealthState.RUNNING
             )
             body = json.dumps({"state": health.state.value, "reason": health.reason}).encode()
-            await _answer(send, 200 if good else 503, body + b"\n", b"application/json")
+            await answer(send, 200 if good else 503, body + b"\n", b"application/json")
         elif path == "/metrics":
             try:
                 with importing("prometheus", "/metrics"):
                     from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
             except MissingExtra as exc:
-                message = f"{exc}\n".encode()
-                await _answer(send, 501, message, b"text/plain; charset=utf-8")
+                await answer(send, 501, no_prometheus(exc), b"text/plain; charset=utf-8")
                 return
             body = generate_latest(
                 registry if registry is not None else _registry_of(app, REGISTRY)
             )
-            await _answer(send, 200, body, CONTENT_TYPE_LATEST.encode())
+            await answer(send, 200, body, CONTENT_TYPE_LATEST.encode())
         else:
-            await _answer(send, 404, b"not found: /metrics, /healthz, /readyz\n", b"text/plain")
+            await answer(send, 404, b"not found: /metrics, /healthz, /readyz\n", b"text/plain")
 
     return asgi
 
@@ -113,7 +115,27 @@ def _registry_of(app: App, default: Any) -> Any:
     return default
 
 
-async def _answer(send: _Send, status: int, body: bytes, content_type: bytes) -> None:
+async def http_path(scope: Any, receive: Any, send: _Send) -> str | None:
+    """The path of a ``GET`` (or ``HEAD``) to answer; None when there is nothing to answer (a
+    lifespan, which this completes, or another method, answered 405 here)."""
+    if scope["type"] == "lifespan":
+        while True:
+            event = await receive()
+            if event["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif event["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return None
+    if scope["type"] != "http":
+        return None
+    if scope.get("method", "GET") not in ("GET", "HEAD"):
+        await answer(send, 405, b"only GET\n", b"text/plain; charset=utf-8")
+        return None
+    return str(scope.get("path", ""))
+
+
+async def answer(send: _Send, status: int, body: bytes, content_type: bytes) -> None:
+    """Send a whole response: ``status``, its length and type, and ``body``."""
     await send(
         {
             "type": "http.response.start",
@@ -138,36 +160,45 @@ async def serve_endpoints(
     """Serve the endpoints on ``host:port`` (port 0: any free one) until cancelled; then the
     listening socket closes and open connections are dropped. Started (``nursery.start``), it
     answers the addresses it listens on (``http://127.0.0.1:9100``)."""
+    where = check_free(host, port)
+    await serve_asgi(endpoints_asgi(app, registry), where, task_status=task_status)
+
+
+async def serve_asgi(
+    asgi: Callable[[Any, Any, Any], Awaitable[None]],
+    bind: str,
+    *,
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``asgi`` with Hypercorn's Trio server on ``bind`` (``HOST:PORT``, or
+    ``unix:PATH``), quietly (no access log), until cancelled: then it stops at once."""
     with importing("http", "--http"):
         from hypercorn.config import Config
         from hypercorn.trio import serve
 
     config = Config()
-    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    config.bind = [where]
+    config.bind = [bind]
     config.accesslog = None
     config.errorlog = None
     config.graceful_timeout = 0.0
-    # Supervised workers share the port (SO_REUSEPORT): each answers for its own process.
-    config.workers = int(os.environ.get("TRIO_STREAMS_WORKERS", "1") or 1)
-    _check_free(host, port, where, shared=config.workers > 1)
-    await serve(endpoints_asgi(app, registry), config, task_status=task_status, mode="asgi")
+    await serve(asgi, config, task_status=task_status, mode="asgi")
 
 
-def _check_free(host: str, port: int, where: str, *, shared: bool) -> None:
+def check_free(host: str, port: int) -> str:
     """Bind ``host:port`` as the server will, and let go: a taken address is a clear
-    :class:`EndpointError` here rather than a traceback from inside the server's nursery."""
+    :class:`EndpointError` here rather than a traceback from inside the server's nursery.
+    Returns the address as Hypercorn binds it (``HOST:PORT``, ``[::1]:PORT``)."""
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if shared:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         try:
             probe.bind((host, port))
         except OSError as exc:
             raise EndpointError(
                 f"--http {where}: cannot listen there: {exc.strerror or exc}"
             ) from None
+    return where
 
 
 class EndpointError(TrioStreamsError):

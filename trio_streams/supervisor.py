@@ -18,6 +18,9 @@ nursery:
 - **Orphans.** Each worker holds the read end of a pipe whose write end only the supervisor
   has; if the supervisor dies without a word (SIGKILL), the pipe closes and the worker drains
   and stops as on SIGTERM.
+- **Endpoints** (``--http``): the supervisor alone listens on the address and answers for the
+  whole app (:mod:`.supervisor_http`); each worker serves its own endpoints on a private Unix
+  socket in a directory this supervisor made (mode 0700), named per start of its slot.
 - **Reload** (``--reload``, one worker): on a change to a ``.py`` file under the watched
   directories (``watchfiles``), the worker is stopped with SIGTERM (a clean drain) and started
   again with the new code.
@@ -29,10 +32,12 @@ SIGTERM and waited for; a worker still running after ``kill_after`` seconds is k
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import signal
 import sys
+import tempfile
 import threading
 from collections import deque
 from collections.abc import Sequence
@@ -45,6 +50,7 @@ import trio
 from . import _signals
 from ._extras import importing
 from .app import App
+from .supervisor_http import WORKER_HTTP_ENV
 from .transport import Sharing
 
 __all__ = ["SupervisorPolicy", "check_workers", "supervise", "watch_supervisor", "worker_command"]
@@ -104,13 +110,25 @@ def check_workers(app: App, workers: int, *, allow_broadcast: bool) -> list[str]
 class _Worker:
     """One worker slot: the process now running in it, and its crash history."""
 
-    def __init__(self, index: int, command: Sequence[str], policy: SupervisorPolicy) -> None:
+    def __init__(
+        self,
+        index: int,
+        command: Sequence[str],
+        policy: SupervisorPolicy,
+        endpoints: Path | None = None,
+    ) -> None:
         self.index = index
         self._command = list(command)
         self._policy = policy
         self.process: trio.Process | None = None
         self._crashes: deque[float] = deque()
         self.restarts = 0
+        #: Where the slot's workers serve their endpoints (``--http``): a private directory.
+        self._endpoints = endpoints
+        #: Which start of the slot the current process is (it changes at each start).
+        self.generation = 0
+        #: The socket the current process serves its endpoints on, None between processes.
+        self.endpoint: Path | None = None
 
     async def run(self, stopping: trio.Event, gave_up: trio.Event, reload: trio.Event) -> int:
         """Keep this slot's worker running until ``stopping``; returns the last exit status.
@@ -160,13 +178,18 @@ class _Worker:
                 SUPERVISOR_FD_ENV: str(read_fd),
             },
         )
+        self.generation += 1
+        endpoint = None
+        if self._endpoints is not None:
+            endpoint = self._endpoints / f"worker-{self.index}.{self.generation}.sock"
+            env[WORKER_HTTP_ENV] = f"unix:{endpoint}"
         try:
             process = await trio.lowlevel.open_process(
                 self._command, env=env, pass_fds=(read_fd,), start_new_session=True
             )
         finally:
             os.close(read_fd)
-        self.process = process
+        self.process, self.endpoint = process, endpoint
         _log.info("worker %d: started (pid %d)", self.index, process.pid)
         if stopping.is_set():
             # The stop came while the process was being spawned, when there was no process
@@ -187,7 +210,9 @@ class _Worker:
             with trio.CancelScope(shield=True):
                 await self._reap(process)
             os.close(write_fd)
-            self.process = None
+            self.process = self.endpoint = None
+            if endpoint is not None:
+                endpoint.unlink(missing_ok=True)
 
     async def _reap(self, process: trio.Process) -> None:
         """Cancelled or done: make sure the process is gone (SIGTERM, then SIGKILL)."""
@@ -215,15 +240,34 @@ def _status(status: int) -> str:
     return f"exited with status {status}"
 
 
-async def supervise(command: Sequence[str], policy: SupervisorPolicy) -> int:
+async def supervise(
+    command: Sequence[str], policy: SupervisorPolicy, *, http: tuple[str, int] | None = None
+) -> int:
     """Run ``policy.workers`` copies of ``command`` until a signal stops them, or one keeps
     crashing. Returns the supervisor's exit status: 0 after a graceful stop, 1 when a worker
     kept crashing (2 when its command line is wrong), 130 when a second signal cut the drain
-    short."""
+    short. With ``http`` (``HOST:PORT``), the supervisor serves the app's endpoints there
+    (:mod:`.supervisor_http`); a taken address raises ``EndpointError`` before any worker
+    starts."""
+    if http is None:
+        return await _supervise(command, policy, None)
+    from .http_endpoints import EndpointError, check_free
+
+    if importlib.util.find_spec("hypercorn") is None:
+        raise EndpointError("--http needs hypercorn: pip install 'trio-streams[http]'")
+    where = check_free(*http)
+    with tempfile.TemporaryDirectory(prefix="trio-streams-") as private:  # mode 0700
+        return await _supervise(command, policy, (where, Path(private)))
+
+
+async def _supervise(
+    command: Sequence[str], policy: SupervisorPolicy, http: tuple[str, Path] | None
+) -> int:
     stopping = trio.Event()
     gave_up = trio.Event()
     forced = False
-    workers = [_Worker(i, command, policy) for i in range(policy.workers)]
+    endpoints = None if http is None else http[1]
+    workers = [_Worker(i, command, policy, endpoints) for i in range(policy.workers)]
     statuses: list[int] = [0] * len(workers)
     reload_event = trio.Event()
 
@@ -290,6 +334,11 @@ async def supervise(command: Sequence[str], policy: SupervisorPolicy) -> int:
                     _log.warning("supervisor: %s changed, restarting", ", ".join(changed))
                     reload_event.set()
 
+            if http is not None:
+                from .http_endpoints import serve_asgi
+                from .supervisor_http import app_asgi
+
+                nursery.start_soon(serve_asgi, app_asgi(workers, stopping), http[0])
             nursery.start_soon(slots)
             nursery.start_soon(watch_signals)
             nursery.start_soon(watch_give_up)

@@ -13,6 +13,7 @@ import trio
 
 from trio_streams import App, Context, Position
 from trio_streams.file import FileBroker, FileStream
+from trio_streams.prometheus import PrometheusMiddleware
 from trio_streams.redis import RedisBroker, RedisStream
 
 URL = os.environ.get("TS_TEST_REDIS_URL", "redis://127.0.0.1:1")
@@ -68,3 +69,17 @@ crashing.broker(RedisBroker(URL))
 @crashing.on_startup
 async def fail() -> None:
     raise RuntimeError("database unreachable")
+
+
+# A shared group whose metrics the supervisor's --http endpoint serves for the whole app.
+metered = App("metered", middlewares=[PrometheusMiddleware()])
+_metered = metered.broker(RedisBroker(URL))
+
+
+@_metered.subscriber(
+    RedisStream("metered", group="g", start=Position.beginning(), min_idle=0.5),
+    name="count",
+    count=10,
+    block=50,
+)
+async def count(n: int) -> None: ...

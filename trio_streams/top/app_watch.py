@@ -4,7 +4,8 @@ Each refresh reads ``/metrics`` (the :class:`~trio_streams.prometheus.Prometheus
 metrics, parsed with ``prometheus-client``) and ``/readyz`` (the app's health), and shows per
 subscription: received/s and handled/s (rates over the time since the previous refresh),
 handled by outcome, retries, dead letters, in flight, channel depth, lag, faults and whether it
-is degraded.
+is degraded. An app run with ``--workers`` shows a line for the app (its totals) and, under
+it, one per worker (``[w0]``, ``[w1]``...), from the series the supervisor labels ``worker``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import trio
 
 from .._extras import importing
 from ..errors import TrioStreamsError
+from ..http_get import NotHttp, get_over
 from .render import Table
 from .view import Screen, Watch
 
@@ -54,39 +56,43 @@ async def fetch(url: str, path: str) -> tuple[int, bytes]:
     try:
         with trio.fail_after(_TIMEOUT):
             stream = await trio.open_tcp_stream(host.strip("[]"), int(port))
-            async with stream:
-                request = f"GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
-                await stream.send_all(request.encode())
-                chunks = []
-                while chunk := await stream.receive_some():
-                    chunks.append(chunk)
+            return await get_over(stream, address, path)
     except (OSError, trio.TooSlowError) as exc:
         raise EndpointError(f"cannot read {url}{path}: {exc or type(exc).__name__}") from exc
-    head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
-    try:
-        status = int(head.split(b" ", 2)[1])
-    except (IndexError, ValueError):
+    except NotHttp:
         raise EndpointError(f"{url}{path} did not answer HTTP") from None
-    return status, body
+
+
+#: A row: the subscription, and the worker ("" for the whole app).
+_Row = tuple[str, str]
+#: The supervisor's own families: they say nothing of the app's subscriptions.
+_SUPERVISION = ("trio_streams_workers", "trio_streams_worker_up", "trio_streams_worker_restarts")
 
 
 @final
 @dataclass(slots=True)
 class _Sample:
     at: float
-    counters: dict[str, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
-    gauges: dict[str, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
+    counters: dict[_Row, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
+    gauges: dict[_Row, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
+    #: The worker processes of a supervised app (``--workers``), 0 for one process.
+    workers: int = 0
 
 
 def _parse(text: str, at: float) -> _Sample | None:
-    """The trio-streams metrics of ``text``; None when it has no trio-streams metric at all (a
-    family declared without samples counts: the middleware runs, nothing happened yet)."""
+    """The trio-streams metrics of ``text``, per subscription and worker; None when it has no
+    trio-streams metric at all (a family declared without samples counts: the middleware
+    runs, nothing happened yet)."""
     with importing("prometheus", APP_METRICS):
         from prometheus_client.parser import text_string_to_metric_families
 
     sample = _Sample(at)
     ours = False
     for family in text_string_to_metric_families(text):
+        if family.name in _SUPERVISION:
+            if family.name == "trio_streams_workers" and family.samples:
+                sample.workers = int(family.samples[0].value)
+            continue
         ours = ours or family.name.startswith("trio_streams_")
         for item in family.samples:
             subscription = item.labels.get("subscription")
@@ -96,8 +102,13 @@ def _parse(text: str, at: float) -> _Sample | None:
             if name == "handled_total":
                 name = f"handled:{item.labels.get('outcome')}"
             target = sample.counters if name.endswith("_total") or ":" in name else sample.gauges
-            target[subscription][name] = item.value
+            target[subscription, item.labels.get("worker", "")][name] = item.value
     return sample if ours else None
+
+
+def _label(row: _Row) -> str:
+    subscription, worker = row
+    return f"  {subscription} [w{worker}]" if worker else subscription
 
 
 class AppWatch(Watch):
@@ -136,28 +147,33 @@ class AppWatch(Watch):
         previous = self._previous
         seconds = None if previous is None else latest.at - previous.at
 
-        def rate(subscription: str, name: str) -> str:
+        def rate(row: _Row, name: str) -> str:
             if previous is None or not seconds:
                 return "-"
-            now = latest.counters[subscription].get(name, 0.0)
-            before = previous.counters.get(subscription, {}).get(name, 0.0)
+            now = latest.counters[row].get(name, 0.0)
+            before = previous.counters.get(row, {}).get(name, 0.0)
             return f"{(now - before) / seconds:.1f}"
 
-        names = sorted(set(latest.counters) | set(latest.gauges))
+        def order(row: _Row) -> tuple[float, str, int]:
+            subscription, worker = row
+            first = 0.0
+            if sort == "rate" and previous is not None:  # a worker's row stays under the app's
+                first = -float(rate((subscription, ""), "received_total").replace("-", "0"))
+            return first, subscription, int(worker or -1)
+
+        found = sorted(set(latest.counters) | set(latest.gauges), key=order)
         if match:
-            names = [name for name in names if match in name]
-        if sort == "rate" and previous is not None:
-            names.sort(key=lambda n: -float(rate(n, "received_total").replace("-", "0")))
+            found = [row for row in found if match in row[0]]
         header = [
             "SUBSCRIPTION", "RECEIVED/S", "HANDLED/S", *(o.upper() for o in _OUTCOMES),
             "RETRIES", "IN-FLIGHT", "QUEUED", "LAG", "FAULTS", "DEGRADED",
         ]  # fmt: skip
         rows = []
-        for name in names:
-            counters, gauges = latest.counters[name], latest.gauges[name]
+        for row in found:
+            counters, gauges = latest.counters[row], latest.gauges[row]
             handled = sum(counters.get(f"handled:{o}", 0.0) for o in _OUTCOMES)
             handled_before = (
-                sum(previous.counters.get(name, {}).get(f"handled:{o}", 0.0) for o in _OUTCOMES)
+                sum(previous.counters.get(row, {}).get(f"handled:{o}", 0.0) for o in _OUTCOMES)
                 if previous is not None
                 else None
             )
@@ -168,8 +184,8 @@ class AppWatch(Watch):
             )
             rows.append(
                 [
-                    name,
-                    rate(name, "received_total"),
+                    _label(row),
+                    rate(row, "received_total"),
                     handled_rate,
                     *(f"{counters.get(f'handled:{o}', 0.0):.0f}" for o in _OUTCOMES),
                     f"{counters.get('retries_total', 0.0):.0f}",
@@ -182,5 +198,7 @@ class AppWatch(Watch):
             )
         table: Table = (header, rows)
         over = "" if seconds is None else f", rates over {seconds:.2f} s"
-        title = f"{self._url}: {self._health}, {len(rows)} subscriptions{over}"
+        subscriptions = len({subscription for subscription, _ in found})
+        workers = f"{latest.workers} workers, " if latest.workers else ""
+        title = f"{self._url}: {self._health}, {workers}{subscriptions} subscriptions{over}"
         return Screen(title, [("subscriptions", table)])

@@ -125,8 +125,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "how many are due, dead-letter streams. Per key of a stream file: messages, messages/s, "
         "sequence range, bytes behind the writer. Per subscription of an app run with --http "
         "(http://HOST:PORT): received/s, handled/s, outcomes, retries, in flight, queued, lag, "
-        "faults, degraded. Read-only: it joins no group. Keys in the "
-        "live view: s sort, / filter, p pause, q quit.",
+        "faults, degraded (with --workers: the app's line, then one per worker). Read-only: it "
+        "joins no group. Keys in the live view: s sort, / filter, p pause, q quit.",
     )
     top.add_argument(
         "target",

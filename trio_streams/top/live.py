@@ -1,5 +1,8 @@
 """The live view of ``trio-streams top``: a rich table redrawn every interval, and keys.
 
+At any width, every column that holds a value is shown whole: when they do not fit side by
+side, they are drawn in bands one under the other, each led by the name column.
+
 Keys: ``s`` cycles the sort order (name, length, rate, pending, lag), ``/`` starts a filter
 (type it, Enter applies it, Esc clears it), ``p`` pauses (the screen stays as it is, no
 snapshot is taken), ``q`` (or Ctrl-C) quits. The terminal is put in cbreak mode while the view
@@ -18,7 +21,7 @@ import termios
 import tty
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import trio
 
@@ -70,7 +73,7 @@ class _State:
         self.poke()
 
 
-def _renderable(screen: Screen, state: _State) -> Any:
+def _renderable(screen: Screen, state: _State, width: int = 80) -> Any:
     with importing("tui", LIVE_VIEW):
         from rich.console import Group
         from rich.table import Table
@@ -84,23 +87,58 @@ def _renderable(screen: Screen, state: _State) -> Any:
         status += "   PAUSED"
     parts.append(Text(status + "   keys: s sort  / filter  p pause  q quit", style="dim"))
     for title, (header, lines) in screen.tables:
-        # On a narrow terminal the names keep their width (streams that share a prefix stay
-        # apart) and columns with nothing to show are left out, before rich shrinks the rest.
-        shown = [
-            n for n in range(len(header))
-            if n == 0 or any(line[n] not in ("", "-") for line in lines)
-        ]  # fmt: skip
-        names = max((len(line[0]) for line in lines), default=len(header[0]))
-        table = Table(title=title, title_justify="left", expand=False, box=None)
-        for n in shown:
-            if n == 0:
-                table.add_column(header[n], no_wrap=True, min_width=min(40, max(names, 6)))
-            else:
-                table.add_column(header[n], justify="right", no_wrap=True, overflow="ellipsis")
-        for line in lines:
-            table.add_row(*(line[n] for n in shown))
-        parts.append(table)
+        bands = _bands(header, lines, width)
+        for number, (columns, widths) in enumerate(bands):
+            more = f" (columns {number + 1} of {len(bands)})" if len(bands) > 1 else ""
+            table = Table(title=title + more, title_justify="left", expand=False, box=None)
+            for n in columns:
+                justify: Literal["left", "right"] = "left" if n == 0 else "right"
+                table.add_column(
+                    header[n], justify=justify, no_wrap=True, overflow="ellipsis",
+                    width=widths[n], min_width=widths[n],
+                )  # fmt: skip
+            for line in lines:
+                table.add_row(*(Text(line[n]) for n in columns))  # names are not markup
+            parts.append(table)
     return Group(*parts)
+
+
+#: What a column takes besides its cells: one space on each side.
+_PADDING = 2
+#: The widest the name column gets before its names are cut (with an ellipsis).
+_NAME_WIDTH = 40
+
+
+def _bands(
+    header: list[str], lines: list[list[str]], width: int
+) -> list[tuple[list[int], dict[int, int]]]:
+    """The columns to draw, as bands that each fit in ``width``: every column that holds a
+    value, at its full width (header and cells are never cut), the name column first in each
+    band so a line can be followed across them. Columns with nothing to show (every cell
+    empty or ``-``) are left out; a terminal too narrow for even one column besides the names
+    cuts the names first."""
+    shown = [
+        n for n in range(1, len(header)) if any(line[n] not in ("", "-") for line in lines)
+    ]  # fmt: skip
+    widths = {
+        n: max((len(line[n]) for line in lines), default=0) for n in range(len(header))
+    }  # fmt: skip
+    for n in widths:
+        widths[n] = max(widths[n], len(header[n]))
+    widest = max((widths[n] for n in shown), default=0)
+    room = max(6, width - _PADDING - widest - _PADDING)
+    widths[0] = min(widths[0], _NAME_WIDTH, room)
+    bands: list[tuple[list[int], dict[int, int]]] = []
+    band: list[int] = []
+    used = widths[0] + _PADDING
+    for n in shown:
+        if band and used + widths[n] + _PADDING > width:
+            bands.append(([0, *band], widths))
+            band, used = [], widths[0] + _PADDING
+        band.append(n)
+        used += widths[n] + _PADDING
+    bands.append(([0, *band], widths))
+    return bands
 
 
 @contextlib.contextmanager
@@ -148,7 +186,7 @@ async def run_live(watch: Watch, *, interval: float, sort: str, match: str) -> N
                     await watch.refresh()
                     next_at = trio.current_time() + interval
                 screen = watch.screen(sort=state.sort, match=state.match)
-                live.update(_renderable(screen, state), refresh=True)
+                live.update(_renderable(screen, state, console.width), refresh=True)
                 changed = state.changed
                 with trio.move_on_at(next_at if not state.paused else float("inf")):
                     await changed.wait()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 
+import pytest
 import trio
 
 from tests.cli.support import ROOT
@@ -57,3 +58,80 @@ def test_at_80_columns_names_keep_their_width_and_empty_columns_are_left_out() -
     text = console.export_text()
     assert "orders.eu-west.payments" in text and "orders.eu-west.refunds" in text
     assert "LENGTH" in text and "PENDING" not in text  # nothing to show: left out
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+async def test_at_80_and_120_columns_every_column_that_holds_a_value_is_shown_whole(
+    redis_server: RedisServer, redis: RedisClient, session: str, columns: int
+) -> None:
+    await setup(redis)  # a group's lag (0), delayed retries and two of them due
+    command = (
+        f"cd {ROOT} && {sys.executable} -m trio_streams.cli top {redis_server.url} "
+        "--interval 0.2; read line"
+    )
+    await trio.to_thread.run_sync(
+        tmux, "new-session", "-d", "-s", session, "-x", str(columns), "-y", "50", command
+    )
+    screen = await screen_shows(session, "orders/workers/fast")
+    assert "…" not in screen, screen  # no header and no cell cut short
+    headers = " ".join(line for line in screen.splitlines() if line.lstrip().startswith("STREAM"))
+    for header in ("LENGTH", "PENDING", "LAG", "CONSUMERS", "DELAYED", "DUE", "DEAD-LETTERS-OF"):
+        assert header in headers.split(), f"{header} missing at {columns} columns:\n{screen}"
+    orders = [line.split() for line in screen.splitlines() if line.split()[:1] == ["orders"]]
+    assert ["orders", "10", "3", "2"] in [cells[:4] for cells in orders], screen  # DUE: 2
+    group = [line.split() for line in screen.splitlines() if "orders/workers " in line + " "]
+    assert group[0][1:4] == ["0", "0", "1"], screen  # pending 0, lag 0, one consumer
+    assert all(len(line) <= columns for line in screen.splitlines())
+
+
+def test_the_app_table_at_80_columns_shows_every_column_in_bands_led_by_the_names() -> None:
+    from rich.console import Console
+
+    from trio_streams.top.live import _renderable, _State
+    from trio_streams.top.view import Screen
+
+    header = [
+        "SUBSCRIPTION", "RECEIVED/S", "HANDLED/S", "ACK", "DROP", "RETRY", "RETRY_AFTER",
+        "DEAD_LETTER", "RETRIES", "IN-FLIGHT", "QUEUED", "LAG", "FAULTS", "DEGRADED",
+    ]  # fmt: skip
+    rows = [
+        ["bill", "240.0", "240.0", "9312", "0", "41", "0", "2", "41", "3", "0", "7", "0", "no"],
+        ["  bill [w0]", "120.0", "120.0", "4656", "0", "20", "0", "1", "20", "1", "0", "7", "0",
+         "no"],
+    ]  # fmt: skip
+    console = Console(width=80, record=True, color_system=None)
+    console.print(_renderable(Screen("title", [("subscriptions", (header, rows))]), _State(), 80))
+    text = console.export_text()
+    assert "…" not in text
+    assert all(len(line) <= 80 for line in text.splitlines())
+    words = text.split()
+    assert all(name in words for name in header), text
+    assert text.count("bill [w0]") == text.count("subscriptions (columns")  # names in each band
+
+
+def test_a_terminal_narrower_than_a_name_and_a_column_cuts_the_names_not_the_figures() -> None:
+    from rich.console import Console
+
+    from trio_streams.top.live import _renderable, _State
+    from trio_streams.top.view import Screen
+
+    header = ["STREAM", "LENGTH", "DEAD-LETTERS-OF"]
+    rows = [["orders.eu-west.payments.incoming", "10", "orders.eu-west.payments"]]
+    console = Console(width=40, record=True, color_system=None)
+    console.print(_renderable(Screen("t", [("streams", (header, rows))]), _State(), 40))
+    text = console.export_text()
+    assert "orders.eu-west.payments" in text.split() and "10" in text.split()  # the figures
+    assert "orders.eu-west.payments.incoming" not in text  # the name is cut, with an ellipsis
+    assert any(word.startswith("orders.eu-") and word.endswith("…") for word in text.split())
+    assert all(len(line) <= 40 for line in text.splitlines())
+
+
+def test_a_table_without_rows_still_shows_its_header() -> None:
+    from rich.console import Console
+
+    from trio_streams.top.live import _renderable, _State
+    from trio_streams.top.view import Screen
+
+    console = Console(width=80, record=True, color_system=None)
+    console.print(_renderable(Screen("t", [("keys", (["KEY", "MESSAGES"], []))]), _State(), 80))
+    assert "KEY" in console.export_text().split()
