@@ -52,6 +52,7 @@ def load_app(target: str, *, factory: bool = False) -> App:
     module_name, _, attribute = target.partition(":")
     if not module_name or not attribute:
         raise AppNotFound(f"expected MODULE:ATTRIBUTE (e.g. myservice.main:app), got {target!r}")
+    _check_module_name(module_name, attribute)
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
@@ -91,6 +92,32 @@ def load_app(target: str, *, factory: bool = False) -> App:
         hint = " (is it a factory? add --factory)" if callable(value) else ""
         raise AppNotFound(f"{target} is {type(value).__name__}, not a trio_streams.App{hint}")
     return value
+
+
+def _check_module_name(module_name: str, attribute: str) -> None:
+    """Refuse a file path where a module name belongs (``../svc.py``, ``svc.py``), saying what
+    to write instead: Python imports modules by name, from the current directory or
+    ``PYTHONPATH``."""
+    path = Path(module_name)
+    is_path = "/" in module_name or os.sep in module_name
+    if not is_path and module_name.startswith("."):
+        raise AppNotFound(
+            f"{module_name!r} is a relative module name: give the module's full name "
+            f"(package.module:{attribute})"
+        )
+    if not is_path and path.suffix != ".py":
+        return
+    name = path.stem if path.suffix == ".py" else path.name
+    if not is_path:
+        raise AppNotFound(
+            f"{module_name!r} is a file name, not a module: drop the .py and give "
+            f"{name}:{attribute}"
+        )
+    where = str(path.parent)
+    raise AppNotFound(
+        f"{module_name!r} is a file path, not a module: give MODULE:ATTRIBUTE ({name}:{attribute}) "
+        f"and run from the directory holding it (cd {where}), or put {where} on PYTHONPATH"
+    )
 
 
 def _run(args: argparse.Namespace) -> int:
