@@ -18,6 +18,7 @@ import trio
 
 from . import _signals
 from .app import App, AppFailed
+from .errors import TrioStreamsError
 from .logs import FORMATS, LEVELS, LogConfigError, configure
 from .reporting import describe, report
 from .supervisor import (
@@ -153,6 +154,11 @@ def _load_and_run(args: argparse.Namespace) -> int:
         print(f"{_PROG}: {exc}{hint}", file=sys.stderr)
         return 2
     if args.http is not None:
+        try:
+            _check_http_address(args)
+        except TrioStreamsError as exc:
+            print(f"{_PROG}: {exc}", file=sys.stderr)
+            return 1
         _serve_http(app, args.http)
     if args.workers is not None or args.reload:
         return _supervise(app, args)
@@ -172,6 +178,10 @@ def _supervise(app: App, args: argparse.Namespace) -> int:
     if args.reload and workers > 1:
         print(f"{_PROG}: --reload runs one worker; leave out --workers", file=sys.stderr)
         return 2
+    for directory in args.reload_dir:
+        if not Path(directory).is_dir():
+            print(f"{_PROG}: --reload-dir {directory}: no such directory", file=sys.stderr)
+            return 2
     if args.reload and importlib.util.find_spec("watchfiles") is None:
         print(
             f"{_PROG}: --reload needs watchfiles: pip install 'trio-streams[reload]'",
@@ -192,6 +202,18 @@ def _supervise(app: App, args: argparse.Namespace) -> int:
     )
     _signals.hold()
     return trio.run(supervise, worker_command(_worker_argv(args)), policy)
+
+
+def _check_http_address(args: argparse.Namespace) -> None:
+    """``--http``: bind the address as the endpoints will, before the app starts, so a taken
+    port (or one this machine does not have) is one line and nothing ran. Workers share the
+    port (``SO_REUSEPORT``), so a supervisor checks it as they will bind it."""
+    from .http_endpoints import _check_free
+
+    host, port = args.http
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    workers = max(args.workers or 1, int(os.environ.get("TRIO_STREAMS_WORKERS", "1") or 1))
+    _check_free(host, port, where, shared=workers > 1)
 
 
 def _serve_http(app: App, address: tuple[str, int]) -> None:
