@@ -11,9 +11,17 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from collections.abc import Callable
 from typing import NoReturn
 
-__all__ = ["CommandLineParser", "bad_command_line", "file_position", "redis_url", "seconds"]
+__all__ = [
+    "CommandLineParser",
+    "bad_command_line",
+    "checked_by",
+    "file_position",
+    "redis_url",
+    "seconds",
+]
 
 
 class CommandLineParser(argparse.ArgumentParser):
@@ -31,36 +39,41 @@ def bad_command_line(message: str) -> NoReturn:
     raise SystemExit(2)
 
 
-def file_position(text: str) -> str:
-    """``--from`` of a stream file: ``beginning``, ``end``, ``seq:N`` or ``ts:MS``."""
-    from .file.positions import parse_position
-
+def checked_by(check: Callable[[str], object], text: str) -> str:
+    """``text`` once ``check`` took it; the ``ValueError`` it raises (trio-streams' own
+    ``ConfigurationError`` is one) becomes the parser's refusal, its message as it is."""
     try:
-        parse_position(text)
+        check(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text
 
 
+def file_position(text: str) -> str:
+    """``--from`` of a stream file: ``beginning``, ``end``, ``seq:N`` or ``ts:MS``."""
+    from .file.positions import parse_position
+
+    return checked_by(parse_position, text)
+
+
 def redis_url(text: str) -> str:
     """A Redis URL that parses (scheme, hosts, port, database, options); whether the server
     is there is for the command to find out. The message never shows the password."""
-    from .errors import ConfigurationError
     from .redis.client import parse_url
 
-    try:
-        parse_url(text)
-    except ConfigurationError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
+    return checked_by(parse_url, text)
 
 
-def seconds(text: str) -> float:
-    """A number of seconds, finite and >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"must be >= 0 seconds, not {text}")
-    return value
+def seconds(*, unbounded: bool = False) -> Callable[[str], float]:
+    """A number of seconds >= 0; ``inf`` (no bound) only if ``unbounded``."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+        if math.isnan(value) or value < 0 or (math.isinf(value) and not unbounded):
+            raise argparse.ArgumentTypeError(f"must be >= 0 seconds, not {text}")
+        return value
+
+    return parse

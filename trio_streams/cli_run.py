@@ -7,7 +7,6 @@ import importlib
 import importlib.util
 import inspect
 import logging
-import math
 import os
 import signal
 import sys
@@ -18,6 +17,7 @@ import trio
 
 from . import _signals
 from .app import App, AppFailed
+from .cli_args import seconds
 from .errors import TrioStreamsError
 from .logs import FORMATS, LEVELS, LogConfigError, configure
 from .reporting import describe, report
@@ -266,15 +266,8 @@ def _positive(text: str) -> int:
     return value
 
 
-def _seconds(text: str) -> float:
-    """``--shutdown-timeout``: seconds, >= 0 (``inf``: no bound)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if math.isnan(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0 seconds, not {text}")
-    return value
+#: ``--shutdown-timeout`` and ``--restart-backoff``: seconds, >= 0 (``inf``: no bound).
+_seconds = seconds(unbounded=True)
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

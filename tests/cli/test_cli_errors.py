@@ -266,7 +266,7 @@ def test_every_command_refuses_a_mistake_with_one_line_and_the_rules_status(
     assert result.returncode == status, result.stderr
 
 
-def test_a_path_given_to_run_says_what_to_write_instead_and_nothing_is_imported() -> None:
+def test_a_path_given_to_run_says_what_to_write_instead() -> None:
     result = cli("run", "../billing/main.py:app")
     assert result.returncode == 2
     assert stderr_lines(result) == [

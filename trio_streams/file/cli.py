@@ -451,7 +451,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     repair.add_argument("--dry-run", action="store_true", help="only say what would be done")
     repair.add_argument(
         "--wait",
-        type=seconds,
+        type=seconds(),
         default=EXCLUSIVE_WAIT,
         metavar="SECONDS",
         help="how long to wait for writers' appends to let repair have the file to itself "

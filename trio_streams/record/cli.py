@@ -17,7 +17,7 @@ from typing import Any
 
 import trio
 
-from ..cli_args import file_position, redis_url
+from ..cli_args import checked_by, file_position, redis_url
 from ..errors import TrioStreamsError
 from ..file.positions import parse_position
 from ..file.writer import StreamWriter
@@ -240,14 +240,10 @@ def _bound(option: str) -> Callable[[str], str]:
     """``--from`` / ``--until`` of ``record``: an entry id, ``ts:MS`` (or ``end`` for
     ``--from``), checked by the parser; the text is kept for ``parse_bounds``."""
 
-    def parse(value: str) -> str:
-        try:
-            parse_bounds(value, None) if option == "--from" else parse_bounds(None, value)
-        except BoundError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-        return value
+    def check(value: str) -> object:
+        return parse_bounds(value, None) if option == "--from" else parse_bounds(None, value)
 
-    return parse
+    return lambda value: checked_by(check, value)
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
