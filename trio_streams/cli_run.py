@@ -22,6 +22,7 @@ from .errors import TrioStreamsError
 from .logs import FORMATS, LEVELS, LogConfigError, configure
 from .reporting import describe, report
 from .supervisor import (
+    WORKERS_ENV,
     SupervisorPolicy,
     check_workers,
     supervise,
@@ -212,7 +213,7 @@ def _check_http_address(args: argparse.Namespace) -> None:
 
     host, port = args.http
     where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    workers = max(args.workers or 1, int(os.environ.get("TRIO_STREAMS_WORKERS", "1") or 1))
+    workers = max(args.workers or 1, int(os.environ.get(WORKERS_ENV, "1") or 1))
     _check_free(host, port, where, shared=workers > 1)
 
 
