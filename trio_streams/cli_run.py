@@ -116,9 +116,14 @@ def _check_module_name(module_name: str, attribute: str) -> None:
             f"{name}:{attribute}"
         )
     where = str(path.parent)
+    below_here = not path.is_absolute() and ".." not in path.parts
+    # svc/main.py, with svc a package here, is also svc.main (the parts of a path below here)
+    dotted = ".".join((*path.parent.parts, name))
+    package = f"{dotted}:{attribute} if {where} is a package here, or " if below_here else ""
     raise AppNotFound(
-        f"{module_name!r} is a file path, not a module: give MODULE:ATTRIBUTE ({name}:{attribute}) "
-        f"and run from the directory holding it (cd {where}), or put {where} on PYTHONPATH"
+        f"{module_name!r} is a file path, not a module: give MODULE:ATTRIBUTE ({package}"
+        f"{name}:{attribute} run from the directory holding it (cd {where}) or with {where} on "
+        "PYTHONPATH)"
     )
 
 

@@ -271,8 +271,18 @@ def test_a_path_given_to_run_says_what_to_write_instead() -> None:
     assert result.returncode == 2
     assert stderr_lines(result) == [
         "trio-streams run: '../billing/main.py' is a file path, not a module: give "
-        "MODULE:ATTRIBUTE (main:app) and run from the directory holding it (cd ../billing), "
-        "or put ../billing on PYTHONPATH"
+        "MODULE:ATTRIBUTE (main:app run from the directory holding it (cd ../billing) or with "
+        "../billing on PYTHONPATH)"
+    ]
+
+
+def test_a_path_below_here_given_to_run_also_offers_its_dotted_module_name() -> None:
+    result = cli("run", "tests/cli/apps.py:hooky")
+    assert result.returncode == 2
+    assert stderr_lines(result) == [
+        "trio-streams run: 'tests/cli/apps.py' is a file path, not a module: give "
+        "MODULE:ATTRIBUTE (tests.cli.apps:hooky if tests/cli is a package here, or apps:hooky "
+        "run from the directory holding it (cd tests/cli) or with tests/cli on PYTHONPATH)"
     ]
 
 
