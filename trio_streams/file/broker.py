@@ -533,8 +533,9 @@ class FileSubscription(SubscriptionSource):
 
     @property
     def acks_are_noops(self) -> bool:
-        # Without a durable consumer an ack moves nothing: no watermark, no copy.
-        return self._watermark is None and settles_with(self, _FILE_SETTLE)
+        # Without a durable consumer an ack moves nothing: no watermark, no copy. (A durable
+        # one has its watermark from when the file is open, which may be later, not from now.)
+        return self._durable is None and settles_with(self, _FILE_SETTLE)
 
     async def settle(self, delivery: Delivery, outcome: Outcome) -> None:
         if outcome.kind in _RETRIES:
