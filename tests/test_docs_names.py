@@ -24,6 +24,8 @@ _IMPORT = re.compile(r"^[ \t]*from (trio_streams[\w.]*) import (\([^)]*\)|[^\n]*
 _DOTTED = re.compile(r"\btrio_streams(?:\.[A-Za-z_]\w*)+")
 #: A command line, not its output: ``trio-streams run: app 'x' did not start`` is output.
 _COMMAND = re.compile(r"trio-streams [^\s:]+(\s|$)")
+#: Output of a subcommand: ``trio-streams file decode: error: ...``.
+_OUTPUT = re.compile(r"trio-streams( [a-z-]+)+:(\s|$)")
 #: Logger names (an app's, a subscription's): what follows the prefix is the user's name.
 LOGGER_PREFIXES = ("trio_streams.app.", "trio_streams.subscription.")
 
@@ -36,7 +38,7 @@ def command_lines(text: str) -> list[str]:
     for block in _FENCE.findall(text):
         for line in block.replace("\\\n", " ").splitlines():
             line = " ".join(line.split()).removeprefix("$ ")
-            if _COMMAND.match(line):
+            if _COMMAND.match(line) and not _OUTPUT.match(line):
                 found.append(line)
     prose = _FENCE.sub("", text)
     found.extend(span for span in _SPAN.findall(prose) if _COMMAND.match(span))
@@ -162,6 +164,7 @@ def test_the_checks_see_a_wrong_flag_a_wrong_subcommand_and_a_wrong_name() -> No
     )
     assert command_lines(page) == ["trio-streams run a:b", "trio-streams top redis://h --every 2"]
     assert command_lines("```\ntrio-streams run: app 'x' did not start\n```") == []
+    assert command_lines("```\ntrio-streams file decode: error: argument --from\n```") == []
     assert resolves("trio_streams.file.FileBroker")
     assert not resolves("trio_streams.file.FileBrokr")
     assert not resolves("trio_streams.nowhere.Thing")

@@ -12,6 +12,7 @@ installs the start-up signal guard (``_signals``) first, then imports the rest.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -56,13 +57,20 @@ def _registrars() -> list[Registrar]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    import argparse
+    from typing import cast
 
-    parser = argparse.ArgumentParser(
+    from .cli_args import CommandLineParser
+
+    parser = CommandLineParser(
         prog="trio-streams", description="Run, feed and inspect trio-streams services."
     )
     parser.add_argument("--version", action="version", version=f"trio-streams {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    # Every subcommand's parser is a CommandLineParser too (argparse makes them of the
+    # parent's class); the registrars need only what an ArgumentParser offers.
+    commands = cast(
+        "argparse._SubParsersAction[argparse.ArgumentParser]",
+        parser.add_subparsers(dest="command", metavar="COMMAND"),
+    )
     for register in _registrars():
         register(commands)
     return parser
@@ -129,7 +137,29 @@ def _main(argv: list[str]) -> int:
         if all(isinstance(leaf, MissingExtra) for leaf in found):
             print(f"{command}: {found[0]}", file=sys.stderr)
             return EXIT_USAGE
-        raise
+        if not all(isinstance(leaf, Exception) for leaf in leaves(group)):
+            raise
+        return _unexpected(command, group, "; ".join(map(_described, leaves(group))))
+    except Exception as error:  # noqa: BLE001 - the last resort: one line, not a traceback
+        return _unexpected(command, error, _described(error))
+
+
+def _described(error: BaseException) -> str:
+    from .reporting import describe
+
+    return describe(error)
+
+
+def _unexpected(command: str, error: BaseException, text: str) -> int:
+    """An error no command turned into its own line: still one line and status 1, never a
+    traceback on stderr (it is logged at DEBUG, which ``run --log-level debug`` shows)."""
+    import logging
+
+    logging.getLogger("trio_streams.cli").debug("%s: the traceback", command, exc_info=error)
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()  # what the command printed comes before the error
+    print(f"{command}: error: {text}", file=sys.stderr)
+    return 1
 
 
 def _discard_stdout() -> None:

@@ -30,8 +30,12 @@ def _asyncapi(args: argparse.Namespace) -> int:
     text = json.dumps(document, indent=2, sort_keys=False) + "\n"
     if args.output is None:
         sys.stdout.write(text)
-    else:
+        return 0
+    try:
         Path(args.output).write_text(text)
+    except OSError as exc:
+        print(f"{_PROG}: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -18,6 +18,7 @@ import re
 import sys
 from collections.abc import Mapping
 
+from .cli_args import bad_command_line
 from .file.cli import _beacon_interval, _guarded
 from .file.envelope import open_envelope, seal
 from .file.format import DEFAULT_BEACON_INTERVAL
@@ -40,7 +41,7 @@ def _header(text: str) -> tuple[str, str]:
 def _read_payload(args: argparse.Namespace) -> bytes:
     if args.payload is not None:
         if args.file is not None:
-            raise SystemExit("error: give the payload as an argument or with --file, not both")
+            bad_command_line("give the payload as an argument or with --file, not both")
         return str(args.payload).encode("utf-8")
     if args.file is not None:
         try:
@@ -56,7 +57,7 @@ def _items(args: argparse.Namespace) -> list[tuple[str, bytes, int | None]]:
     common = dict(args.header or [])
     if args.ndjson:
         if args.payload is not None:
-            raise SystemExit("error: --ndjson reads the messages from stdin or --file, not PAYLOAD")
+            bad_command_line("--ndjson reads the messages from stdin or --file, not PAYLOAD")
         if args.file is not None:
             try:
                 with open(args.file, encoding="utf-8") as source:
@@ -71,11 +72,11 @@ def _items(args: argparse.Namespace) -> list[tuple[str, bytes, int | None]]:
             raise SystemExit(f"error: {exc}; nothing was published") from None
         return [(row.stream_key, _stored(row, common), row.timestamp_ms) for row in rows]
     if args.key is None:
-        raise SystemExit("error: KEY is needed (or --ndjson, whose lines name their keys)")
+        bad_command_line("KEY is needed (or --ndjson, whose lines name their keys)")
     try:
         check_stream_key(args.key)
     except ValueError as exc:
-        raise SystemExit(f"error: {exc}") from None
+        bad_command_line(str(exc))
     return [(args.key, seal(_read_payload(args), common), None)]
 
 

@@ -7,7 +7,6 @@ import functools
 import importlib
 import inspect
 import logging
-import math
 import os
 import signal
 import sys
@@ -19,6 +18,8 @@ import trio
 from . import _signals
 from ._extras import MissingExtra, require
 from .app import App, AppFailed
+from .cli_args import seconds
+from .errors import TrioStreamsError
 from .http_endpoints import EndpointError
 from .logs import FORMATS, LEVELS, LogConfigError, configure
 from .reporting import describe, report
@@ -55,6 +56,7 @@ def load_app(target: str, *, factory: bool = False) -> App:
     module_name, _, attribute = target.partition(":")
     if not module_name or not attribute:
         raise AppNotFound(f"expected MODULE:ATTRIBUTE (e.g. myservice.main:app), got {target!r}")
+    _check_module_name(module_name, attribute)
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
@@ -96,6 +98,37 @@ def load_app(target: str, *, factory: bool = False) -> App:
     return value
 
 
+def _check_module_name(module_name: str, attribute: str) -> None:
+    """Refuse a file path where a module name belongs (``../svc.py``, ``svc.py``), saying what
+    to write instead: Python imports modules by name, from the current directory or
+    ``PYTHONPATH``."""
+    path = Path(module_name)
+    is_path = "/" in module_name or os.sep in module_name
+    if not is_path and module_name.startswith("."):
+        raise AppNotFound(
+            f"{module_name!r} is a relative module name: give the module's full name "
+            f"(package.module:{attribute})"
+        )
+    if not is_path and path.suffix != ".py":
+        return
+    name = path.stem if path.suffix == ".py" else path.name
+    if not is_path:
+        raise AppNotFound(
+            f"{module_name!r} is a file name, not a module: drop the .py and give "
+            f"{name}:{attribute}"
+        )
+    where = str(path.parent)
+    below_here = not path.is_absolute() and ".." not in path.parts
+    # svc/main.py, with svc a package here, is also svc.main (the parts of a path below here)
+    dotted = ".".join((*path.parent.parts, name))
+    package = f"{dotted}:{attribute} if {where} is a package here, or " if below_here else ""
+    raise AppNotFound(
+        f"{module_name!r} is a file path, not a module: give MODULE:ATTRIBUTE ({package}"
+        f"{name}:{attribute} run from the directory holding it (cd {where}) or with {where} on "
+        "PYTHONPATH)"
+    )
+
+
 def _run(args: argparse.Namespace) -> int:
     if args.log_config is not None and (args.log_level or args.log_format):
         print(
@@ -133,6 +166,11 @@ def _load_and_run(args: argparse.Namespace) -> int:
     if args.workers is not None or args.reload:
         return _supervise(app, args)  # with --http, the supervisor serves it for the app
     if args.http is not None:
+        try:
+            _check_http_address(args)
+        except TrioStreamsError as exc:
+            print(f"{_PROG}: {exc}", file=sys.stderr)
+            return 1
         _serve_http(app, args.http)
     serve_worker_endpoints(app)
     watch_supervisor()
@@ -151,6 +189,10 @@ def _supervise(app: App, args: argparse.Namespace) -> int:
     if args.reload and workers > 1:
         print(f"{_PROG}: --reload runs one worker; leave out --workers", file=sys.stderr)
         return 2
+    for directory in args.reload_dir:
+        if not Path(directory).is_dir():
+            print(f"{_PROG}: --reload-dir {directory}: no such directory", file=sys.stderr)
+            return 2
     if args.reload:
         require("reload", "--reload")
     problems = check_workers(app, workers, allow_broadcast=args.allow_broadcast)
@@ -173,6 +215,15 @@ def _supervise(app: App, args: argparse.Namespace) -> int:
     except EndpointError as exc:
         print(f"{_PROG}: {exc}", file=sys.stderr)
         return 1
+
+
+def _check_http_address(args: argparse.Namespace) -> None:
+    """``--http``: bind the address as the endpoints will, before the app starts, so a taken
+    port (or one this machine does not have) is one line and nothing ran. (With ``--workers``
+    the supervisor serves the endpoints and checks the address itself.)"""
+    from .http_endpoints import check_free
+
+    check_free(*args.http)
 
 
 def _serve_http(app: App, address: tuple[str, int]) -> None:
@@ -224,15 +275,8 @@ def _positive(text: str) -> int:
     return value
 
 
-def _seconds(text: str) -> float:
-    """``--shutdown-timeout``: seconds, >= 0 (``inf``: no bound)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if math.isnan(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0 seconds, not {text}")
-    return value
+#: ``--shutdown-timeout`` and ``--restart-backoff``: seconds, >= 0 (``inf``: no bound).
+_seconds = seconds(unbounded=True)
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -63,6 +63,14 @@ class _Mismatch(Exception):
         super().__init__(f"{path}: expected {expected}, got {_describe(got)}")
 
 
+class _Refused(_Mismatch):
+    """A value refused for a reason that is not a wrong type (a field left out, a nested
+    model's own check): said as it is, since there is no value to show."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        Exception.__init__(self, f"{path}: {reason}")
+
+
 def _describe(value: Any) -> str:
     if value is None:
         return "null"
@@ -469,7 +477,7 @@ def _model_from_value(model: Any) -> _Convert:
             try:
                 return model.model_validate(value)
             except pydantic.ValidationError as exc:
-                raise _Mismatch(path, model.__name__, value) from exc
+                raise _Refused(path, f"{model.__name__}: {_pydantic_reason(exc)}") from exc
 
         return convert_pydantic
     import msgspec
@@ -477,8 +485,8 @@ def _model_from_value(model: Any) -> _Convert:
     def convert_struct(value: Any, path: str) -> Any:
         try:
             return msgspec.convert(value, model)
-        except msgspec.ValidationError:
-            raise _Mismatch(path, model.__name__, value) from None
+        except msgspec.ValidationError as exc:
+            raise _Refused(path, f"{model.__name__}: {exc}") from None
 
     return convert_struct
 
@@ -519,7 +527,7 @@ def _build_dataclass(cls: type) -> _Convert:
             if field in value:
                 kwargs[field] = conv(value[field], f"{path}.{field}")
             elif required:
-                raise _Mismatch(f"{path}.{field}", f"a value (required by {name})", None)
+                raise _Refused(path, f"Object missing required field `{field}` of {name}")
         try:
             return cls(**kwargs)
         except (TypeError, ValueError) as exc:  # __post_init__ validation

@@ -24,6 +24,15 @@ _missing = missing.broker(FileBroker(PATH, existing_only=True))
 async def read_missing(n: int) -> None: ...
 
 
+# A replay of a file given by a path that may be mistyped: nothing creates it.
+typo = App("typo")
+_typo = typo.broker(FileBroker(PATH))
+
+
+@_typo.subscriber(FileStream("orders").replay())
+async def read_typo(n: int) -> None: ...
+
+
 # A startup hook that fails.
 hooky = App("hooky")
 hooky.broker(MemoryBroker())

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import signal
+import socket
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from tests.redis_servers import free_port
 
 from .support import COMMAND, ROOT, cli, run_command, stderr_lines, stream_file
 
@@ -166,3 +169,157 @@ def test_a_broken_pipe_or_ctrl_c_inside_a_commands_nursery_exits_as_a_bare_one(
     monkeypatch.setattr(command_line, "_registrars", lambda: [register])
     assert command_line.main(["fail"]) == status
     assert capsys.readouterr().err == ""
+
+
+# ---- one rule for every command: a bad command line exits 2, a runtime error 1, each with one
+# line on stderr (a hint may follow, indented) and never a traceback --------------------------
+
+#: ``{tmp}`` is a fresh directory holding ``ok.ss`` (one message); ``{down}`` a Redis URL on a
+#: loopback port nothing listens on.
+MISTAKES: list[tuple[list[str], int, str]] = [
+    # run
+    (["run", "../x.py:app"], 2, "'../x.py' is a file path, not a module: give MODULE:ATTRIBUTE"),
+    (["run", "processor.py:app"], 2, "drop the .py and give processor:app"),
+    (["run", ".svc:app"], 2, "'.svc' is a relative module name"),
+    (["run", "nosuchmodule:app"], 2, "cannot import 'nosuchmodule'"),
+    (["run", "tests.cli.apps"], 2, "expected MODULE:ATTRIBUTE"),
+    (["run", "tests.cli.apps:hooky", "--workers", "two"], 2, "argument --workers: not a whole"),
+    (["run", "tests.cli.apps:hooky", "--crash-limit", "0"], 2, "argument --crash-limit: must"),
+    (["run", "tests.cli.apps:hooky", "--http", "9100"], 2, "argument --http: expected HOST:PORT"),
+    (["run", "tests.cli.apps:hooky", "--log-config", "{tmp}/no.json"], 2, "no.json"),
+    (
+        ["run", "tests.cli.apps:hooky", "--reload", "--reload-dir", "{tmp}/nodir"],
+        2,
+        "--reload-dir {tmp}/nodir: no such directory",
+    ),
+    # publish
+    (["publish", "{tmp}/no/dir/f.ss", "k", "1"], 1, "{tmp}/no/dir/f.ss: cannot open for writing"),
+    (["publish", "{tmp}/ok.ss", "k", "1", "-H", "novalue"], 2, "a header is NAME=VALUE"),
+    (["publish", "{tmp}/ok.ss", "k", "--file", "{tmp}/no.json"], 1, "cannot read --file"),
+    (["publish", "{tmp}/ok.ss", "bad key", "1"], 2, "stream key 'bad key' is not valid"),
+    (["publish", "{tmp}/ok.ss"], 2, "KEY is needed"),
+    (["publish", "{tmp}/ok.ss", "k", "1", "--file", "{tmp}/ok.ss"], 2, "not both"),
+    (["publish", "{tmp}/ok.ss", "k", "1", "--ndjson"], 2, "--ndjson reads the messages"),
+    (["publish", "redis://127.0.0.1:1", "k", "1"], 1, "redis:// targets are not supported"),
+    (["publish", "{tmp}/ok.ss", "k", "--beacon-interval", "many"], 2, "not a number of bytes"),
+    # asyncapi
+    (["asyncapi", "tests.cli.asyncapi_apps:app", "-o", "{tmp}/no/dir/f"], 1, "cannot write"),
+    (["asyncapi", "shop.py:app"], 2, "drop the .py and give shop:app"),
+    # file
+    (["file", "decode", "{tmp}/no.ss"], 1, "{tmp}/no.ss: no such stream file"),
+    (["file", "decode", "{tmp}/ok.ss", "--from", "nonsense"], 2, "position 'nonsense' is not"),
+    (["file", "decode", "{tmp}/ok.ss", "--format", "xml"], 2, "argument --format"),
+    (["file", "decode", "{tmp}/ok.ss", "--from", "seq:1"], 2, "needs exactly one --key"),
+    (["file", "tail", "{tmp}/no.ss"], 1, "{tmp}/no.ss: no such stream file"),
+    (["file", "tail", "{tmp}/ok.ss", "--from", "seq:x"], 2, "position 'seq:x' is not"),
+    (["file", "stat", "{tmp}/no.ss"], 1, "{tmp}/no.ss: no such stream file"),
+    (["file", "write", "{tmp}/no/dir/f.ss"], 1, "cannot open for writing"),
+    (["file", "write", "{tmp}/w.ss", "--created-at-ms", "soon"], 2, "--created-at-ms"),
+    (["file", "repair", "{tmp}/no.ss", "--yes"], 1, "{tmp}/no.ss: cannot open"),
+    (["file", "repair", "{tmp}/ok.ss", "--wait", "-1"], 2, "argument --wait: must be >= 0"),
+    (["file", "repair", "{tmp}/ok.ss", "--wait", "long"], 2, "argument --wait: not a number"),
+    (["file"], 2, "the following arguments are required"),
+    # record
+    (["record", "{down}", "s", "--to", "{tmp}/r.ss", "--from", "garbage"], 2, "--from 'garbage'"),
+    (["record", "{down}", "s", "--to", "{tmp}/r.ss", "--until", "later"], 2, "--until 'later'"),
+    (["record", "{down}", "s", "--to", "{tmp}/r.ss", "--limit", "x"], 2, "argument --limit"),
+    (["record", "{down}", "s", "--to", "{tmp}/r.ss", "--from", "end"], 2, "add --follow"),
+    (["record", "{down}", "s", "--to", "{tmp}/r.ss", "--from", "5", "--channel"], 2, "no past"),
+    (["record", "localhost:6379", "s", "--to", "{tmp}/r.ss"], 2, "Redis URL 'localhost:6379'"),
+    (["record", "redis://h:port", "s", "--to", "{tmp}/r.ss"], 2, "bad port 'port'"),
+    (["record", "{down}", "s", "--to", "{tmp}/r.ss"], 1, "cannot connect"),
+    # replay
+    (["replay", "{tmp}/ok.ss", "--to", "{down}", "--from", "nonsense"], 2, "position 'nonsense'"),
+    (["replay", "{tmp}/ok.ss", "--to", "nowhere"], 2, "Redis URL 'nowhere' must start with"),
+    (["replay", "{tmp}/ok.ss", "--to", "{down}", "--rate", "fast"], 2, "argument --rate"),
+    (["replay", "{tmp}/ok.ss", "--to", "{down}", "--as", "queue"], 2, "argument --as"),
+    (["replay", "{tmp}/no.ss", "--to", "{down}"], 1, "{tmp}/no.ss: no such stream file"),
+    (["replay", "{tmp}/ok.ss", "--to", "{down}"], 1, "cannot connect"),
+    # top
+    (["top", "{down}", "--once", "--interval", "0.01"], 1, "cannot connect"),
+    (["top", "redis://h:99999", "--once"], 2, "bad port '99999'"),
+    (["top", "{tmp}/no.ss", "--once"], 1, "{tmp}/no.ss: no such stream file"),
+    (["top", "{tmp}/ok.ss", "--once", "--interval", "soon"], 2, "argument --interval"),
+    (["top", "{tmp}/ok.ss", "--once", "--sort", "size"], 2, "argument --sort"),
+    # the command itself
+    (["nosuchcommand"], 2, "argument COMMAND: invalid choice: 'nosuchcommand'"),
+]
+
+
+@pytest.mark.parametrize(
+    ("argv", "status", "says"), MISTAKES, ids=[" ".join(argv) for argv, _, _ in MISTAKES]
+)
+def test_every_command_refuses_a_mistake_with_one_line_and_the_rules_status(
+    tmp_path: Path, argv: list[str], status: int, says: str
+) -> None:
+    stream_file(tmp_path / "ok.ss", 1)
+    down = f"redis://127.0.0.1:{free_port()}"
+
+    def filled(text: str) -> str:
+        return text.replace("{tmp}", str(tmp_path)).replace("{down}", down)
+
+    result = cli(*map(filled, argv), stdin="")
+    assert "Traceback" not in result.stderr, result.stderr
+    errors = [line for line in stderr_lines(result) if not line.startswith(" ")]
+    assert len(errors) == 1, result.stderr
+    assert filled(says) in errors[0], result.stderr
+    assert result.returncode == status, result.stderr
+
+
+def test_a_path_given_to_run_says_what_to_write_instead() -> None:
+    result = cli("run", "../billing/main.py:app")
+    assert result.returncode == 2
+    assert stderr_lines(result) == [
+        "trio-streams run: '../billing/main.py' is a file path, not a module: give "
+        "MODULE:ATTRIBUTE (main:app run from the directory holding it (cd ../billing) or with "
+        "../billing on PYTHONPATH)"
+    ]
+
+
+def test_a_path_below_here_given_to_run_also_offers_its_dotted_module_name() -> None:
+    result = cli("run", "tests/cli/apps.py:hooky")
+    assert result.returncode == 2
+    assert stderr_lines(result) == [
+        "trio-streams run: 'tests/cli/apps.py' is a file path, not a module: give "
+        "MODULE:ATTRIBUTE (tests.cli.apps:hooky if tests/cli is a package here, or apps:hooky "
+        "run from the directory holding it (cd tests/cli) or with tests/cli on PYTHONPATH)"
+    ]
+
+
+def test_a_usage_error_is_one_line_naming_the_command_and_where_its_usage_is() -> None:
+    result = cli("file", "decode", "x.ss", "--from", "nonsense")
+    assert result.returncode == 2
+    assert stderr_lines(result) == [
+        "trio-streams file decode: error: argument --from: position 'nonsense' is not "
+        "beginning, end, seq:N or ts:MS (`trio-streams file decode --help` shows the usage)"
+    ]
+
+
+def test_run_with_http_on_a_taken_port_is_refused_before_the_app_starts(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = cli("run", "tests.cli.apps:hooky", "--http", f"127.0.0.1:{port}")
+    assert result.returncode == 1
+    assert stderr_lines(result) == [
+        f"trio-streams run: --http 127.0.0.1:{port}: cannot listen there: Address already in use"
+    ]
+    # hooky's startup hook fails: had the app started, its failure would show.
+    assert "database unreachable" not in result.stderr
+
+
+def test_an_error_no_command_expected_is_one_line_with_status_1(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from trio_streams import cli as command_line
+
+    def fail(args: argparse.Namespace) -> int:
+        raise BaseExceptionGroup("from a nursery", [LookupError("no such thing")])
+
+    def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+        commands.add_parser("fail").set_defaults(handler=fail)
+
+    monkeypatch.setattr(command_line, "_registrars", lambda: [register])
+    assert command_line.main(["fail"]) == 1
+    assert capsys.readouterr().err == "trio-streams fail: error: LookupError: no such thing\n"

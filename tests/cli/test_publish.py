@@ -86,15 +86,15 @@ def test_a_redis_target_is_refused_by_name_for_now(tmp_path: Path) -> None:
     assert "redis:// targets are not supported yet" in result.stderr
 
 
-def test_publish_without_a_key_says_so(tmp_path: Path) -> None:
+def test_publish_without_a_key_says_so_as_a_bad_command_line(tmp_path: Path) -> None:
     result = cli("publish", str(tmp_path / "k.ss"))
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "KEY is needed" in result.stderr
 
 
-def test_a_reserved_key_is_refused(tmp_path: Path) -> None:
+def test_a_reserved_key_is_refused_as_a_bad_command_line(tmp_path: Path) -> None:
     result = cli("publish", str(tmp_path / "k.ss"), "SEA_STREAMER_INTERNAL", "x")
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "reserved" in result.stderr
     assert not (tmp_path / "k.ss").exists()
 

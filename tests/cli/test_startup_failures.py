@@ -35,6 +35,15 @@ def test_a_missing_file_is_one_line_that_names_it_and_what_to_do(tmp_path: Path)
     assert "leave existing_only out" in line
 
 
+def test_a_replay_of_a_mistyped_path_exits_1_with_one_line_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "ordres.ss"
+    line = the_one_line(run("typo", path))
+    assert line.startswith(
+        f"{PREFIX}app 'typo' did not start: {path}: no such stream file to replay"
+    ), line
+    assert not path.exists()
+
+
 def test_a_second_instance_of_a_durable_consumer_is_one_line_asking_to_stop_the_other(
     tmp_path: Path,
 ) -> None:

@@ -155,6 +155,26 @@ async def test_an_undecodable_payload_goes_to_the_dead_letter_when_one_is_set() 
         assert letter.headers["x-dead-letter-attempts"] == "1"
 
 
+async def test_a_payload_with_a_missing_field_names_the_field_in_the_log_and_dead_letter(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    app, broker = make_app()
+
+    @broker.subscriber(MemoryStream("orders"), dead_letter="dlq")
+    async def handle(order: Order) -> None:
+        raise AssertionError("never called")
+
+    async with app.test() as t:
+        await t.publish("orders", b"{}")
+        [letter] = t.published("dlq")
+    error = letter.headers["x-dead-letter-error"]
+    assert error == (
+        "DecodeError: cannot decode payload: $: Object missing required field `id` of Order"
+    )
+    assert "Object missing required field `id`" in caplog.text
+    assert "got null" not in caplog.text
+
+
 async def test_a_missing_header_runs_the_decode_policy() -> None:
     app, broker = make_app()
 

@@ -24,6 +24,7 @@ from trio_streams import (
 )
 from trio_streams.delivery import Delivery
 from trio_streams.file import FileBroker, FileStream
+from trio_streams.file.writer import StreamWriter
 from trio_streams.logs import JsonFormatter, LogConfigError, configure
 from trio_streams.memory.broker import MemorySubscription, MemoryTransport
 from trio_streams.transport import Source
@@ -143,6 +144,7 @@ async def test_the_banner_names_the_app_its_brokers_and_where_each_subscription_
     caplog: pytest.LogCaptureFixture, tmp_path: object
 ) -> None:
     caplog.set_level(logging.INFO)
+    StreamWriter(f"{tmp_path}/billing.ss").close()  # replays need the file to exist
     app = App("billing")
     log = app.broker(FileBroker(f"{tmp_path}/billing.ss"))
     memory = app.broker(MemoryBroker(name="events"))

@@ -56,17 +56,6 @@ def messages_in(path: Path, *keys: str) -> list[Message]:
 # ---- the file -------------------------------------------------------------------------------
 
 
-async def test_the_broker_creates_its_file_when_the_app_connects(tmp_path: Path) -> None:
-    path = tmp_path / "new.ss"
-    app = App("create")
-    app.broker(FileBroker(path, beacon_interval=4096))
-    async with serving(app):
-        assert path.exists()
-    with FileReader(path) as reader:
-        assert reader.header.beacon_interval == 4096
-        assert reader.header.file_name == "new.ss"
-
-
 async def test_existing_only_refuses_a_missing_file_naming_it(tmp_path: Path) -> None:
     path = tmp_path / "missing.ss"
     app = App("existing")

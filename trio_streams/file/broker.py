@@ -7,7 +7,9 @@
   the file's lock for just that append and continues after what the others wrote (see
   :mod:`.writer`), so sequence numbers stay dense per stream whoever writes.
 - **Subscriptions** each read through their own ``FileSource`` (one inotify watch per file is
-  shared). The subscription's driver task is the only one that reads and seeks; a seek runs to
+  shared). Only a publish creates the file: a replay of a missing file is refused at start, a
+  live subscription waits for the file to appear and then reads it from its first message.
+  The subscription's driver task is the only one that reads and seeks; a seek runs to
   completion in bounded steps, shielded by the driver.
 - **Settling**: ack and drop settle nothing (positions are the reader's own). ``retry`` appends
   a copy with ``x-ruststream-retry-count`` advanced; ``retry_after`` waits on the core's Trio
@@ -20,6 +22,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -54,8 +57,8 @@ from .durable import (
 )
 from .envelope import PREFIXES, STORAGE_HEADERS, open_envelope, seal
 from .errors import SeekError, StreamFileNotFoundError
-from .follower import FileSource
-from .format import DEFAULT_BEACON_INTERVAL, Message
+from .follower import MAX_BACKOFF_MS, MIN_BACKOFF_MS, FileSource
+from .format import DEFAULT_BEACON_INTERVAL, HEADER_SIZE, Message
 from .positions import format_position
 from .reader import FileReader
 from .sources import FileStream, check_stream_key
@@ -70,13 +73,17 @@ DEFAULT_COUNT = 64
 _SEQUENCE = PositionKind.SEQUENCE
 _RETRIES = frozenset({OutcomeKind.RETRY, OutcomeKind.RETRY_AFTER})
 _NO_HEADERS: Mapping[str, str] = {}
+_log = logging.getLogger("trio_streams.file")
 
 
 class FileBroker(Broker):
     """A stream file as a broker.
 
-    ``path`` is created (with ``beacon_interval``) when the app connects, unless
-    ``existing_only`` is set, in which case a missing file is a ``StreamFileNotFoundError``.
+    ``path`` is created (with ``beacon_interval``) by the first publish, never by a
+    subscription: a replay of a missing file is a ``StreamFileNotFoundError`` at start (a
+    mistyped path is named, not read as an empty file), and a live subscription waits for a
+    writer to create it. With ``existing_only``, a missing file is refused when the app
+    connects.
     With ``end_with_eos``, a broker that published writes an end-of-stream message when the app
     stops, so replays of the file end there. ``durable_interval`` is how often, at most, a
     resumable consumer stores its position while it moves (seconds; see :mod:`.durable`).
@@ -124,7 +131,8 @@ class FileBroker(Broker):
     @asynccontextmanager
     async def connect(self) -> AsyncIterator[Transport]:
         await trio.lowlevel.checkpoint()
-        _prepare(self.path, existing_only=self.existing_only, beacon_interval=self.beacon_interval)
+        if self.existing_only:
+            _check_exists(self.path)
         transport = FileTransport(
             self.path,
             beacon_interval=self.beacon_interval,
@@ -138,18 +146,22 @@ class FileBroker(Broker):
                 await transport.aclose()
 
 
-def _prepare(path: str, *, existing_only: bool, beacon_interval: int) -> None:
-    """Make sure the file exists: create it with its header, without keeping its writer (or
-    its lock), unless told not to."""
-    if os.path.exists(path):
-        return
-    if existing_only:
+def _check_exists(path: str) -> None:
+    """``existing_only``: refuse a missing file at connect, before anything reads or writes."""
+    if not os.path.exists(path):
         raise StreamFileNotFoundError(
             "no such stream file, and the broker has existing_only=True: check the path, or "
-            "leave existing_only out so the broker creates the file",
+            "leave existing_only out so the broker creates the file at its first publish",
             path=path,
         )
-    writers.acquire(path, beacon_interval=beacon_interval).close()
+
+
+def _holds_header(path: str) -> bool:
+    """Whether ``path`` exists with at least a whole header (its writer has created it)."""
+    try:
+        return os.stat(path).st_size >= HEADER_SIZE
+    except FileNotFoundError:
+        return False
 
 
 def _check_count(options: Mapping[str, Any]) -> int:
@@ -262,13 +274,37 @@ class FileSubscription(SubscriptionSource):
         self._saved_at = float("-inf")  # the first move is saved at once
         #: The stored message a resumed consumer skips (it settled before the restart).
         self._skip: tuple[str, int, int] | None = None
+        self._stream = stream
+        self._closed = False
+        #: The reader, once the file exists (a live subscription may wait for it, see ``read``).
+        self._source: FileSource | None = None
         # Open now, not at the first read: a live subscription starts at the tip as it is when
         # the app starts, before anything is published.
+        try:
+            self._source = self._open(at_tip=not stream.replaying)
+        except StreamFileNotFoundError as exc:
+            if os.path.lexists(self.path):
+                raise  # there, but not a stream file that can be read: a directory, say
+            if stream.replaying:
+                raise StreamFileNotFoundError(
+                    f"no such stream file to replay ({label}): check the path", path=self.path
+                ) from exc
+            _log.info(
+                "%s: %s does not exist yet; waiting for a writer to create it, then reading "
+                "it from its first message",
+                label,
+                self.path,
+            )
+
+    def _open(self, *, at_tip: bool) -> FileSource:
+        """The source over the file (which must exist), where the subscription starts: at the
+        tip (``at_tip``), at the beginning, or where ``start_at`` or a stored watermark say."""
+        stream = self._stream
         reader = FileReader(
             self.path,
             keys=stream.keys,
             on_eos="stop" if stream.replaying else "hold",
-            start=None if stream.replaying else Position.end(),
+            start=Position.end() if at_tip else None,
         )
         store: DurableStore | None = None
         try:
@@ -285,7 +321,7 @@ class FileSubscription(SubscriptionSource):
                 # here and not at a later tip.
                 self._watermark = Watermark(StoredPosition.at_offset(reader.offset))
                 store.save(self._watermark.committed)
-            self._source = FileSource(
+            source = FileSource(
                 reader,
                 "replay" if stream.replaying else "live",
                 watches.acquire(reader.path),
@@ -297,7 +333,32 @@ class FileSubscription(SubscriptionSource):
                 store.close()
             raise
         self._store = store
-        self._closed = False
+        return source
+
+    async def _wait_for_file(self) -> FileSource:
+        """A live subscription of a file that did not exist at start: wait for a writer to
+        create it (looking every 1 ms at first, doubling to 1024 ms), then read it from its
+        first message, as everything in it was written after the start. Cancelling the wait
+        loses nothing: nothing is open until the file is there."""
+        backoff_ms = MIN_BACKOFF_MS
+        while (source := self._open_if_created()) is None:
+            await trio.sleep(backoff_ms / 1000)
+            backoff_ms = min(backoff_ms * 2, MAX_BACKOFF_MS)
+        self._source = source
+        _log.info("%s: %s created; following it", self._label, self.path)
+        return source
+
+    def _open_if_created(self) -> FileSource | None:
+        """The source from the file's first message, once a writer has created the file (its
+        header is whole); None while it is not there."""
+        if not _holds_header(self.path):
+            return None
+        try:
+            return self._open(at_tip=False)
+        except StreamFileNotFoundError:
+            if os.path.lexists(self.path):
+                raise  # there, but not a stream file that can be read
+            return None  # removed again meanwhile
 
     def _resume(self, reader: FileReader, store: DurableStore) -> None:
         """Start after the stored watermark, or where the consumer first started."""
@@ -352,6 +413,8 @@ class FileSubscription(SubscriptionSource):
 
     def poll(self) -> Sequence[Delivery]:
         source = self._source
+        if source is None:
+            return ()
         messages = source.read_available(self._count)
         if not messages:
             if self._appended_from is None or not source.ended:
@@ -398,7 +461,7 @@ class FileSubscription(SubscriptionSource):
 
     async def read(self) -> Sequence[Delivery] | None:
         # Nothing is held across a checkpoint here: a cancelled read loses nothing.
-        source = self._source
+        source = self._source if self._source is not None else await self._wait_for_file()
         while True:
             batch = self.poll()
             if batch:
@@ -415,7 +478,7 @@ class FileSubscription(SubscriptionSource):
 
     def lag(self) -> tuple[str, float] | None:
         """Bytes of the file this subscription has not read yet (an ``fstat``)."""
-        source = getattr(self, "_source", None)
+        source = self._source
         if source is None or self._closed:
             return None
         reader = source._reader
@@ -426,6 +489,8 @@ class FileSubscription(SubscriptionSource):
     async def seek(self, position: Position) -> None:
         if self._closed:
             raise SeekRefused(f"{self._label}: the subscription's reader is closed")
+        if self._source is None:
+            raise SeekRefused(f"{self._label}: {self.path} does not exist yet: nothing to seek in")
         key = self._seek_key(position)
         try:
             offset = await self._source.seek(position, key=key, shard=position.shard)
@@ -468,8 +533,9 @@ class FileSubscription(SubscriptionSource):
 
     @property
     def acks_are_noops(self) -> bool:
-        # Without a durable consumer an ack moves nothing: no watermark, no copy.
-        return self._watermark is None and settles_with(self, _FILE_SETTLE)
+        # Without a durable consumer an ack moves nothing: no watermark, no copy. (A durable
+        # one has its watermark from when the file is open, which may be later, not from now.)
+        return self._durable is None and settles_with(self, _FILE_SETTLE)
 
     async def settle(self, delivery: Delivery, outcome: Outcome) -> None:
         if outcome.kind in _RETRIES:
@@ -509,7 +575,10 @@ class FileSubscription(SubscriptionSource):
         self._transport._forget(self)
         store = self._store
         try:
-            await self._source.aclose()
+            if self._source is not None:
+                await self._source.aclose()
+            else:
+                await trio.lowlevel.checkpoint()
         finally:
             if store is not None:
                 try:

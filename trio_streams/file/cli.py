@@ -20,6 +20,7 @@ from typing import Any, TextIO
 
 import trio
 
+from ..cli_args import bad_command_line, file_position, seconds
 from ..errors import TrioStreamsError
 from ..positions import Position, PositionKind
 from .envelope import open_envelope
@@ -101,7 +102,7 @@ def _printer(fmt: str, out: TextIO) -> Any:
 def _one_key(keys: list[str] | None, position: Position) -> str | None:
     if position.kind in (PositionKind.SEQUENCE, PositionKind.TIMESTAMP):
         if not keys or len(keys) != 1:
-            raise SystemExit(f"error: --from {format_position(position)} needs exactly one --key")
+            bad_command_line(f"--from {format_position(position)} needs exactly one --key")
         return keys[0]
     return None
 
@@ -388,6 +389,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         p.add_argument(
             "--from",
             dest="start",
+            type=file_position,
             default=default_from,
             metavar="POS",
             help=f"beginning, end, seq:N or ts:MS (default {default_from})",
@@ -449,7 +451,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     repair.add_argument("--dry-run", action="store_true", help="only say what would be done")
     repair.add_argument(
         "--wait",
-        type=float,
+        type=seconds(),
         default=EXCLUSIVE_WAIT,
         metavar="SECONDS",
         help="how long to wait for writers' appends to let repair have the file to itself "

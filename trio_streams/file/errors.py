@@ -129,5 +129,16 @@ class SeekOutOfRangeError(SeekError):
     """The seek target lies past the end of the file; the reader is back where it was."""
 
 
-class StreamFileNotFoundError(StreamFileError):
-    """The stream file does not exist (or cannot be opened)."""
+class StreamFileNotFoundError(StreamFileError, FileNotFoundError):
+    """The stream file does not exist (or cannot be opened): a mistyped path, most often.
+
+    Also a :class:`FileNotFoundError`, so code that handles a missing file the standard way
+    handles this one; :attr:`filename` is the path, as for any ``OSError``."""
+
+    def __init__(self, message: str, *, path: str | None = None, offset: int | None = None):
+        super().__init__(message, path=path, offset=offset)
+        self.filename = path
+
+    def __str__(self) -> str:
+        # The message naming the path, not OSError's "[Errno None] None: path".
+        return str(self.args[0])

@@ -17,13 +17,14 @@ from typing import Any
 
 import trio
 
+from ..cli_args import checked_by, file_position, redis_url
 from ..errors import TrioStreamsError
 from ..file.positions import parse_position
 from ..file.writer import StreamWriter
 from ..groups import open_nursery
 from ..redis.client import RedisClient, connect
 from ..redis.wire import text
-from .bounds import parse_bounds
+from .bounds import BoundError, parse_bounds
 from .headers import ID_HEADER
 from .pacing import Pacing
 from .progress import make_progress
@@ -107,7 +108,7 @@ async def _source_kind(client: RedisClient, args: argparse.Namespace) -> str:
 async def _record_main(args: argparse.Namespace) -> int:
     bounds = parse_bounds(args.start, args.until)
     if bounds.from_end and not args.follow:
-        raise SourceNotFound("--from end records only entries added from now on: add --follow")
+        raise BoundError("--from end records only entries added from now on: add --follow")
     err = sys.stderr
 
     def fault(line: str) -> None:
@@ -122,7 +123,7 @@ async def _record_main(args: argparse.Namespace) -> int:
                 "--from, --until or --follow (following a list would take its elements)"
             )
         if kind in ("channel", "pattern") and (args.start or args.until):
-            raise SourceNotFound("a channel has no past: --from and --until are for streams")
+            raise BoundError("a channel has no past: --from and --until are for streams")
         default_key = pattern_file_key(args.source) if kind == "pattern" else args.source
         key = check_file_key(args.key or default_key, f"the {kind} {args.source!r}")
         summary = RecordSummary(f"{kind} {args.source!r}", key)
@@ -223,7 +224,9 @@ def _guarded(main: Callable[[argparse.Namespace], Awaitable[int]]) -> Callable[.
             hint = exc.hint()
             if hint is not None:
                 sys.stderr.write(f"  {hint}\n")
-            return 1
+            # Bounds that contradict each other are a bad command line; the rest is the
+            # server's or the file's answer.
+            return 2 if isinstance(exc, BoundError) else 1
 
     return run
 
@@ -241,6 +244,16 @@ def _positive(kind: type[Any]) -> Callable[[str], Any]:
     return parse
 
 
+def _bound(option: str) -> Callable[[str], str]:
+    """``--from`` / ``--until`` of ``record``: an entry id, ``ts:MS`` (or ``end`` for
+    ``--from``), checked by the parser; the text is kept for ``parse_bounds``."""
+
+    def check(value: str) -> object:
+        return parse_bounds(value, None) if option == "--from" else parse_bounds(None, value)
+
+    return lambda value: checked_by(check, value)
+
+
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``record`` and ``replay`` to the ``trio-streams`` parser."""
     record = commands.add_parser(
@@ -253,20 +266,22 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         f"the header {ID_HEADER}. SIGINT/SIGTERM stop it cleanly: the file is flushed and "
         "closed, and a summary line is printed.",
     )
-    record.add_argument("url", metavar="URL", help="the deployment, e.g. redis://host:6379/0")
+    record.add_argument(
+        "url", metavar="URL", type=redis_url, help="the deployment, e.g. redis://host:6379/0"
+    )
     record.add_argument("source", metavar="KEY", help="the stream, list or channel to record")
     record.add_argument("--to", required=True, metavar="FILE", help="the stream file (.ss)")
     record.add_argument(
         "--key", default=None, help="the file's stream key (default: the Redis key's name)"
     )
     record.add_argument(
-        "--from", dest="start", default=None, metavar="ID|ts:MS|end",
+        "--from", dest="start", type=_bound("--from"), default=None, metavar="ID|ts:MS|end",
         help="first entry: an id (inclusive), ts:MS (strictly later), or end (only new "
         "entries; with --follow); default: the beginning",
     )  # fmt: skip
     until = record.add_mutually_exclusive_group()
     until.add_argument(
-        "--until", default=None, metavar="ID|ts:MS",
+        "--until", type=_bound("--until"), default=None, metavar="ID|ts:MS",
         help="last entry: an id or ts:MS (inclusive); default: the last one when recording began",
     )  # fmt: skip
     until.add_argument(
@@ -297,7 +312,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "from); unpaced, at a rate, or as recorded.",
     )
     replay.add_argument("file", metavar="FILE", help="the stream file (.ss)")
-    replay.add_argument("--to", required=True, metavar="URL", help="the deployment to write to")
+    replay.add_argument(
+        "--to", required=True, type=redis_url, metavar="URL", help="the deployment to write to"
+    )
     replay.add_argument(
         "--stream", default=None, metavar="KEY",
         help="write every message to KEY (a stream, a list with --as list, a channel with --as "
@@ -311,7 +328,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "channel it was recorded from)",
     )  # fmt: skip
     replay.add_argument(
-        "--from", dest="start", default=None, metavar="POS",
+        "--from", dest="start", type=file_position, default=None, metavar="POS",
         help="beginning, seq:N or ts:MS (the last two need one --key)",
     )  # fmt: skip
     pace = replay.add_mutually_exclusive_group()

@@ -19,6 +19,7 @@ from collections.abc import Callable
 import trio
 
 from .._extras import require
+from ..cli_args import redis_url
 from ..errors import ConfigurationError, TrioStreamsError
 from ..groups import open_nursery
 from ..redis.client import connect
@@ -115,6 +116,12 @@ def _seconds(minimum: float) -> Callable[[str], float]:
     return parse
 
 
+def _target(text: str) -> str:
+    """A Redis URL is checked by the parser (a bad one is a bad command line); a file or an
+    app's address is looked at when the view starts."""
+    return redis_url(text) if text.startswith(_REDIS_SCHEMES) else text
+
+
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``top`` to the ``trio-streams`` parser."""
     top = commands.add_parser(
@@ -130,6 +137,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     top.add_argument(
         "target",
+        type=_target,
         metavar="URL|FILE",
         help="a Redis URL, a stream file (.ss), or http://HOST:PORT of an app's --http",
     )

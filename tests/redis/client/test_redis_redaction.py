@@ -11,12 +11,14 @@ import pytest
 from tests.redis_servers import ACL_USER, RedisServer, redis_server
 from trio_streams.errors import ConfigurationError
 from trio_streams.redis.client import (
+    AuthenticationError,
     ConnectionOptions,
     RedisError,
     connect,
     open_connection,
     parse_url,
 )
+from trio_streams.redis.client.connection import mask_echoed_secret
 
 SECRET = "s3cr3t-Pa55"
 
@@ -152,3 +154,53 @@ async def test_errors_from_servers_do_not_show_the_password(
 
 def redis_server_without_hello() -> AbstractContextManager[RedisServer]:
     return redis_server("--rename-command", "HELLO", "", "--requirepass", "other")
+
+
+@pytest.mark.parametrize("password", ["pass", "password", "word", "username", "WRONG"])
+async def test_a_wrong_password_masks_the_password_not_the_words_of_the_servers_answer(
+    acl_redis_server: RedisServer, password: str
+) -> None:
+    url = f"redis://{ACL_USER}:{password}@127.0.0.1:{acl_redis_server.port}"
+    async with connect(url) as client:
+        with pytest.raises(AuthenticationError) as caught:
+            await client.execute("PING")
+    assert str(caught.value).startswith("WRONGPASS invalid username-password pair"), caught.value
+    assert "***" not in str(caught.value)
+
+
+async def test_a_wrong_password_that_is_a_secret_is_never_shown_and_the_answer_is_whole(
+    acl_redis_server: RedisServer,
+) -> None:
+    url = f"redis://{ACL_USER}:{SECRET}@127.0.0.1:{acl_redis_server.port}"
+    async with connect(url) as client:
+        with pytest.raises(AuthenticationError) as caught:
+            await client.execute("PING")
+    assert "WRONGPASS invalid username-password pair" in str(caught.value)
+    assert_no_secret(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("message", "secret", "masked"),
+    [
+        (
+            "ERR unknown command 'HELLO', with args beginning with: '3' 'AUTH' 'app' 'pass' ",
+            "pass",
+            "ERR unknown command 'HELLO', with args beginning with: '3' 'AUTH' 'app' '***' ",
+        ),
+        (  # the server lists 128 characters of arguments: the password's start is masked too
+            "ERR unknown command 'HELLO', with args beginning with: '3' 'AUTH' 'app' 'abcd' ",
+            "abcdefgh" * 30,
+            "ERR unknown command 'HELLO', with args beginning with: '3' 'AUTH' 'app' '***' ",
+        ),
+        (
+            "WRONGPASS invalid username-password pair or user is disabled.",
+            "pass",
+            "WRONGPASS invalid username-password pair or user is disabled.",
+        ),
+        ("ERR 'password' is not 'pass'", "pass", "ERR 'password' is not '***'"),
+    ],
+)
+def test_an_echoed_password_is_masked_as_an_argument_and_nothing_else(
+    message: str, secret: str, masked: str
+) -> None:
+    assert mask_echoed_secret(message, secret) == masked

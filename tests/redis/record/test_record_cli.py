@@ -154,6 +154,6 @@ async def test_follow_waits_for_a_stream_that_does_not_exist_yet(
     assert [m[3] for m in recorded(path)] == [b"first"]
 
 
-def test_from_end_without_follow_is_refused() -> None:
+def test_from_end_without_follow_is_refused_as_a_bad_command_line() -> None:
     result = cli("record", "redis://127.0.0.1:1", "s", "--from", "end", "--to", "x.ss")
-    assert result.returncode == 1 and "add --follow" in result.stderr
+    assert result.returncode == 2 and "add --follow" in result.stderr

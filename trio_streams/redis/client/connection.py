@@ -22,6 +22,7 @@ A connection serves one task at a time; a second concurrent user gets ``trio.Bus
 from __future__ import annotations
 
 import os
+import re
 import select
 import socket
 import ssl
@@ -597,6 +598,26 @@ async def _exchange(
     return replies
 
 
+#: An argument as a server echoes it back in an error: ``'value'`` (an unknown command's
+#: "with args beginning with: '3' 'AUTH' 'user' 'secret'").
+_ECHOED_ARGUMENT = re.compile(r"'([^']*)'")
+
+
+def mask_echoed_secret(message: str, secret: str) -> str:
+    """``message`` with ``secret`` replaced by ``***`` where a server echoes it: as a quoted
+    argument, whole or cut short (Redis lists at most 128 characters of arguments, so the last
+    one may be a part of the password). Only the argument is masked, never a word that happens
+    to contain the password: with the password ``pass``, ``WRONGPASS invalid
+    username-password pair`` stays as the server said it."""
+    masked = message.replace(f"'{secret}'", "'***'")
+    quoted = list(_ECHOED_ARGUMENT.finditer(masked))
+    if quoted:
+        last = quoted[-1]
+        if last.group(1) and secret.startswith(last.group(1)) and not masked[last.end() :].strip():
+            masked = f"{masked[: last.start()]}'***'{masked[last.end() :]}"
+    return masked
+
+
 #: Refusals that pass with time: the client paces its retries instead of failing for good.
 _RETRYABLE_CODES = frozenset({"LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN"})
 
@@ -607,10 +628,10 @@ def _setup_error(
     """The typed error for a refused setup command: retryable or a configuration error."""
     describe = describe_command(args)
     message = reply.message
-    if options.password and options.password in message:
-        # A server may echo arguments back (an unknown command's); never show the password.
-        message = message.replace(options.password, "***")
-        reply = ReplyError(message)
+    if options.password:
+        message = mask_echoed_secret(message, options.password)
+        if message != reply.message:
+            reply = ReplyError(message)
     if reply.code in _RETRYABLE_CODES or "max number of clients" in message:
         return HandshakeError(
             f"{message} (retryable: the client waits its backoff before the next attempt)",
