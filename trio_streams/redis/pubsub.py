@@ -176,6 +176,7 @@ class ChannelSubscription(SubscriptionSource):
         self._deaf.discard(index)
         if not self._deaf:
             host.clear_fault("connection")
+        host.answered()  # a retry or dead letter the outage failed is over too (host.py)
 
     async def _pump(self, index: int, subscription: Subscription) -> None:
         """Hand one node's messages to the driver (blocking when the channel is full)."""
@@ -238,10 +239,10 @@ class ChannelSubscription(SubscriptionSource):
     def unread(self) -> int:
         return self._receive.statistics().current_buffer_used
 
-    async def settle(self, delivery: Delivery, outcome: Outcome) -> None:
-        if outcome.consumes:  # nothing to acknowledge
+    async def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
+        if outcome.consumes:  # nothing to acknowledge: nothing written
             await trio.lowlevel.checkpoint()
-            return
+            return False
         assert self._host is not None
         copy = encode_frame(delivery.payload, retry_headers(delivery, self._host.retry_target))
         try:
@@ -252,6 +253,7 @@ class ChannelSubscription(SubscriptionSource):
                 f"{self._publish} of a retry copy to {delivery.stream!r} failed, the copy is "
                 f"lost: {exc}",
             ) from exc
+        return True
 
     async def dead_letter(self, delivery: Delivery, letter: DeadLetter) -> bool:
         if not self._channel.dead_letters_to_channel:
