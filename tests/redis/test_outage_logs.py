@@ -26,6 +26,22 @@ def _lines(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
     return [r.getMessage() for r in caplog.records if text in r.getMessage()]
 
 
+class _HeldFirst:
+    """Holds message 1 in its handler until the test has killed the server."""
+
+    def __init__(self) -> None:
+        self.first = trio.Event()
+        self.killed = trio.Event()
+
+    async def hold(self, n: int) -> bool:
+        """True for message 1, once the server is down."""
+        if n != 1:
+            return False
+        self.first.set()
+        await self.killed.wait()
+        return True
+
+
 async def _logged(caplog: pytest.LogCaptureFixture, text: str) -> None:
     async def there() -> bool:
         await trio.lowlevel.checkpoint()
@@ -42,15 +58,13 @@ async def test_a_settle_fault_is_logged_cleared_only_once_a_settle_reached_the_s
         await redis.execute("XADD", "orders", "*", *encode_fields(encode(n), {}))
     app = App("svc")
     broker = app.broker(RedisBroker(redis_server.url + _QUICK))
-    first, third, killed, back = trio.Event(), trio.Event(), trio.Event(), trio.Event()
+    held, third, back = _HeldFirst(), trio.Event(), trio.Event()
 
     @broker.subscriber(
         RedisStream("orders", group="g", start=Position.beginning()), name="orders", count=3
     )
     async def handle(n: int) -> Outcome:
-        if n == 1:
-            first.set()
-            await killed.wait()
+        if await held.hold(n):
             return retry()  # its copy cannot be written: the fault 'settle'
         if n == 3:
             third.set()
@@ -59,9 +73,9 @@ async def test_a_settle_fault_is_logged_cleared_only_once_a_settle_reached_the_s
 
     async with serving(app):
         with trio.fail_after(10):
-            await first.wait()
+            await held.first.wait()
         await trio.to_thread.run_sync(redis_server.kill)
-        killed.set()
+        held.killed.set()
         with trio.fail_after(10):
             await third.wait()  # 1 and 2 are settled (as far as they go) by now
         assert _lines(caplog, "fault 'settle': retry of entry")
@@ -77,14 +91,12 @@ async def test_a_retry_fault_of_a_channel_is_not_logged_cleared_by_an_ack_that_w
     caplog.set_level(logging.INFO, logger="trio_streams")
     app = App("svc")
     broker = app.broker(RedisBroker(redis_server.url + _QUICK))
-    first, second, killed = trio.Event(), trio.Event(), trio.Event()
+    held, second = _HeldFirst(), trio.Event()
     news = Destination.channel("news")
 
     @broker.subscriber(RedisChannel("news"), name="news")
     async def handle(n: int) -> Outcome:
-        if n == 1:
-            first.set()
-            await killed.wait()
+        if await held.hold(n):
             return retry()  # its copy cannot be published: the fault 'retry'
         if n == 2:
             second.set()
@@ -93,11 +105,11 @@ async def test_a_retry_fault_of_a_channel_is_not_logged_cleared_by_an_ack_that_w
     async with serving(app) as running:
         await broker.publish(news, 1)
         with trio.fail_after(10):
-            await first.wait()
+            await held.first.wait()
         await broker.publish(news, 2)  # received while 1 is handled
         await broker.publish(news, 3)  # so that 2's ack is over once 3 is handled
         await trio.to_thread.run_sync(redis_server.kill)
-        killed.set()
+        held.killed.set()
         with trio.fail_after(10):
             await second.wait()
         await _logged(caplog, "fault 'retry'")
@@ -128,7 +140,7 @@ async def test_a_dead_letter_is_logged_after_it_is_in_its_stream_and_a_failed_on
     logging.getLogger("trio_streams").addHandler(watcher)
     app = App("svc")
     broker = app.broker(RedisBroker(redis_server.url + _QUICK))
-    first, killed = trio.Event(), trio.Event()
+    held = _HeldFirst()
     news = Destination.channel("news")
 
     @broker.subscriber(
@@ -138,18 +150,16 @@ async def test_a_dead_letter_is_logged_after_it_is_in_its_stream_and_a_failed_on
         dead_letter="news.dead",
     )
     async def handle(n: int) -> None:
-        if n == 1:
-            first.set()
-            await killed.wait()
+        await held.hold(n)
         raise ValueError(f"refused {n}")
 
     try:
         async with serving(app) as running:
             await broker.publish(news, 1)
             with trio.fail_after(10):
-                await first.wait()
+                await held.first.wait()
             await trio.to_thread.run_sync(redis_server.kill)
-            killed.set()
+            held.killed.set()
             await _logged(caplog, "not dead-lettered")
             assert _lines(caplog, "dead-lettered to") == []
             [failed] = _lines(caplog, "not dead-lettered")
