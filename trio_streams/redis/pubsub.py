@@ -116,8 +116,8 @@ class ChannelSubscription(SubscriptionSource):
             self._subscriptions.append(subscription)  # closed by aclose, whatever happens
             await subscription.__aenter__()  # subscribed, confirmed by the server
         self._names = readers
-        for subscription in self._subscriptions:  # finds a drop while the handlers are busy
-            host.start_soon(subscription.watch, name=f"{self._label}: drop watch")
+        for index, subscription in enumerate(self._subscriptions):
+            host.start_soon(self._watch, index, subscription, name=f"{self._label}: drop watch")
         if len(readers) > 1:  # one task per node, merged into the channel the driver reads
             for index, subscription in enumerate(self._subscriptions):
                 host.start_soon(self._pump, index, subscription, name=f"{self._label}: reader")
@@ -185,6 +185,22 @@ class ChannelSubscription(SubscriptionSource):
             for message in await self._next(index, subscription):
                 await send.send(message)
 
+    async def _watch(self, index: int, subscription: Subscription) -> None:
+        """Find a drop of one reader while the handlers are busy, and subscribe it again
+        (:meth:`~.client.Subscription.watch`); cancelled with the subscription's tasks."""
+        try:
+            await subscription.watch()
+        except RedisError as exc:  # subscribing again was refused: no reconnect fixes it
+            raise self._failed(index, subscription, exc) from exc
+
+    def _failed(self, index: int, subscription: Subscription, exc: RedisError) -> PubSubFailed:
+        address = subscription.connection.address if subscription.connection else None
+        where = f" on {format_address(address)}" if address else ""
+        return PubSubFailed(
+            f"{self._label}: subscribing again to {self._what(self._names[index])}{where} "
+            f"failed: {type(exc).__name__}: {exc}"
+        )
+
     async def _next(self, index: int, subscription: Subscription) -> list[Message]:
         """The next messages of one reader: waits for one, then takes what already arrived
         (up to a read); empty when it met only gaps."""
@@ -193,12 +209,7 @@ class ChannelSubscription(SubscriptionSource):
         except StopAsyncIteration:  # closed: only at the end, when nobody reads any more
             await trio.sleep_forever()
         except RedisError as exc:  # a refusal or a split slot map: no reconnect fixes it
-            address = subscription.connection.address if subscription.connection else None
-            where = f" on {format_address(address)}" if address else ""
-            raise PubSubFailed(
-                f"{self._label}: subscribing again to {self._what(self._names[index])}{where} "
-                f"failed: {type(exc).__name__}: {exc}"
-            ) from exc
+            raise self._failed(index, subscription, exc) from exc
         return _messages([first, *subscription.take_buffered(self._count - 1)])
 
     def _deliver(self, message: Message) -> Delivery:

@@ -4,14 +4,16 @@ while it lasts, and what was received before the drop is still delivered."""
 
 from __future__ import annotations
 
+import pytest
 import trio
 
 from tests.redis.client.redis_waits import eventually
 from tests.redis_servers import RedisServer
-from trio_streams import App, HealthState
+from trio_streams import App, AppFailed, HealthState
 from trio_streams.redis import RedisBroker, RedisChannel
 from trio_streams.redis.client import RedisClient
 from trio_streams.redis.frames import encode_frame
+from trio_streams.redis.pubsub import PubSubFailed
 
 from .support import serving_with_faults, subscribers_of
 
@@ -95,3 +97,33 @@ async def test_a_slow_subscriber_dropped_by_the_server_is_found_degraded_and_res
     # What was received before the drop is delivered, in order, before the new connection's.
     assert len(seen) > 1 and seen[-1] == _LAST
     assert seen[:-1] == list(range(len(seen) - 1)) and seen[-2] <= heard_up_to
+
+
+async def test_a_busy_subscriber_the_server_cut_off_that_may_not_subscribe_again_fails_naming_why(
+    redis_server: RedisServer, redis: RedisClient
+) -> None:
+    rules = ("on", ">pw", "~*", "resetchannels", "&news", "+@all")
+    await redis.execute("ACL", "SETUSER", "app", *rules)
+    app = App("svc")
+    url = f"redis://app:pw@{redis_server.host}:{redis_server.port}{_QUICK}"
+    broker = app.broker(RedisBroker(url))
+    handling = trio.Event()
+
+    @broker.subscriber(RedisChannel("news"), name="news")
+    async def handle(payload: bytes) -> None:
+        handling.set()
+        await trio.sleep_forever()  # stuck: the connection is never read to its end
+
+    with pytest.RaisesGroup(pytest.RaisesExc(AppFailed)) as failed, trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(app.serve)
+            await subscribers_of(redis, "news", 1)
+            for n in range(200):  # far more than one read takes
+                await redis.execute("PUBLISH", "news", _numbered(n))
+            await handling.wait()
+            # The server closes the connections subscribed to what the user may no longer use.
+            await redis.execute("ACL", "SETUSER", "app", "resetchannels")
+    [error] = failed.value.exceptions
+    assert isinstance(error.__cause__, PubSubFailed)
+    assert "news: subscribing again to channel 'news'" in str(error.__cause__)
+    assert "NoPermissionError" in str(error.__cause__)
