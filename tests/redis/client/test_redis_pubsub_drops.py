@@ -113,3 +113,43 @@ async def test_the_probe_leaves_a_subscription_that_keeps_up_undisturbed(
         item = await anext(sub)
         assert isinstance(item, Message) and item.channel == b"other"
     assert lost == []
+
+
+async def test_what_the_new_connection_brings_while_the_dropped_one_drains_comes_after_it(
+    redis_server: RedisServer,
+) -> None:
+    resumed: list[Gap] = []
+    async with connect(
+        redis_server.url, health_check_interval=0.05, backoff_initial=0.01, backoff_cap=0.05
+    ) as client:
+        await client.execute("CONFIG", "SET", "client-output-buffer-limit", "pubsub 64kb 32kb 60")
+        async with (
+            client.subscribe(["news"], on_resumed=resumed.append) as sub,
+            trio.open_nursery() as nursery,
+        ):
+            nursery.start_soon(sub.watch)
+            await _publish_until_dropped(client, 0)
+
+            async def resumed_once() -> bool:
+                await trio.lowlevel.checkpoint()
+                return len(resumed) == 1
+
+            await eventually(resumed_once, within=10, what="subscribed again")
+            assert await client.execute("PUBLISH", "news", b"new") == 1
+            await sub.subscribe("other")  # reads the new connection: "new" waits behind the old
+            assert sub.channels == {b"news", b"other"}
+            assert await client.execute("PUBLISH", "other", b"other") == 1
+            items: list[Message | Gap] = []
+            with trio.fail_after(30):
+                async for item in sub:
+                    items.append(item)
+                    if isinstance(item, Message) and item.channel == b"other":
+                        break
+            nursery.cancel_scope.cancel()
+    at = items.index(resumed[0])
+    old = [int(i.data[:8]) for i in items[:at] if isinstance(i, Message)]
+    assert len(old) == at > 1 and old == list(range(at))
+    assert [(i.channel, i.data) for i in items[at + 1 :] if isinstance(i, Message)] == [
+        (b"news", b"new"),
+        (b"other", b"other"),
+    ]

@@ -339,8 +339,9 @@ class Subscription:
                         )
                     continue
                 message = await self._read(connection)
-                if message is not None:
-                    self._arrivals().append(message)
+                if message is not None:  # (found dropped meanwhile: it drains first)
+                    into = self._ready if connection is self._draining else self._arrivals()
+                    into.append(message)
             finally:
                 self._end_turn()
         if request.error is not None:
