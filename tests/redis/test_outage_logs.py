@@ -14,9 +14,9 @@ from tests.redis_servers import RedisServer
 from tests.support import serving
 from trio_streams import App, Destination, HealthState, Outcome, Position, ack, retry
 from trio_streams.codec import encode
-from trio_streams.redis import RedisBroker, RedisChannel, RedisStream
+from trio_streams.redis import RedisBroker, RedisChannel, RedisList, RedisStream
 from trio_streams.redis.client import RedisClient
-from trio_streams.redis.frames import decode_frame
+from trio_streams.redis.frames import decode_frame, encode_frame
 from trio_streams.redis.wire import encode_fields
 
 _QUICK = "?backoff_initial=0.01&backoff_cap=0.1"
@@ -121,6 +121,38 @@ async def test_a_retry_fault_of_a_channel_is_not_logged_cleared_by_an_ack_that_w
         await _logged(caplog, "fault 'retry' cleared")
         with trio.fail_after(10):
             await running.health.wait_value(lambda h: h.state is HealthState.RUNNING)
+
+
+async def test_a_settle_fault_of_a_simple_list_is_not_logged_cleared_by_an_ack_that_writes_nothing(
+    redis_server: RedisServer, redis: RedisClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="trio_streams")
+    for n in (1, 2, 3):  # one read pops all three
+        await redis.execute("RPUSH", "jobs", encode_frame(encode(n), {}))
+    app = App("svc")
+    broker = app.broker(RedisBroker(redis_server.url + _QUICK))
+    held, third = _HeldFirst(), trio.Event()
+
+    @broker.subscriber(RedisList("jobs"), name="jobs", count=3)
+    async def handle(n: int) -> Outcome:
+        if await held.hold(n):
+            return retry()  # its copy cannot be pushed: the fault 'settle'
+        if n == 3:
+            third.set()
+        return ack()  # popped already: nothing is written
+
+    async with serving(app) as running:
+        with trio.fail_after(10):
+            await held.first.wait()
+        await trio.to_thread.run_sync(redis_server.kill)
+        held.killed.set()
+        with trio.fail_after(10):
+            await third.wait()
+        await _logged(caplog, "fault 'settle': retry copy")
+        assert _lines(caplog, "cleared") == []
+        assert "settle" in running.health.value.reason
+        await trio.to_thread.run_sync(redis_server.start)  # the server answers again
+        await _logged(caplog, "fault 'settle' cleared")
 
 
 async def test_a_dead_letter_is_logged_after_it_is_in_its_stream_and_a_failed_one_as_failed(
