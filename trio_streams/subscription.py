@@ -294,20 +294,18 @@ class SubscriptionRunner:
             return
         delivery.ended = True
         try:
-            await source.settle(delivery, outcome)
+            written = await source.settle(delivery, outcome)
         except SourceFault as fault:
             self._settle_failed(fault)
             return
-        if self._settle_failing:  # once per delivery: the call only when there is a fault
+        if self._settle_failing and written is not False:  # held: says nothing of the server
             self._settle_recovered()
 
     def ended_by_noop_ack(self, delivery: Delivery) -> None:
         """``delivery`` was acknowledged where an ack settles nothing
-        (``source.acks_are_noops``): it ends as a settle that succeeded ends it, without the
-        call."""
+        (``source.acks_are_noops``): it ends as a settle ends it, without the call (and, as
+        nothing was written, without clearing a fault an earlier settle raised)."""
         delivery.ended = True
-        if self._settle_failing:
-            self._settle_recovered()
 
     def _settle_failed(self, fault: SourceFault) -> None:
         self._settle_failing[fault.kind] = None
@@ -334,12 +332,24 @@ class SubscriptionRunner:
             return fault
         if done:
             self._settle_recovered()
-        else:
-            delivery.ended = False  # the core does it in two steps: the settle ends it
+            return None
+        delivery.ended = False  # the core does it in two steps: the settle ends it
+        try:
             await self.transport.publish(
                 letter.destination, delivery.payload, letter.headers_for(delivery)
             )
-            await self.settle(delivery, drop())
+        except (ConnectionError, TimeoutError) as exc:  # the server did not answer
+            failed = SourceFault(
+                "dead letter",
+                f"writing the dead letter to {letter.destination!r} failed: {exc}; the message "
+                "is not settled (a transport that keeps messages delivers it again)",
+            )
+            failed.__cause__ = exc
+            self._settle_failed(failed)
+            self.unsettled(delivery, Unsettled.ABANDONED)
+            return failed
+        self._settle_recovered()  # the letter is written
+        await self.settle(delivery, drop())
         return None
 
     def unsettled(self, delivery: Delivery, why: Unsettled) -> None:

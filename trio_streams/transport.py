@@ -350,11 +350,15 @@ class SubscriptionSource(ABC):
         raise UnsupportedError(f"{type(self).__name__} cannot seek")
 
     @abstractmethod
-    async def settle(self, delivery: Delivery, outcome: Outcome) -> None:
+    async def settle(self, delivery: Delivery, outcome: Outcome) -> bool | None:
         """Carry out ``outcome`` for ``delivery`` (see the settle table in the docs).
 
         ``retry`` and ``retry_after`` copies carry ``retry_headers(delivery)``. The core calls
         this at most once per delivery; a delivery abandoned without an outcome is never settled.
+
+        Return False when nothing was written (an acknowledgement held for a later flush, or
+        one that settles nothing): it says nothing of the server, so a fault an earlier settle
+        raised does not clear. None or True: it was carried out, and such faults clear.
         """
 
     async def dead_letter(self, delivery: Delivery, letter: DeadLetter) -> bool:

@@ -258,14 +258,22 @@ async def test_a_retry_is_settled_where_acks_settle_nothing() -> None:
     assert len(broker.hub.log("s")) == 2
 
 
-async def test_a_settle_fault_clears_at_the_next_ack_that_settles_nothing() -> None:
+async def test_a_settle_fault_lasts_through_acks_that_settle_nothing_and_clears_at_a_settle() -> (
+    None
+):
     app = App("svc")
     broker = app.broker(MemoryBroker())
-    handled = trio.Event()
+    acked, copied = trio.Event(), trio.Event()
 
     @broker.subscriber(MemoryStream("s"))
-    async def handle(n: int) -> None:
-        handled.set()
+    async def handle(n: int, ctx: Context) -> Outcome | None:
+        if n == 1:
+            acked.set()
+            return None  # an ack that settles nothing: it says nothing of the transport
+        if ctx.attempt == 1:
+            return retry()  # a copy is written: a settle that succeeded
+        copied.set()  # the copy
+        return None
 
     async with trio.open_nursery() as nursery:
         running, runner = await _runner_of(app, nursery)
@@ -273,9 +281,12 @@ async def test_a_settle_fault_clears_at_the_next_ack_that_settles_nothing() -> N
         runner._settle_failed(SourceFault("settle", "the last settle was not sent"))
         assert runner.host is not None and "settle" in runner.host.active
         await running.publish(broker, "s", 1)
-        await handled.wait()
+        await acked.wait()
         await trio.testing.wait_all_tasks_blocked()
-        assert "settle" not in runner.host.active  # as a settle that succeeded clears it
+        assert "settle" in runner.host.active
+        await running.publish(broker, "s", 2)
+        await copied.wait()
+        assert "settle" not in runner.host.active
         await running.aclose()
 
 

@@ -602,15 +602,15 @@ class GroupSubscription(SubscriptionSource):
         if self._window.holds(delivery.handle):
             self._window.decide_segment(delivery.handle, keep=False)
 
-    async def settle(self, delivery: Delivery, outcome: Outcome) -> None:
+    async def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
         entry_id: str = delivery.handle
         kind = outcome.kind
         if kind is OutcomeKind.ACK or kind is OutcomeKind.DROP:  # (an Enum hashes in Python)
             if not self._windowed:  # no segment to lose: a successor may acknowledge it
                 self._finished(delivery)
             if self._window.consumed(entry_id, keep=kind is OutcomeKind.ACK):
-                await self._flush()
-            return
+                return await self._flush()
+            return False  # held for the read's one XACK
         assert self._host is not None
         copy = encode_fields(delivery.payload, retry_headers(delivery, self._host.retry_target))
         with self._settling(entry_id, "retry"):
@@ -619,6 +619,7 @@ class GroupSubscription(SubscriptionSource):
             else:
                 await self._copy_and_ack(self._key, copy, entry_id)
         await self._forget((entry_id,))  # the copy counts its tries in its retry-count header
+        return True
 
     @contextmanager
     def _settling(self, entry_id: str, what: str) -> Iterator[None]:
@@ -667,15 +668,17 @@ class GroupSubscription(SubscriptionSource):
         if self._window.let_go(entry_id):
             self._flush_wanted.set()  # ``unsettled`` cannot wait: the flush task sends it
 
-    async def _flush(self) -> None:
-        """Send what the window decided (one plan at a time, in commit order); a failure is
-        a :class:`SourceFault`: entries whose settle failed stay pending, delivered again."""
+    async def _flush(self) -> bool:
+        """Send what the window decided (one plan at a time, in commit order); False when
+        there was nothing to send. A failure is a :class:`SourceFault`: entries whose settle
+        failed stay pending, delivered again."""
         async with self._flush_lock:
             plan = self._window.take()
             if plan is None:
                 await trio.lowlevel.checkpoint()
-                return
+                return False
             await self._send(plan)
+            return True
 
     def _settle_commands(self, ids: Sequence[str]) -> list[Command]:
         ledger = [] if self._ledger is None else self._ledger.settle_commands(ids)
@@ -727,11 +730,12 @@ class GroupSubscription(SubscriptionSource):
             await self._flush_wanted.wait()
             self._flush_wanted = trio.Event()
             try:
-                await self._flush()
+                sent = await self._flush()
             except SourceFault as exc:
                 self._host.report_fault("flush", exc.message, error=exc)
             else:
-                self._host.clear_fault("flush")
+                if sent:  # cleared by a flush the server took, never by one of nothing
+                    self._host.clear_fault("flush")
 
     # ---- delayed retries ----------------------------------------------------------------------
 

@@ -593,15 +593,15 @@ class ReliableListSubscription(ListSubscriptionBase):
         if self._window.holds(delivery.handle):
             self._window.decide_segment(delivery.handle, keep=False)
 
-    async def settle(self, delivery: Delivery, outcome: Outcome) -> None:
+    async def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
         token: int = delivery.handle
         kind = outcome.kind
         if kind is OutcomeKind.ACK or kind is OutcomeKind.DROP:
             if not self._windowed:  # no segment to lose: a successor may remove it
                 self._finish(token)
             if self._window.consumed(token, keep=kind is OutcomeKind.ACK):
-                await self._flush()
-            return
+                return await self._flush()
+            return False  # held for the read's flush
         value = self._values[token]
         copy = self.retry_copy(delivery)
         with self._settling(token, "retry"):
@@ -610,6 +610,7 @@ class ReliableListSubscription(ListSubscriptionBase):
             else:
                 await self._copy_then_remove(self.push_copy(copy), value)
         await self._send_ledger()
+        return True
 
     async def dead_letter(self, delivery: Delivery, letter: DeadLetter) -> bool:
         token: int = delivery.handle
@@ -663,15 +664,17 @@ class ReliableListSubscription(ListSubscriptionBase):
         processing, values = self.processing, self._values
         return [("LREM", processing, "1", values[token]) for token in tokens]
 
-    async def _flush(self) -> None:
-        """Send what the window decided (one plan at a time, in commit order); a failure is a
-        :class:`SourceFault`: entries whose ``LREM`` failed stay in the processing list."""
+    async def _flush(self) -> bool:
+        """Send what the window decided (one plan at a time, in commit order); False when
+        there was nothing to send. A failure is a :class:`SourceFault`: entries whose ``LREM``
+        failed stay in the processing list."""
         async with self._flush_lock:
             plan = self._window.take()
             if plan is None:
                 await trio.lowlevel.checkpoint()
-                return
+                return False
             await self._send(plan)
+            return True
 
     async def _send(self, plan: FlushPlan[int]) -> None:
         # One LREM per entry, each its own command (chunk=1): no MULTI/EXEC around a read.
@@ -716,11 +719,12 @@ class ReliableListSubscription(ListSubscriptionBase):
             await self._flush_wanted.wait()
             self._flush_wanted = trio.Event()
             try:
-                await self._flush()
+                sent = await self._flush()
             except SourceFault as exc:
                 self._host.report_fault("flush", exc.message, error=exc)
             else:
-                self._host.clear_fault("flush")
+                if sent:  # cleared by a flush the server took, never by one of nothing
+                    self._host.clear_fault("flush")
 
     # ---- heartbeat and reaper ----------------------------------------------------------------
 

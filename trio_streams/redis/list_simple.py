@@ -173,12 +173,12 @@ class SimpleListSubscription(ListSubscriptionBase):
             )  # fmt: skip
         await self._dedicated.drop(None)  # sent untracked: not for the pool again
 
-    async def settle(self, delivery: Delivery, outcome: Outcome) -> None:
+    async def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
         kind = outcome.kind
         if kind is OutcomeKind.ACK or kind is OutcomeKind.DROP:
-            # Popped already: nothing to settle, and no schedule point spent on it (as a
-            # stream's ack, which only notes the id for the read's XACK).
-            return
+            # Popped already: nothing to settle (nothing written), and no schedule point
+            # spent on it (as a stream's ack, which only notes the id for the read's XACK).
+            return False
         copy = self.retry_copy(delivery)
         try:
             if kind is OutcomeKind.RETRY_AFTER:
@@ -190,6 +190,7 @@ class SimpleListSubscription(ListSubscriptionBase):
             raise SourceFault(
                 "settle", f"retry copy of an entry of list {self._key!r} failed (lost): {exc}"
             ) from exc
+        return True
 
     async def dead_letter(self, delivery: Delivery, letter: DeadLetter) -> bool:
         """Write the letter; if the server refuses it, put the entry back (a fault that says

@@ -164,12 +164,13 @@ class PlainSubscription(SubscriptionSource):
         self._after = entries[-1].id
         return out
 
-    async def settle(self, delivery: Delivery, outcome: Outcome) -> None:
-        if outcome.consumes:
-            return
+    async def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
+        if outcome.consumes:  # nothing to acknowledge: nothing written
+            return False
         assert self._host is not None
         copy = encode_fields(delivery.payload, retry_headers(delivery, self._host.retry_target))
         await self._client.execute("XADD", self._key, "*", *copy)  # read in its turn
+        return True
 
     async def aclose(self) -> None:
         await self._dedicated.drop(None)

@@ -11,11 +11,17 @@ is published while it is subscribed, once, and nothing else.
   Back-pressure: a reader that cannot hand a message on stops reading its socket, and the
   server buffers for it until its ``client-output-buffer-limit pubsub`` is reached; then the
   server drops the connection, which is a gap like any other.
+- **Drops.** The drop gives no sign before the reader has read all it was sent before it, which
+  a slow handler may take long to get through. So each reader has a watch task
+  (:meth:`~.client.Subscription.watch`, every ``health_check_interval``) that finds the drop
+  while the handlers are busy, reports it at once and subscribes again at once; what the
+  dropped connection received is still delivered, then delivery goes on with the new one.
 - **Gaps.** When a reader loses its connection it reports the fault ``connection`` (health
   ``degraded`` while it lasts: messages published now are missed). Once it has resubscribed,
-  the gap is reported once as the fault ``gap`` — when it began, how long it lasted, how many
-  connection attempts it took, the how-many-th gap of the subscription — and counted in
-  :attr:`ChannelSubscription.gaps`; both faults then clear and delivery goes on.
+  the gap is reported once as the fault ``gap`` — when it began (for a drop: no later than the
+  drop), how long it lasted, how many connection attempts it took, the how-many-th gap of the
+  subscription — and counted in :attr:`ChannelSubscription.gaps`; both faults then clear and
+  delivery goes on.
 - **Settles.** Nothing is acknowledged: ``ack`` and ``drop`` settle nothing. ``retry`` (and
   ``retry_after``, which the core holds in a Trio timer first: lost if the process dies)
   publishes a copy to the channel the message came on, with the retry-count header and this
@@ -99,16 +105,19 @@ class ChannelSubscription(SubscriptionSource):
         self._host = host
         readers = await self._readers()
         for index, names in enumerate(readers):
-            on_lost = partial(self._lost, index, names)
-            if self._channel.pattern:
-                subscription = self._client.subscribe(patterns=names, on_lost=on_lost)
-            elif self._channel.sharded:
-                subscription = self._client.subscribe(shard_channels=names, on_lost=on_lost)
-            else:
-                subscription = self._client.subscribe(names, on_lost=on_lost)
+            pattern, sharded = self._channel.pattern, self._channel.sharded
+            subscription = self._client.subscribe(
+                () if pattern or sharded else names,
+                patterns=names if pattern else (),
+                shard_channels=names if sharded else (),
+                on_lost=partial(self._lost, index, names),
+                on_resumed=partial(self._gap, index, names),
+            )
             self._subscriptions.append(subscription)  # closed by aclose, whatever happens
             await subscription.__aenter__()  # subscribed, confirmed by the server
         self._names = readers
+        for index, subscription in enumerate(self._subscriptions):
+            host.start_soon(self._watch, index, subscription, name=f"{self._label}: drop watch")
         if len(readers) > 1:  # one task per node, merged into the channel the driver reads
             for index, subscription in enumerate(self._subscriptions):
                 host.start_soon(self._pump, index, subscription, name=f"{self._label}: reader")
@@ -148,7 +157,8 @@ class ChannelSubscription(SubscriptionSource):
         )
 
     def _gap(self, index: int, names: tuple[str, ...], gap: Gap) -> None:
-        """A reader subscribed again after ``gap``: report it once, count it, go on."""
+        """A reader subscribed again after ``gap``: report it once, count it, go on (told
+        when it happens; the :class:`Gap` the iteration yields later is passed over)."""
         self.gaps += 1
         seconds = gap.resumed_at - gap.lost_at
         self.missed_seconds += seconds
@@ -166,6 +176,7 @@ class ChannelSubscription(SubscriptionSource):
         self._deaf.discard(index)
         if not self._deaf:
             host.clear_fault("connection")
+        host.answered()  # a retry or dead letter the outage failed is over too (host.py)
 
     async def _pump(self, index: int, subscription: Subscription) -> None:
         """Hand one node's messages to the driver (blocking when the channel is full)."""
@@ -174,31 +185,32 @@ class ChannelSubscription(SubscriptionSource):
             for message in await self._next(index, subscription):
                 await send.send(message)
 
+    async def _watch(self, index: int, subscription: Subscription) -> None:
+        """Find a drop of one reader while the handlers are busy, and subscribe it again
+        (:meth:`~.client.Subscription.watch`); cancelled with the subscription's tasks."""
+        try:
+            await subscription.watch()
+        except RedisError as exc:  # subscribing again was refused: no reconnect fixes it
+            raise self._failed(index, subscription, exc) from exc
+
+    def _failed(self, index: int, subscription: Subscription, exc: RedisError) -> PubSubFailed:
+        address = subscription.connection.address if subscription.connection else None
+        where = f" on {format_address(address)}" if address else ""
+        return PubSubFailed(
+            f"{self._label}: subscribing again to {self._what(self._names[index])}{where} "
+            f"failed: {type(exc).__name__}: {exc}"
+        )
+
     async def _next(self, index: int, subscription: Subscription) -> list[Message]:
         """The next messages of one reader: waits for one, then takes what already arrived
-        (up to a read), reporting the gaps met on the way."""
+        (up to a read); empty when it met only gaps."""
         try:
             first = await anext(subscription)
         except StopAsyncIteration:  # closed: only at the end, when nobody reads any more
             await trio.sleep_forever()
         except RedisError as exc:  # a refusal or a split slot map: no reconnect fixes it
-            address = subscription.connection.address if subscription.connection else None
-            where = f" on {format_address(address)}" if address else ""
-            raise PubSubFailed(
-                f"{self._label}: subscribing again to {self._what(self._names[index])}{where} "
-                f"failed: {type(exc).__name__}: {exc}"
-            ) from exc
-        return self._messages(index, [first, *subscription.take_buffered(self._count - 1)])
-
-    def _messages(self, index: int, items: list[Message | Gap]) -> list[Message]:
-        out: list[Message] = []
-        for item in items:
-            if type(item) is Gap:
-                self._gap(index, self._names[index], item)
-            else:
-                assert isinstance(item, Message)
-                out.append(item)
-        return out
+            raise self._failed(index, subscription, exc) from exc
+        return _messages([first, *subscription.take_buffered(self._count - 1)])
 
     def _deliver(self, message: Message) -> Delivery:
         payload, headers = decode_frame(message.data)
@@ -213,7 +225,7 @@ class ChannelSubscription(SubscriptionSource):
     def poll(self) -> Sequence[Delivery]:
         if len(self._subscriptions) == 1:
             items = self._subscriptions[0].take_buffered(self._count)
-            return [self._deliver(m) for m in self._messages(0, items)] if items else ()
+            return [self._deliver(m) for m in _messages(items)] if items else ()
         return self._take([], self._count)
 
     def _take(self, out: list[Delivery], limit: int) -> list[Delivery]:
@@ -238,10 +250,10 @@ class ChannelSubscription(SubscriptionSource):
     def unread(self) -> int:
         return self._receive.statistics().current_buffer_used
 
-    async def settle(self, delivery: Delivery, outcome: Outcome) -> None:
-        if outcome.consumes:  # nothing to acknowledge
+    async def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
+        if outcome.consumes:  # nothing to acknowledge: nothing written
             await trio.lowlevel.checkpoint()
-            return
+            return False
         assert self._host is not None
         copy = encode_frame(delivery.payload, retry_headers(delivery, self._host.retry_target))
         try:
@@ -252,6 +264,7 @@ class ChannelSubscription(SubscriptionSource):
                 f"{self._publish} of a retry copy to {delivery.stream!r} failed, the copy is "
                 f"lost: {exc}",
             ) from exc
+        return True
 
     async def dead_letter(self, delivery: Delivery, letter: DeadLetter) -> bool:
         if not self._channel.dead_letters_to_channel:
@@ -275,3 +288,8 @@ class ChannelSubscription(SubscriptionSource):
         self._send.close()
         self._receive.close()
         await trio.lowlevel.checkpoint()
+
+
+def _messages(items: list[Message | Gap]) -> list[Message]:
+    """The messages of ``items``; the gaps among them were reported when they ended."""
+    return [item for item in items if type(item) is Message]

@@ -22,6 +22,8 @@ class Served:
     running: RunningApp
     runners: list[SubscriptionRunner]
     faults: list[Fault] = field(default_factory=list)
+    #: At each fault change: its kind, whether it cleared, and the kinds then active.
+    changes: list[tuple[str, bool, frozenset[str]]] = field(default_factory=list)
 
     def source(self, label: str) -> ChannelSubscription:
         [runner] = [r for r in self.runners if r.label == label]
@@ -33,12 +35,17 @@ class Served:
 async def serving_with_faults(app: App) -> AsyncIterator[Served]:
     """Run ``app`` (real transports) recording every fault; shut it down gracefully after."""
     faults: list[Fault] = []
-    options = RunOptions(
-        connect=connect_broker, shutdown_timeout=5, fault_observers=(faults.append,)
-    )
+    changes: list[tuple[str, bool, frozenset[str]]] = []
+
+    def observe(fault: Fault) -> None:
+        faults.append(fault)
+        lasting = frozenset(k for r in options.runners if r.host for k in r.host.active)
+        changes.append((fault.kind, fault.cleared, lasting))
+
+    options = RunOptions(connect=connect_broker, shutdown_timeout=5, fault_observers=(observe,))
     async with trio.open_nursery() as nursery:
         running: RunningApp = await nursery.start(app.serve_with, options)
-        served = Served(running, options.runners, faults)
+        served = Served(running, options.runners, faults, changes)
         try:
             yield served
         finally:

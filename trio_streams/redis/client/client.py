@@ -37,7 +37,7 @@ from .pool import ConnectionPool
 from .protocol import Arg
 from .replies import Replies
 from .sentinel import PrimaryPool, SentinelLocator, SwitchWatch
-from .subscriber import Subscription
+from .subscriber import Gap, Subscription
 
 
 class RedisClient(abc.ABC):
@@ -76,11 +76,15 @@ class RedisClient(abc.ABC):
         patterns: Iterable[str | bytes] = (),
         shard_channels: Iterable[str | bytes] = (),
         on_lost: Callable[[RedisError], None] | None = None,
+        on_resumed: Callable[[Gap], None] | None = None,
     ) -> Subscription:
         """A Pub/Sub subscription on its own connection; use as ``async with`` and iterate.
 
         ``on_lost(error)`` is called (synchronously) once per loss of the connection, when it
         begins; the :class:`~.subscriber.Gap` the iteration yields after the reconnect ends it.
+        ``on_resumed(gap)`` is called (synchronously) when it is subscribed again, with that
+        gap: at once, where the iteration yields it only after what the lost connection still
+        had to deliver (see :meth:`~.subscriber.Subscription.watch`).
         """
 
     @abc.abstractmethod
@@ -228,6 +232,7 @@ class Redis(RedisClient):
         patterns: Iterable[str | bytes] = (),
         shard_channels: Iterable[str | bytes] = (),
         on_lost: Callable[[RedisError], None] | None = None,
+        on_resumed: Callable[[Gap], None] | None = None,
     ) -> Subscription:
         return Subscription(
             self._pool.open_unpooled,
@@ -237,6 +242,7 @@ class Redis(RedisClient):
             backoff=Backoff(self.config.backoff_initial, self.config.backoff_cap),
             on_connection_lost=self._node_failed,
             on_lost=on_lost,
+            on_resumed=on_resumed,
             health_check_interval=self.config.health_check_interval,
             health_check_timeout=self.config.health_check_timeout,
         )

@@ -49,7 +49,7 @@ from .pipeline import Item, TransactionBlock, fold_replies, wire_commands
 from .pool import ConnectionPool
 from .protocol import Arg, Command
 from .replies import Replies
-from .subscriber import Subscription
+from .subscriber import Gap, Subscription
 
 #: Redirects followed for one command before giving up (a map in flux settles in a few).
 MAX_REDIRECTS = 5
@@ -437,6 +437,7 @@ class RedisCluster(RedisClient):
         patterns: Iterable[str | bytes] = (),
         shard_channels: Iterable[str | bytes] = (),
         on_lost: Callable[[RedisError], None] | None = None,
+        on_resumed: Callable[[Gap], None] | None = None,
     ) -> Subscription:
         shard = list(shard_channels)
         if shard and (channels or patterns):
@@ -467,6 +468,7 @@ class RedisCluster(RedisClient):
             backoff=Backoff(self.config.backoff_initial, self.config.backoff_cap),
             on_connection_lost=lost,
             on_lost=on_lost,
+            on_resumed=on_resumed,
             health_check_interval=self.config.health_check_interval,
             health_check_timeout=self.config.health_check_timeout,
         )

@@ -76,6 +76,7 @@ class Connection:
         "_fd",
         "_multi",
         "_parser",
+        "_sending",
         "_socket",
         "_stream",
         "_untracked",
@@ -98,6 +99,7 @@ class Connection:
         self._fd = socket_stream.socket.fileno() if _DIRECT_IO and stream is socket_stream else -1
         self._parser = ReplyParser()
         self._busy = False
+        self._sending = False  # a write is waiting for room in the socket buffer
         #: The server this connection talks to.
         self.address = address
         #: True once the connection lost sync with the server; it is closed and must be dropped.
@@ -210,6 +212,30 @@ class Connection:
             raise translated from exc
         self._busy = False
         return frame
+
+    def probe(self) -> bool:
+        """Write one byte the server ignores (a bare newline: an empty inline command, which
+        gets no reply) and tell whether the server may still hold the connection.
+
+        False once the server has reset it. A server that closed the connection while this
+        side still had unread bytes sends no sign that reaches this side before those bytes
+        are read; the bytes it then gets on the connection it answers with a reset, which the
+        next probe meets. What the connection received stays readable: the probe never waits,
+        never breaks nor closes the connection. On TLS (a byte outside the TLS stream would
+        corrupt it), while a write waits for room, and when the socket buffer is full, nothing
+        is sent and the answer is True.
+        """
+        if self.broken:
+            return False
+        if self._fd < 0 or self._sending:
+            return True
+        try:
+            os.write(self._fd, b"\n")
+        except BlockingIOError:
+            return True
+        except OSError:  # reset (or a half-closed connection written to twice)
+            return False
+        return True
 
     def buffered_frame(self) -> Any:
         """The next frame already received, or ``NEED_DATA``: never waits, never reads the
@@ -411,12 +437,16 @@ class Connection:
             sent = 0
         if sent < len(data):
             view = memoryview(data)
-            while sent < len(data):
-                await trio.lowlevel.wait_writable(fd)
-                try:
-                    sent += os.write(fd, view[sent:])
-                except BlockingIOError:
-                    pass
+            self._sending = True
+            try:
+                while sent < len(data):
+                    await trio.lowlevel.wait_writable(fd)
+                    try:
+                        sent += os.write(fd, view[sent:])
+                    except BlockingIOError:
+                        pass
+            finally:
+                self._sending = False
 
     async def _receive(self) -> bytes | bytearray:
         """The next bytes received (b"" at end of stream); a checkpoint, cancellable with

@@ -11,6 +11,14 @@ and why. A caller that cannot tolerate gaps learns of each one; nothing is silen
 A server that hangs without closing the connection is found by a health check (a ``PING`` after
 a silence) and handled the same way.
 
+A server also drops a subscriber that falls behind (``client-output-buffer-limit pubsub``), and
+that drop gives no sign before the subscriber has read everything it was sent before it: a
+caller that reads at its own slow pace would learn of it only much later, and would then report
+a gap of a few milliseconds where it missed everything since the drop. :meth:`Subscription.watch`
+(a task the caller runs) probes the connection while the caller is busy, reports such a drop
+within two health-check intervals, measured from before it happened, and subscribes again at
+once; what the dropped connection received is still delivered, before the gap.
+
 Commands on the connection are answered in order, so the subscription keeps the commands it sent
 and matches each confirmation, PONG or error to the oldest: a refused ``subscribe(...)`` raises
 at the call, and what :attr:`Subscription.channels` lists is what the server confirmed.
@@ -92,6 +100,18 @@ def _as_bytes(name: str | bytes) -> bytes:
     raise CommandEncodingError(f"a channel name is bytes or str, not {type(name).__name__}")
 
 
+def _message(frame: Any) -> Message | None:
+    """The published message ``frame`` carries, or None for any other frame."""
+    if not isinstance(frame, list) or not frame:
+        return None
+    kind = frame[0]
+    if kind == b"message" or kind == b"smessage":
+        return Message(_KIND[kind], frame[1], frame[2])  # type: ignore[arg-type]
+    if kind == b"pmessage":
+        return Message("pmessage", frame[2], frame[3], frame[1])
+    return None
+
+
 def _describe(command: bytes, names: Sequence[bytes]) -> str:
     """``SUBSCRIBE news, orders`` (channel names are not secrets; long lists are cut)."""
     listed = ", ".join(n.decode("utf-8", "replace") for n in names)
@@ -151,6 +171,7 @@ class Subscription:
         backoff: Backoff,
         on_connection_lost: Callable[[], None] | None = None,
         on_lost: Callable[[RedisError], None] | None = None,
+        on_resumed: Callable[[Gap], None] | None = None,
         health_check_interval: float = 5.0,
         health_check_timeout: float = 5.0,
     ) -> None:
@@ -158,6 +179,9 @@ class Subscription:
         #: Told once per loss, when it begins, with its cause (the :class:`Gap` that ends it
         #: follows in the iteration): a caller that must show it is deaf while reconnecting.
         self._on_lost = on_lost
+        #: Told once per loss, when it is subscribed again, with the :class:`Gap` (which the
+        #: iteration yields later, after what the lost connection still had to deliver).
+        self._on_resumed = on_resumed
         self._wanted: dict[str, set[bytes]] = {
             "channels": {_as_bytes(c) for c in channels},
             "patterns": {_as_bytes(p) for p in patterns},
@@ -166,6 +190,17 @@ class Subscription:
         self._backoff = backoff
         self._on_connection_lost = on_connection_lost
         self._connection: Connection | None = None
+        #: When the current connection was subscribed (Trio clock).
+        self._connected_at = 0.0
+        #: A connection the server dropped, still delivering what it received before the
+        #: drop; its messages come before anything of :attr:`_connection`.
+        self._draining: Connection | None = None
+        #: What the current connection delivered while one drains (the gap first).
+        self._after_drain: deque[Message | Gap] = deque()
+        #: The current connection, known dropped while another one drains: it drains next.
+        self._doomed: Connection | None = None
+        #: Set while a task subscribes again; the others wait for it.
+        self._resubscribing: trio.Event | None = None
         self._ready: deque[Message | Gap] = deque()
         self._lost: tuple[RedisError, float] | None = None
         self._closed = False
@@ -203,7 +238,8 @@ class Subscription:
         return self._connection
 
     async def __aenter__(self) -> Self:
-        self._connection = await self._connect()
+        self._connection = await self._connect(self._ready)
+        self._connected_at = trio.current_time()
         return self
 
     async def __aexit__(
@@ -217,9 +253,10 @@ class Subscription:
     async def aclose(self) -> None:
         """Close the connection; iteration ends."""
         self._closed = True
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
+        for connection in (self._connection, self._draining):
+            if connection is not None:
+                connection.close()
+        self._connection = self._draining = None
         self._fail_requests(RedisConnectionError("the subscription is closed"))
         await trio.lowlevel.checkpoint()
 
@@ -301,8 +338,9 @@ class Subscription:
                         )
                     continue
                 message = await self._read(connection)
-                if message is not None:
-                    self._ready.append(message)
+                if message is not None:  # (found dropped meanwhile: it drains first)
+                    into = self._ready if connection is self._draining else self._arrivals()
+                    into.append(message)
             finally:
                 self._end_turn()
         if request.error is not None:
@@ -335,15 +373,21 @@ class Subscription:
         ready = self._ready
         while ready and len(out) < limit:
             out.append(ready.popleft())
-        connection = self._connection
+        draining = self._draining
+        connection = self._connection if draining is None else draining
         if self._reading or connection is None or self._closed:
             return out
-        while len(out) < limit and self._connection is connection:
+        while len(out) < limit:
             frame = connection.buffered_frame()
             if frame is NEED_DATA:
                 break
-            self._silence = 0.0
-            message = self._handle(frame)
+            if connection is draining:
+                message = _message(frame)
+            else:
+                self._silence = 0.0
+                message = self._handle(frame)
+                if self._connection is not connection:
+                    break
             if message is not None:
                 out.append(message)
         return out
@@ -357,14 +401,23 @@ class Subscription:
                 return self._ready.popleft()
             if self._closed:
                 raise StopAsyncIteration
-            if self._connection is None:
-                return await self._resubscribe()
+            if self._draining is None:
+                if self._resubscribing is not None:  # the watch task subscribes again
+                    await self._resubscribing.wait()
+                    continue
+                if self._connection is None:
+                    await self._resubscribe()
+                    continue
             await self._take_turn()
             try:
-                connection = self._connection
+                draining = self._draining
+                connection = self._connection if draining is None else draining
                 if self._ready or connection is None or self._closed:
                     continue
-                message = await self._read(connection)
+                if connection is draining:
+                    message = await self._read_dropped(connection)
+                else:
+                    message = await self._read(connection)
             finally:
                 self._end_turn()
             if message is not None:
@@ -381,24 +434,54 @@ class Subscription:
             try:
                 frame = await connection.read_frame(describe="Pub/Sub read")
             except RedisConnectionError as exc:
-                self._mark_lost(exc)
+                self._lose(connection, exc)
                 return None
-            return self._handle(frame)
+            return self._handle_from(connection, frame)
         budget = self.health_check_interval if self._ping is None else self.health_check_timeout
         started = trio.current_time()
         try:
             with trio.move_on_at(started + budget - self._silence) as waited:
                 frame = await connection.read_frame(describe="Pub/Sub read")
         except RedisConnectionError as exc:
-            self._mark_lost(exc)
+            self._lose(connection, exc)
             return None
         finally:
             self._silence += trio.current_time() - started
         if waited.cancelled_caught:
-            await self._check_health(connection)
+            if connection is self._connection:
+                await self._check_health(connection)
             return None
         self._silence = 0.0
-        return self._handle(frame)
+        return self._handle_from(connection, frame)
+
+    def _handle_from(self, connection: Connection, frame: Any) -> Message | None:
+        """:meth:`_handle` for a frame of the current connection; a message only, for one of
+        a connection the watch task found dropped meanwhile (its answers are not awaited)."""
+        if connection is self._connection:
+            return self._handle(frame)
+        return _message(frame)
+
+    async def _read_dropped(self, connection: Connection) -> Message | None:
+        """One frame of the connection the server dropped (what it received before the drop,
+        then the end: it never waits for the server), or None once it is over."""
+        try:
+            frame = await connection.read_frame(describe="Pub/Sub read (dropped connection)")
+        except RedisConnectionError as exc:
+            self._lose(connection, exc)
+            return None
+        return _message(frame)
+
+    def _lose(self, connection: Connection, error: RedisError) -> None:
+        """``connection`` ended with ``error``: the current one is lost; a dropped one has
+        delivered all it received, and what the current one delivered meanwhile follows."""
+        if connection is self._connection:
+            self._mark_lost(error)
+            return
+        connection.close()
+        if connection is self._draining:
+            self._draining = None
+            self._ready.extend(self._after_drain)
+            self._after_drain.clear()
 
     async def _check_health(self, connection: Connection) -> None:
         """The connection stayed silent for the health-check interval: PING it, or, when
@@ -434,11 +517,10 @@ class Subscription:
         if not isinstance(frame, list) or not frame:
             self._answer(None)  # RESP3: a plain reply (PONG) to the oldest request
             return None
+        message = _message(frame)
+        if message is not None:
+            return message
         kind = frame[0]
-        if kind == b"message" or kind == b"smessage":
-            return Message(_KIND[kind], frame[1], frame[2])  # type: ignore[arg-type]
-        if kind == b"pmessage":
-            return Message("pmessage", frame[2], frame[3], frame[1])
         if kind in _GROUPS:
             self._confirmed(kind, frame)
         elif kind == b"pong" and type(frame) is not PushFrame:
@@ -506,7 +588,7 @@ class Subscription:
     def _mark_lost(self, error: RedisError) -> None:
         if self._connection is not None:
             self._connection.close()
-        self._connection = None
+        self._connection = self._doomed = None
         if self._lost is None:
             self._lost = (error, trio.current_time())
             if self._on_lost is not None:
@@ -518,25 +600,109 @@ class Subscription:
         if self._on_connection_lost is not None:
             self._on_connection_lost()
 
-    async def _resubscribe(self) -> Gap:
+    async def _resubscribe(self) -> None:
+        """Connect and subscribe again (backing off while it fails); queue the :class:`Gap`,
+        then what arrived with the confirmations, behind what a dropped connection still
+        delivers. The other tasks wait meanwhile (cancelled: they go on, and subscribe
+        again themselves)."""
         assert self._lost is not None
-        attempts = 0
-        while True:
-            attempts += 1
-            try:
-                self._connection = await self._connect()
-            except RedisConnectionError as exc:
-                if self._on_connection_lost is not None:
-                    self._on_connection_lost()
-                self._lost = (exc, self._lost[1])  # report the latest reason, the first loss time
-                await trio.sleep(self._backoff.failed())
-                continue
+        done = self._resubscribing = trio.Event()
+        try:
+            attempts = 0
+            while True:
+                attempts += 1
+                arrived: deque[Message | Gap] = deque()
+                try:
+                    connection = await self._connect(arrived)
+                except RedisConnectionError as exc:
+                    if self._on_connection_lost is not None:
+                        self._on_connection_lost()
+                    self._lost = (exc, self._lost[1])  # the latest reason, the first loss time
+                    await trio.sleep(self._backoff.failed())
+                    continue
+                break
+            if self._closed:
+                connection.close()
+                return
             self._backoff.succeeded()
+            self._connection = connection
+            self._connected_at = now = trio.current_time()
             error, lost_at = self._lost
             self._lost = None
-            return Gap(error, lost_at, trio.current_time(), attempts)
+            gap = Gap(error, lost_at, now, attempts)
+            into = self._arrivals()
+            into.append(gap)
+            into.extend(arrived)
+        finally:
+            self._resubscribing = None
+            done.set()
+        if self._on_resumed is not None:
+            self._on_resumed(gap)
 
-    async def _connect(self) -> Connection:
+    def _arrivals(self) -> deque[Message | Gap]:
+        """Where what the current connection delivers goes: behind a dropped connection
+        that still drains."""
+        return self._ready if self._draining is None else self._after_drain
+
+    # -- noticing a drop while the caller is busy -------------------------------------------
+
+    async def watch(self) -> None:
+        """Notice that the server dropped the connection while the caller is busy, and
+        subscribe again at once; run it in a task beside the iteration (cancel it to stop
+        watching; it returns once the subscription is closed).
+
+        Every ``health_check_interval`` seconds it writes a byte the server ignores
+        (:meth:`~.connection.Connection.probe`). A server that dropped the connection answers
+        that byte with a reset, which the next probe meets: the drop is then known within two
+        intervals, however much the connection still holds for the caller to read. It is
+        reported at once (``on_lost``) as beginning at the probe before the last one the
+        server took: no later than the drop, so a gap is never under-reported. Then it
+        subscribes again on a new connection (``on_resumed`` with the :class:`Gap`), while the
+        iteration delivers what the dropped connection received, then the gap, then the new
+        connection's messages. One dropped connection drains at a time: a second drop found
+        meanwhile is reported at once and drains next. ``health_check_interval=0`` turns it
+        off (it then waits until cancelled), and so does TLS (no probe can be written past the
+        TLS stream): a drop is then found when the iteration reads up to it.
+        """
+        interval = self.health_check_interval
+        if interval <= 0:
+            await trio.sleep_forever()
+        watched: Connection | None = None
+        alive_at = probed_at = 0.0
+        while not self._closed:
+            await trio.sleep(interval)
+            connection = self._connection
+            if connection is None or self._closed:
+                continue
+            if connection is not watched:
+                watched, alive_at, probed_at = connection, self._connected_at, self._connected_at
+            if connection is not self._doomed:
+                if connection.probe():
+                    alive_at, probed_at = probed_at, trio.current_time()
+                    continue
+                self._found_dropped(connection, alive_at)
+            if self._draining is None:  # one at a time: this one drains now, and a new one
+                self._draining, self._connection, self._doomed = connection, None, None
+                self._fail_requests(RedisConnectionError("the server dropped the connection"))
+                if self._on_connection_lost is not None:
+                    self._on_connection_lost()
+                await self._resubscribe()
+
+    def _found_dropped(self, connection: Connection, alive_at: float) -> None:
+        """The watch task found ``connection`` dropped: report the loss (from ``alive_at``)."""
+        self._doomed = connection
+        if self._lost is None:
+            error = RedisConnectionError(
+                "the server dropped the connection (a subscriber that falls behind is dropped "
+                "at its client-output-buffer-limit pubsub)",
+                address=connection.address,
+                command="Pub/Sub probe",
+            )
+            self._lost = (error, alive_at)
+            if self._on_lost is not None:
+                self._on_lost(error)
+
+    async def _connect(self, arrived: deque[Message | Gap]) -> Connection:
         """Open a connection, subscribe to everything wanted, wait for every confirmation.
 
         The wait is bounded by the health check's timeout (when on): a server that accepts
@@ -585,7 +751,7 @@ class Subscription:
                     continue
                 message = self._handle(frame)
                 if message is not None:
-                    self._ready.append(message)
+                    arrived.append(message)
         except BaseException:
             connection.close()
             raise
