@@ -94,7 +94,7 @@ def test_publish_without_a_key_says_so(tmp_path: Path) -> None:
 
 def test_a_reserved_key_is_refused(tmp_path: Path) -> None:
     result = cli("publish", str(tmp_path / "k.ss"), "SEA_STREAMER_INTERNAL", "x")
-    assert result.returncode == 1
+    assert result.returncode == 2  # a usage error, as any KEY the format refuses
     assert "reserved" in result.stderr
     assert not (tmp_path / "k.ss").exists()
 
