@@ -8,6 +8,7 @@ import os
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -32,7 +33,7 @@ def _torn(path: Path, count: int, *, key: str = "s", into_last: int = 5) -> int:
     return last
 
 
-async def _replay_until_failed(path: Path, handled: list[int], **options: int) -> AppFailed:
+async def _replay_until_failed(path: Path, handled: list[int], **options: Any) -> AppFailed:
     app, broker = file_app(path, existing_only=True)
 
     @broker.subscriber(FileStream("s").replay(), name="sub", **options)

@@ -182,7 +182,7 @@ async def _replay_main(args: argparse.Namespace) -> int:
             await replay_file(
                 args.file, client, keys=args.key, rename=args.stream, target=args.as_,
                 start=start, pacing=pacing, keep=args.keep_header, id_header=args.id_header,
-                limit=args.limit, summary=summary,
+                limit=args.limit, retries=args.keep_retries, summary=summary,
             )  # fmt: skip
 
         try:
@@ -208,6 +208,11 @@ def _replay_line(
         f"{' ' + keys if keys else ''} ({pacing.describe()}) in {seconds:.2f} s, "
         f"{_rate(summary.published, seconds)}"
     )
+    if summary.retries_left_out:
+        line += (
+            f"; {summary.retries_left_out} retry copies left out (copies of messages in the "
+            "recording; --keep-retries sends them)"
+        )
     if stopped is not None:
         line += f"; stopped by {stopped}"
     sys.stdout.write(line + "\n")
@@ -336,4 +341,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     replay.add_argument(
         "--limit", type=_positive(int), default=None, metavar="N", help="stop after N messages"
     )
+    replay.add_argument(
+        "--keep-retries", action="store_true",
+        help="send the retry copies the recording holds too (left out by default: each is a "
+        "copy of a message in the recording, carrying x-ruststream-retry-count)",
+    )  # fmt: skip
     replay.set_defaults(handler=_guarded(_replay_main))
