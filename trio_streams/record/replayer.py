@@ -14,6 +14,10 @@ Trio's clock until each is due and sends what is due together. The first refused
 the replay with :class:`ReplayError` naming the message: what was published before it stays
 published, and nothing after it is.
 
+A recording whose last frame is cut short (a crash while it was written) is replayed up to the
+cut: every complete message goes out, then :class:`~trio_streams.file.errors.TruncatedError`
+names the file and the byte offset.
+
 Cancellation: a replay may be cancelled at any await; a pipeline already sent may or may not
 have been applied (the summary counts only what was confirmed).
 """
@@ -253,6 +257,7 @@ async def replay_file(
                 index += 1
                 if len(pending) >= batch:
                     await send()
-        reader.check_finished()
+        # What was read before a damaged end goes out first; then the damage is the error.
         await send()
+        reader.check_finished()
     return summary

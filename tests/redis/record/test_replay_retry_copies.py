@@ -4,6 +4,7 @@ does not hold is an error listing the keys it does."""
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -74,7 +75,7 @@ async def _recording_with_retries(
     return path
 
 
-async def test_replay_leaves_out_the_retry_copies_and_says_how_many_so_a_group_runs_each_message_as_often_as_it_did(
+async def test_replay_leaves_out_retry_copies_and_says_how_many_so_a_group_runs_each_as_it_did(
     redis_server: RedisServer, redis: RedisClient, tmp_path: Path
 ) -> None:
     path = await _recording_with_retries(redis_server, redis, tmp_path)
@@ -131,3 +132,20 @@ async def test_replay_of_a_key_the_recording_does_not_hold_sends_nothing_and_lis
         f"error: no stream key 'ordres' in {path}; there: 'orders', 'orders.dead', 'audit'"
     ]
     assert await redis.execute("EXISTS", "orders") == 0  # nothing was sent
+
+
+async def test_replay_of_a_recording_cut_short_sends_every_complete_message_then_fails_naming_it(
+    redis_server: RedisServer, redis: RedisClient, tmp_path: Path
+) -> None:
+    path = tmp_path / "cut.ss"
+    with StreamWriter(path) as writer:
+        offsets = [writer.append("orders", str(n).encode())[2] for n in (1, 2, 3)]
+    os.truncate(path, offsets[-1] + 5)
+    result = await trio.to_thread.run_sync(
+        lambda: cli("replay", str(path), "--to", redis_server.url)
+    )
+    assert result.returncode == 1
+    [error, *_] = stderr_lines(result)
+    assert error.startswith(f"error: {path} at byte {offsets[-1]}: ")
+    assert "Traceback" not in result.stderr
+    assert await redis.execute("XLEN", "orders") == 2
