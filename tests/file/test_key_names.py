@@ -65,3 +65,23 @@ def test_a_long_list_of_names_there_shows_the_ten_closest_and_counts_the_rest() 
     message = str(error.value)
     assert message.startswith("no streams 'ordres', 'x' in here; there: 'orders', ")
     assert message.endswith(" and 16 more")
+
+
+def test_top_of_a_file_with_a_stream_it_does_not_hold_exits_1_listing_its_keys(
+    tmp_path: Path,
+) -> None:
+    path = _file(tmp_path / "f.ss", "orders", "audit")
+    result = cli("top", str(path), "--once", "--interval", "0.01", "--stream", "ordres")
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert stderr_lines(result) == [
+        f"error: no stream key 'ordres' in {path}; there: 'orders', 'audit'"
+    ]
+
+
+def test_top_of_a_file_with_a_stream_shows_that_key_only(tmp_path: Path) -> None:
+    path = _file(tmp_path / "f.ss", "orders", "audit")
+    result = cli("top", str(path), "--once", "--interval", "0.01", "--stream", "audit")
+    assert result.returncode == 0, result.stderr
+    rows = [line.split()[0] for line in result.stdout.splitlines()[4:] if line.strip()]
+    assert rows == ["audit"]

@@ -21,6 +21,7 @@ import trio
 from .._extras import require
 from .._names import check_names
 from ..errors import ConfigurationError, TrioStreamsError
+from ..file.keys import check_file_keys
 from ..groups import open_nursery
 from ..redis.client import RedisClient, connect
 from ..redis.wire import text
@@ -91,7 +92,8 @@ async def _top(args: argparse.Namespace) -> int:
             await _show(watch, args)
         return 0
     with FileSampler(args.target) as sampler:
-        await _show(FileWatch(sampler), args)
+        check_file_keys(args.target, args.stream)
+        await _show(FileWatch(sampler, keys=args.stream), args)
     return 0
 
 
@@ -159,7 +161,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )  # fmt: skip
     top.add_argument(
         "--stream", action="append", default=[], metavar="KEY",
-        help="watch this stream (repeatable; default: every stream SCAN finds)",
+        help="watch this stream, or this key of a stream file (repeatable; default: every "
+        "stream SCAN finds, every key of the file)",
     )  # fmt: skip
     top.add_argument("--match", default="*", metavar="GLOB", help="SCAN only keys matching GLOB")
     top.add_argument(
