@@ -12,7 +12,7 @@ from collections.abc import Collection, Iterable
 
 from .errors import TrioStreamsError
 
-__all__ = ["NameNotFound", "check_names"]
+__all__ = ["NameNotFound", "check_names", "closest_first", "listing"]
 
 #: Names listed at most; the rest are counted.
 _LISTED = 10
@@ -42,7 +42,14 @@ def check_names(what: str, given: Iterable[str], present: Collection[str], where
     plural = "s" if len(missing) > 1 else ""
     if not present:
         raise NameNotFound(f"no {what}{plural} {asked} in {where}, which has none")
-    listed = closest_first(missing[0], present)
-    shown = ", ".join(repr(name) for name in listed[:_LISTED])
+    raise NameNotFound(
+        f"no {what}{plural} {asked} in {where}; there: {listing(missing[0], present)}"
+    )
+
+
+def listing(name: str, present: Iterable[str]) -> str:
+    """The names in ``present``, quoted, closest to ``name`` first; past ten, counted."""
+    listed = closest_first(name, present)
+    shown = ", ".join(repr(other) for other in listed[:_LISTED])
     more = f" and {len(listed) - _LISTED} more" if len(listed) > _LISTED else ""
-    raise NameNotFound(f"no {what}{plural} {asked} in {where}; there: {shown}{more}")
+    return shown + more

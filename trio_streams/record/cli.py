@@ -17,12 +17,14 @@ from typing import Any
 
 import trio
 
+from .._names import listing
 from ..errors import TrioStreamsError
 from ..file.positions import parse_position
 from ..file.writer import StreamWriter
 from ..groups import open_nursery
 from ..redis.client import RedisClient, connect
 from ..redis.wire import text
+from ..top.redis_sample import scan_keys
 from .bounds import parse_bounds
 from .headers import ID_HEADER
 from .pacing import Pacing
@@ -100,8 +102,18 @@ async def _source_kind(client: RedisClient, args: argparse.Namespace) -> str:
     what = "nothing" if kind == "none" else f"a {kind}"
     raise SourceNotFound(
         f"{args.source!r} at {args.url} is {what}, not a stream or a list "
-        "(to record a Pub/Sub channel, add --channel)"
+        f"(to record a Pub/Sub channel, add --channel){await _keys_there(client, args.source)}"
     )
+
+
+async def _keys_there(client: RedisClient, source: str) -> str:
+    """``; streams and lists there: ...``, the closest to ``source`` first (a typo's fix)."""
+    found: list[str] = []
+    for kind in ("stream", "list"):
+        found += (await scan_keys(client, "*", kind))[0]
+    if not found:
+        return "; there is no stream or list there"
+    return f"; streams and lists there: {listing(source, found)}"
 
 
 async def _record_main(args: argparse.Namespace) -> int:

@@ -149,3 +149,22 @@ async def test_replay_of_a_recording_cut_short_sends_every_complete_message_then
     assert error.startswith(f"error: {path} at byte {offsets[-1]}: ")
     assert "Traceback" not in result.stderr
     assert await redis.execute("XLEN", "orders") == 2
+
+
+async def test_record_of_a_key_that_is_not_there_lists_the_streams_and_lists_there_closest_first(
+    redis_server: RedisServer, redis: RedisClient, tmp_path: Path
+) -> None:
+    await redis.execute("XADD", "orders", "*", "_payload", "1")
+    await redis.execute("XADD", "audit", "*", "_payload", "1")
+    await redis.execute("RPUSH", "orders.jobs", "x")
+    path = tmp_path / "r.ss"
+    result = await trio.to_thread.run_sync(
+        lambda: cli("record", redis_server.url, "ordres", "--to", str(path))
+    )
+    assert result.returncode == 1
+    [error, *_] = stderr_lines(result)
+    assert error.endswith(
+        "(to record a Pub/Sub channel, add --channel); streams and lists there: 'orders', "
+        "'orders.jobs', 'audit'"
+    )
+    assert not path.exists()
