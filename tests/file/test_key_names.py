@@ -3,6 +3,7 @@ one line listing the keys the file does hold, the closest first."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,13 @@ from tests.cli.support import cli, stderr_lines
 from trio_streams._names import NameNotFound, check_names
 from trio_streams.file.keys import check_file_keys
 from trio_streams.file.writer import StreamWriter
+
+
+def _refused(result: subprocess.CompletedProcess[str], line: str) -> None:
+    """Exit status 1, nothing printed, and ``line`` alone on stderr."""
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert stderr_lines(result) == [line]
 
 
 def _file(path: Path, *keys: str) -> Path:
@@ -25,11 +33,9 @@ def test_decode_of_a_key_the_file_does_not_hold_exits_1_listing_the_keys_there(
 ) -> None:
     path = _file(tmp_path / "f.ss", "audit", "orders", "orders.dead")
     result = cli("file", "decode", str(path), "--key", "ordres")
-    assert result.returncode == 1
-    assert result.stdout == ""
-    assert stderr_lines(result) == [
-        f"error: no stream key 'ordres' in {path}; there: 'orders', 'orders.dead', 'audit'"
-    ]
+    _refused(
+        result, f"error: no stream key 'ordres' in {path}; there: 'orders', 'orders.dead', 'audit'"
+    )
 
 
 def test_decode_prints_nothing_when_one_of_several_keys_is_not_there(tmp_path: Path) -> None:
@@ -72,11 +78,7 @@ def test_top_of_a_file_with_a_stream_it_does_not_hold_exits_1_listing_its_keys(
 ) -> None:
     path = _file(tmp_path / "f.ss", "orders", "audit")
     result = cli("top", str(path), "--once", "--interval", "0.01", "--stream", "ordres")
-    assert result.returncode == 1
-    assert result.stdout == ""
-    assert stderr_lines(result) == [
-        f"error: no stream key 'ordres' in {path}; there: 'orders', 'audit'"
-    ]
+    _refused(result, f"error: no stream key 'ordres' in {path}; there: 'orders', 'audit'")
 
 
 def test_top_of_a_file_with_a_stream_shows_that_key_only(tmp_path: Path) -> None:
