@@ -38,6 +38,15 @@ def _header(text: str) -> tuple[str, str]:
     return name, value
 
 
+def _stream_key(text: str) -> str:
+    """KEY on the command line: one the format can hold, that a subscription can name."""
+    try:
+        check_stream_key(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def _read_payload(args: argparse.Namespace) -> bytes:
     if args.payload is not None:
         if args.file is not None:
@@ -73,10 +82,6 @@ def _items(args: argparse.Namespace) -> list[tuple[str, bytes, int | None]]:
         return [(row.stream_key, _stored(row, common), row.timestamp_ms) for row in rows]
     if args.key is None:
         bad_command_line("KEY is needed (or --ndjson, whose lines name their keys)")
-    try:
-        check_stream_key(args.key)
-    except ValueError as exc:
-        bad_command_line(str(exc))
     return [(args.key, seal(_read_payload(args), common), None)]
 
 
@@ -106,7 +111,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         description=__doc__.split("\n\n")[1] if __doc__ else None,
     )
     parser.add_argument("target", metavar="FILE", help="the stream file (.ss), created if missing")
-    parser.add_argument("key", metavar="KEY", nargs="?", help="the stream key")
+    parser.add_argument("key", metavar="KEY", nargs="?", type=_stream_key, help="the stream key")
     parser.add_argument(
         "payload", metavar="PAYLOAD", nargs="?", help="the payload (default: --file, else stdin)"
     )

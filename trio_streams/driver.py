@@ -91,6 +91,9 @@ class SubscriptionDriver:
         self.holding = 0
         #: Where faults are reported; the runner sets it when it opens the source.
         self.host: SubscriptionHost | None = None
+        #: The error a read raised that ended the driver (a corrupt file, a lost key): the
+        #: runner raises it once the deliveries read before it have been handled.
+        self.failure: Exception | None = None
         #: The kinds of the faults reads raised since the last read that succeeded.
         self._read_faults: dict[str, None] = {}
         self._fault_pause = _FAULT_PAUSE_FIRST
@@ -143,9 +146,18 @@ class SubscriptionDriver:
     # ---- the driver task ---------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Read until the source ends (and nothing is in flight) or the task is cancelled."""
+        """Read until the source ends (and nothing is in flight) or the task is cancelled.
+
+        A read that raises (anything but ``SourceFault``, which is retried) ends the reading
+        without raising here: the error is kept in :attr:`failure` and the channel closes as at
+        the end of the source, so the deliveries read before it are still handled and settled.
+        The runner raises the error once they have been. Cancellation is never caught.
+        """
         try:
             await self._read_loop()
+        except Exception as exc:  # noqa: BLE001 - kept, and raised by the runner after the drain
+            self.failure = exc
+            self._log.debug("%s: reading failed, handling what was read first", self.label)
         finally:
             self._stopped = True
             self.channel.close()

@@ -234,6 +234,9 @@ class SubscriptionRunner:
                         self.started = True
                         task_status.started()
                     services.cancel_scope.cancel()
+                if self.driver.failure is not None:
+                    # The source failed: what was read before it has been handled; now fail.
+                    raise self.driver.failure
             if self.state is not SubscriptionState.FAILED:
                 self.state = SubscriptionState.ENDED
         except BaseException as exc:
@@ -366,6 +369,8 @@ class SubscriptionRunner:
     async def _drive(self) -> None:
         with self._read_scope:
             await self.driver.run()
+        if self.driver.failure is not None:
+            self.stop_reading()  # drain what was read; ``run`` raises the failure after it
         # A cancelled read still closes the channel (driver.run's finally), so the
         # dispatcher drains what was read and ends.
 

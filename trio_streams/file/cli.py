@@ -35,6 +35,7 @@ from .format import (
     Message,
     encode_header,
 )
+from .keys import check_file_keys
 from .lock import EXCLUSIVE_WAIT, hold_exclusively
 from .ndjson_input import InputError, check_against, read_input
 from .positions import format_position, parse_position
@@ -114,6 +115,7 @@ def _decode(args: argparse.Namespace) -> int:
     # Internal messages are printed unless other keys were asked for; the end-of-stream message
     # decoding stops at always is (the last line), so `decode | write` gives the file back.
     internal = args.key is None or INTERNAL_KEY in args.key
+    check_file_keys(args.file, args.key)
     with FileReader(args.file, keys=args.key, internal=internal) as reader:
         if args.format == "ndjson" and args.header:
             sys.stdout.write(json.dumps(header_to_json(reader.header)) + "\n")

@@ -24,7 +24,7 @@ import bisect
 import struct
 
 from .decoder import FrameDecoder, first_beacon_at_or_after
-from .errors import StreamFormatError, TimestampRangeError
+from .errors import InvalidStreamKeyError, StreamFormatError, TimestampRangeError
 from .format import (
     EOS_PAYLOAD,
     FRAME_FIXED,
@@ -118,6 +118,11 @@ class FrameEncoder:
         if state is not None:
             self._undo[stream] = (state.seq, state.ts, state.running, state.crcs, len(state.crcs))
         else:
+            if not key:  # the format holds it, but no subscription can name it
+                raise InvalidStreamKeyError(
+                    "invalid stream key '': a key is 1 to 249 characters of [A-Za-z0-9._-]",
+                    path=self.path,
+                )
             state = self._streams[stream] = StreamState(key, shard)
             self._undo[stream] = None
             if self._order is self._committed_order:

@@ -98,7 +98,14 @@ class FileStream(Source):
 
 
 def check_stream_key(key: str) -> None:
-    """Refuse, with ``ConfigurationError``, a key the format cannot hold or reserves."""
+    """Refuse, with ``ConfigurationError``, a key the format cannot hold or reserves.
+
+    An empty key is refused too: the format would store it, but no subscription can name it.
+    """
+    if not key:
+        raise ConfigurationError(
+            "stream key '' is empty: a stream key is 1 to 249 characters of [A-Za-z0-9._-]"
+        )
     if key in (INTERNAL_KEY, WILDCARD_KEY):
         raise ConfigurationError(f"stream key {key!r} is reserved by the stream-file format")
     if not key.isascii() or not key_is_valid(key.encode("ascii")):

@@ -17,6 +17,7 @@ from typing import Any
 
 import trio
 
+from .._names import listing
 from ..cli_args import checked_by, file_position, redis_url
 from ..errors import TrioStreamsError
 from ..file.positions import parse_position
@@ -24,6 +25,7 @@ from ..file.writer import StreamWriter
 from ..groups import open_nursery
 from ..redis.client import RedisClient, connect
 from ..redis.wire import text
+from ..top.redis_sample import scan_keys
 from .bounds import BoundError, parse_bounds
 from .headers import ID_HEADER
 from .pacing import Pacing
@@ -101,8 +103,18 @@ async def _source_kind(client: RedisClient, args: argparse.Namespace) -> str:
     what = "nothing" if kind == "none" else f"a {kind}"
     raise SourceNotFound(
         f"{args.source!r} at {args.url} is {what}, not a stream or a list "
-        "(to record a Pub/Sub channel, add --channel)"
+        f"(to record a Pub/Sub channel, add --channel){await _keys_there(client, args.source)}"
     )
+
+
+async def _keys_there(client: RedisClient, source: str) -> str:
+    """``; streams and lists there: ...``, the closest to ``source`` first (a typo's fix)."""
+    found: list[str] = []
+    for kind in ("stream", "list"):
+        found += (await scan_keys(client, "*", kind))[0]
+    if not found:
+        return "; there is no stream or list there"
+    return f"; streams and lists there: {listing(source, found)}"
 
 
 async def _record_main(args: argparse.Namespace) -> int:
@@ -183,7 +195,7 @@ async def _replay_main(args: argparse.Namespace) -> int:
             await replay_file(
                 args.file, client, keys=args.key, rename=args.stream, target=args.as_,
                 start=start, pacing=pacing, keep=args.keep_header, id_header=args.id_header,
-                limit=args.limit, summary=summary,
+                limit=args.limit, retries=args.keep_retries, summary=summary,
             )  # fmt: skip
 
         try:
@@ -209,6 +221,11 @@ def _replay_line(
         f"{' ' + keys if keys else ''} ({pacing.describe()}) in {seconds:.2f} s, "
         f"{_rate(summary.published, seconds)}"
     )
+    if summary.retries_left_out:
+        line += (
+            f"; {summary.retries_left_out} retry copies left out (copies of messages in the "
+            "recording; --keep-retries sends them)"
+        )
     if stopped is not None:
         line += f"; stopped by {stopped}"
     sys.stdout.write(line + "\n")
@@ -353,4 +370,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     replay.add_argument(
         "--limit", type=_positive(int), default=None, metavar="N", help="stop after N messages"
     )
+    replay.add_argument(
+        "--keep-retries", action="store_true",
+        help="send the retry copies the recording holds too (left out by default: each is a "
+        "copy of a message in the recording, carrying x-ruststream-retry-count)",
+    )  # fmt: skip
     replay.set_defaults(handler=_guarded(_replay_main))

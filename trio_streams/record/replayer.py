@@ -14,6 +14,10 @@ Trio's clock until each is due and sends what is due together. The first refused
 the replay with :class:`ReplayError` naming the message: what was published before it stays
 published, and nothing after it is.
 
+A recording whose last frame is cut short (a crash while it was written) is replayed up to the
+cut: every complete message goes out, then :class:`~trio_streams.file.errors.TruncatedError`
+names the file and the byte offset.
+
 Cancellation: a replay may be cancelled at any await; a pipeline already sent may or may not
 have been applied (the summary counts only what was confirmed).
 """
@@ -28,9 +32,11 @@ from typing import Literal, final
 
 import trio
 
+from ..delivery import RETRY_COUNT_HEADER, RETRY_TARGET_HEADER
 from ..errors import TrioStreamsError
 from ..file.envelope import open_envelope
 from ..file.format import Message
+from ..file.keys import check_file_keys
 from ..file.reader import FileReader
 from ..positions import Position, PositionKind
 from ..redis.client import RedisClient
@@ -53,6 +59,7 @@ __all__ = [
     "ReplaySummary",
     "StartNeedsKey",
     "Target",
+    "is_retry_copy",
     "replay_file",
 ]
 
@@ -85,10 +92,17 @@ class ReplaySummary:
     """How far a replay got; updated as it goes."""
 
     published: int = 0
+    #: Retry copies the framework had appended, left out (``retries=False``).
+    retries_left_out: int = 0
     #: Per destination key, how many messages went there.
     per_key: dict[str, int] = field(default_factory=dict)
     first_timestamp_ms: int | None = None
     last_timestamp_ms: int | None = None
+
+
+def is_retry_copy(headers: Mapping[str, str]) -> bool:
+    """Whether a recorded message is a retry copy the framework appended (its headers say)."""
+    return RETRY_COUNT_HEADER in headers or RETRY_TARGET_HEADER in headers
 
 
 def _destination(target: Target, message: Message, headers: Mapping[str, str]) -> str:
@@ -151,6 +165,7 @@ async def replay_file(
     keep: Collection[str] = (),
     id_header: str = ID_HEADER,
     limit: int | None = None,
+    retries: bool = False,
     batch: int = 1000,
     on_batch: Callable[[ReplaySummary], None] = lambda summary: None,
     summary: ReplaySummary | None = None,
@@ -164,10 +179,17 @@ async def replay_file(
     (``Position.timestamp(ms)``: as recorded after ``ms``; a sequence or time needs exactly one
     key). ``keep`` names recording headers to send anyway; ``id_header`` is the one the
     recording kept entry ids in (``record --id-header``).
+
+    A retry copy the framework appended while the recording was made (it carries
+    ``x-ruststream-retry-count`` or ``x-trio-streams-retry-for``) is a copy of a message the
+    recording already holds: it is left out, and counted in ``summary.retries_left_out``, unless
+    ``retries`` is true. Sent back, a consumer group would run the failing message again for each
+    copy as well as for the original.
     """
     summary = summary or ReplaySummary()
     drop = (RECORDING_HEADERS | {id_header}) - frozenset(keep)
     key_list = None if keys is None else list(keys)
+    check_file_keys(path, key_list)
     with FileReader(path, keys=key_list) as reader:
         if start is not None and start.kind in (PositionKind.SEQUENCE, PositionKind.TIMESTAMP):
             if not key_list or len(key_list) != 1:
@@ -226,12 +248,16 @@ async def replay_file(
                         await send()
                         await trio.sleep_until(at)
                 payload, headers = open_envelope(message.payload)
+                if not retries and is_retry_copy(headers):
+                    summary.retries_left_out += 1
+                    continue
                 key = rename or _destination(target, message, headers)
                 pending.append(_command(target, key, message, payload, headers, drop))
                 pending_keys.append((key, message))
                 index += 1
                 if len(pending) >= batch:
                     await send()
-        reader.check_finished()
+        # What was read before a damaged end goes out first; then the damage is the error.
         await send()
+        reader.check_finished()
     return summary

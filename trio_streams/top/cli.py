@@ -14,17 +14,21 @@ import argparse
 import math
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import trio
 
 from .._extras import require
+from .._names import check_names
 from ..cli_args import redis_url
 from ..errors import ConfigurationError, TrioStreamsError
+from ..file.keys import check_file_keys
 from ..groups import open_nursery
-from ..redis.client import connect
+from ..redis.client import RedisClient, connect
+from ..redis.wire import text
 from .file_sample import FileSampler
 from .live import LIVE_VIEW
+from .redis_sample import scan_streams
 from .render import SORTS, as_text
 from .view import FileWatch, RedisWatch, Screen, Watch
 
@@ -77,6 +81,7 @@ async def _top(args: argparse.Namespace) -> int:
         return 0
     if args.target.startswith(_REDIS_SCHEMES):
         async with connect(args.target) as client:
+            await _check_streams(client, args.stream, args.target)
             watch: Watch = RedisWatch(
                 client,
                 args.target,
@@ -88,8 +93,21 @@ async def _top(args: argparse.Namespace) -> int:
             await _show(watch, args)
         return 0
     with FileSampler(args.target) as sampler:
-        await _show(FileWatch(sampler), args)
+        check_file_keys(args.target, args.stream)
+        await _show(FileWatch(sampler, keys=args.stream), args)
     return 0
+
+
+async def _check_streams(client: RedisClient, streams: Sequence[str], url: str) -> None:
+    """Refuse a ``--stream`` that is not a stream on the server (a typo would show an empty
+    table), listing the streams that are there, closest first."""
+    there: set[str] = set()
+    for key in dict.fromkeys(streams):
+        if text(await client.execute("TYPE", key)) == "stream":
+            there.add(key)
+    if len(there) < len(set(streams)):
+        found, _ = await scan_streams(client)
+        check_names("stream", streams, there | set(found), url)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -151,7 +169,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )  # fmt: skip
     top.add_argument(
         "--stream", action="append", default=[], metavar="KEY",
-        help="watch this stream (repeatable; default: every stream SCAN finds)",
+        help="watch this stream, or this key of a stream file (repeatable; default: every "
+        "stream SCAN finds, every key of the file)",
     )  # fmt: skip
     top.add_argument("--match", default="*", metavar="GLOB", help="SCAN only keys matching GLOB")
     top.add_argument(

@@ -99,6 +99,12 @@ async def find_streams(client: RedisClient, match: str = "*") -> list[str]:
 async def scan_streams(client: RedisClient, match: str = "*") -> tuple[list[str], bool]:
     """The first MAX_STREAMS stream keys (by name) matching ``match`` on every primary, and
     whether there were more (SCAN goes one key past the limit to know)."""
+    return await scan_keys(client, match, "stream")
+
+
+async def scan_keys(client: RedisClient, match: str, kind: str) -> tuple[list[str], bool]:
+    """The first MAX_STREAMS keys of type ``kind`` (by name) matching ``match`` on every
+    primary, and whether there were more."""
     found: set[str] = set()
     if isinstance(client, RedisCluster):
         await client.refresh_slots()
@@ -108,7 +114,7 @@ async def scan_streams(client: RedisClient, match: str = "*") -> tuple[list[str]
     for node in nodes:
         cursor = b"0"
         while len(found) <= MAX_STREAMS:
-            args = ("SCAN", cursor, "MATCH", match, "COUNT", 1000, "TYPE", "stream")
+            args = ("SCAN", cursor, "MATCH", match, "COUNT", 1000, "TYPE", kind)
             if node is None:
                 reply = await client.execute(*args)
             else:

@@ -102,10 +102,11 @@ class RedisWatch(Watch):
 
 
 class FileWatch(Watch):
-    """The stream keys of one stream file."""
+    """The stream keys of one stream file (those in ``keys``, when given)."""
 
-    def __init__(self, sampler: FileSampler) -> None:
+    def __init__(self, sampler: FileSampler, *, keys: Sequence[str] = ()) -> None:
         self._sampler = sampler
+        self._keys = frozenset(keys)
         self._previous: FileSnapshot | None = None
         self._latest: FileSnapshot | None = None
 
@@ -118,6 +119,8 @@ class FileWatch(Watch):
         assert snapshot is not None, "refresh() first"
         rows = file_rows(snapshot, self._previous)
         seconds = None if self._previous is None else snapshot.at - self._previous.at
+        if self._keys:
+            rows = [row for row in rows if row.key in self._keys]
         if match:
             rows = [row for row in rows if match in row.key]
         if sort == "rate":

@@ -86,18 +86,33 @@ async def test_top_with_exactly_1000_streams_does_not_say_some_are_left_out(
     assert "only the first" not in watch.screen(sort="name", match="").title
 
 
-async def test_top_of_a_named_stream_that_does_not_exist_says_so(
+async def test_top_of_a_named_stream_that_does_not_exist_is_an_error_listing_the_streams_there(
     redis_server: RedisServer, redis: RedisClient
 ) -> None:
-    await redis.execute("XADD", "orders", "*", "_payload", "x")
+    for key in ("orders", "orders.dead", "audit"):
+        await redis.execute("XADD", key, "*", "_payload", "x")
     await redis.execute("SET", "plain", "not a stream")
     args = ["top", redis_server.url, "--once"]
-    args += ["--stream", "orders", "--stream", "nope", "--stream", "plain"]
+    args += ["--stream", "orders", "--stream", "ordres", "--stream", "plain"]
     result = await trio.to_thread.run_sync(lambda: cli(*args))
-    assert result.returncode == 0, result.stderr
-    title = result.stdout.splitlines()[0]
-    assert "1 of 1 streams" in title
-    assert "no such stream: 'nope', 'plain' (the key does not exist or is not a stream)" in title
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        f"error: no streams 'ordres', 'plain' in {redis_server.url}; there: 'orders', "
+        "'orders.dead', 'audit'"
+    ]
+
+
+async def test_a_stream_named_to_the_live_view_that_goes_away_is_noted_in_the_title(
+    redis: RedisClient,
+) -> None:
+    await redis.execute("XADD", "orders", "*", "_payload", "x")
+    await redis.execute("XADD", "gone", "*", "_payload", "x")
+    watch = RedisWatch(redis, "test", streams=["orders", "gone"])
+    await redis.execute("DEL", "gone")
+    await watch.refresh()
+    title = watch.screen(sort="name", match="").title
+    assert "no such stream: 'gone' (the key does not exist or is not a stream)" in title
 
 
 async def test_top_of_a_watch_with_every_stream_present_names_none_missing(
