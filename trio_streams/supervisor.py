@@ -23,7 +23,8 @@ nursery:
   socket in a directory this supervisor made (mode 0700), named per start of its slot.
 - **Reload** (``--reload``, one worker): on a change to a ``.py`` file under the watched
   directories (``watchfiles``), the worker is stopped with SIGTERM (a clean drain) and started
-  again with the new code.
+  again with the new code. A worker that exits with a failure (a file saved mid-edit does not
+  import) is neither restarted nor given up on: the next change starts it.
 
 Each worker finds its index in ``TRIO_STREAMS_WORKER`` (0 to N-1) and the count in
 ``TRIO_STREAMS_WORKERS``. Cancelled (the supervisor's own run ends), the workers are sent
@@ -144,6 +145,16 @@ class _Worker:
             if status == 0:
                 _log.info("worker %d: its app finished by itself (exit 0)", self.index)
                 return status
+            if self._policy.reload:
+                # Mid-edit: a file saved half-written does not import. Restarting cannot help
+                # before the code changes again; the next change starts it.
+                _log.error(
+                    "worker %d: %s; starting it again at the next change",
+                    self.index,
+                    _status(status),
+                )
+                await _either(reload, stopping)
+                return status
             now = trio.current_time()
             self._crashes.append(now)
             while self._crashes and self._crashes[0] < now - self._policy.crash_window:
@@ -229,6 +240,18 @@ class _Worker:
         process = self.process
         if process is not None and process.returncode is None:
             process.send_signal(signum)
+
+
+async def _either(first: trio.Event, second: trio.Event) -> None:
+    """Wait until ``first`` or ``second`` is set. Cancelled, it stops waiting."""
+    async with trio.open_nursery() as nursery:
+
+        async def wait(event: trio.Event) -> None:
+            await event.wait()
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(wait, first)
+        nursery.start_soon(wait, second)
 
 
 def _status(status: int) -> str:

@@ -6,6 +6,7 @@ raised while importing (a runtime error, exit 1, a crash to restart under ``--wo
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -120,3 +121,27 @@ async def test_under_workers_a_module_that_raises_while_importing_is_restarted_a
     assert "exited with status 1; restarting in" in text
     assert "crashed 2 times" in text and "giving up" in text
     assert "command line or target is wrong" not in text
+
+
+async def test_reload_keeps_watching_when_a_file_is_saved_with_a_syntax_error(
+    tmp_path: Path,
+) -> None:
+    module = tmp_path / "live.py"
+    module.write_text(GOOD.format(version=1))
+    running = Consumer(
+        "run", "live:app", "--reload", module=CLI, with_stderr=True, cwd=tmp_path,
+        env=_env(tmp_path),
+    )  # fmt: skip
+    try:
+        await running.wait_line("version 1", within=30)
+        await running.wait_text("live: running", within=30)
+        module.write_text('from trio_streams import App\napp = App("live"\n')  # mid-edit
+        await running.wait_text("importing 'live' failed: SyntaxError", within=30)
+        await running.wait_text("starting it again at the next change", within=30)
+        module.write_text(GOOD.format(version=2))
+        await running.wait_line("version 2", within=30)
+        running.signal(signal.SIGTERM)
+        assert await running.wait_exit(within=30) == 0
+    finally:
+        running.stop()
+    assert not any("giving up" in line for line in running.lines)
