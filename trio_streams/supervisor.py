@@ -3,9 +3,9 @@
 The supervisor is a small Trio program. It checks the app first (imported, never run, in the
 supervisor): a subscription that would hand every message to every worker is refused unless
 the user allows it, and so is a consumer name fixed in the code (N workers would be one
-consumer). Then it starts the workers, each ``trio-streams run MODULE:ATTRIBUTE`` in its own
-session (so a Ctrl-C in the terminal reaches the supervisor alone), and owns them in one
-nursery:
+consumer) or a consumer one process at a time can run (a stream file's durable one). Then it
+starts the workers, each ``trio-streams run MODULE:ATTRIBUTE`` in its own session (so a Ctrl-C
+in the terminal reaches the supervisor alone), and owns them in one nursery:
 
 - **Signals.** The first SIGINT/SIGTERM is forwarded to every worker as SIGTERM: each drains
   and stops. A second one is forwarded too: each worker cancels at once. A third kills them.
@@ -93,7 +93,14 @@ def check_workers(app: App, workers: int, *, allow_broadcast: bool) -> list[str]
         for subscription in broker.subscriptions:
             source = subscription.source
             where = f"subscription {subscription.name!r} ({source!r})"
-            if source.sharing is Sharing.EVERY and not allow_broadcast:
+            if source.sharing is Sharing.EVERY and source.consumer_name is not None:
+                problems.append(
+                    f"{where} is the consumer {source.consumer_name!r}, which one process at a "
+                    f"time can run: {workers} workers cannot each run it, even with "
+                    "--allow-broadcast; read it from one process (leave out --workers, or move "
+                    "it to an app of its own)"
+                )
+            elif source.sharing is Sharing.EVERY and not allow_broadcast:
                 problems.append(
                     f"{where} would deliver every message to each of the {workers} workers "
                     "(it does not share work across processes); read it from one process, or "

@@ -145,3 +145,23 @@ async def test_reload_keeps_watching_when_a_file_is_saved_with_a_syntax_error(
     finally:
         running.stop()
     assert not any("giving up" in line for line in running.lines)
+
+
+def test_a_durable_file_consumer_is_refused_with_workers_even_with_allow_broadcast(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "svc.py").write_text(
+        "from trio_streams import App\n"
+        "from trio_streams.file import FileBroker, FileStream\n"
+        'app = App("svc")\n'
+        'broker = app.broker(FileBroker("orders.ss"))\n'
+        '@broker.subscriber(FileStream("orders", durable="live"), name="orders")\n'
+        "async def take(n: int) -> None: ...\n"
+    )
+    for extra in ([], ["--allow-broadcast"]):
+        result = run_in(tmp_path, "svc:app", "--workers", "2", *extra)
+        assert result.returncode == 2, result.stderr
+        [line] = stderr_lines(result)
+        assert line.startswith(f"{PREFIX}--workers 2: subscription 'orders' "), line
+        assert "is the consumer 'live', which one process at a time can run" in line
+    assert not (tmp_path / "orders.ss").exists()  # no worker started, nothing opened
