@@ -23,6 +23,7 @@ from .http_endpoints import EndpointError
 from .logs import FORMATS, LEVELS, LogConfigError, configure
 from .reporting import describe, report
 from .supervisor import (
+    WORKER_ENV,
     SupervisorPolicy,
     check_workers,
     supervise,
@@ -122,7 +123,12 @@ def _run(args: argparse.Namespace) -> int:
         )
         return 2
     try:
-        configure(args.log_level or "info", args.log_format or "text", args.log_config)
+        configure(
+            args.log_level or "info",
+            args.log_format or "text",
+            args.log_config,
+            process=_process_tag(args),
+        )
     except LogConfigError as exc:
         print(f"{_PROG}: {exc}", file=sys.stderr)
         return 2
@@ -132,6 +138,15 @@ def _run(args: argparse.Namespace) -> int:
         # Came while the app was imported or checked, before Trio: nothing runs yet.
         _log.warning("%s: %s received while starting, stopping at once", _PROG, stop.name)
         return _EXIT_CUT_SHORT
+
+
+def _process_tag(args: argparse.Namespace) -> str | None:
+    """Which process the log lines come from, when several share a stderr: the supervisor
+    (``--workers``, ``--reload``) or one of its workers (``TRIO_STREAMS_WORKER``)."""
+    if args.workers is not None or args.reload:
+        return "supervisor"
+    index = os.environ.get(WORKER_ENV)
+    return None if index is None else f"worker {index}"
 
 
 def _load_and_run(args: argparse.Namespace) -> int:
