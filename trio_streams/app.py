@@ -358,6 +358,11 @@ class App:
             raise
         except Exception as error:
             raise AppFailed(f"app {self.name!r} failed: {describe(error)}") from error
+        except BaseException as error:  # sys.exit() in a lifespan, say: one line, not a crash
+            stop = escaped(error, f"app {self.name!r}: its code")
+            if stop is None:
+                raise
+            raise AppFailed(f"app {self.name!r} failed: {stop}") from error
 
     def test(
         self,

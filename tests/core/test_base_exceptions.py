@@ -5,6 +5,8 @@ app fails with an error naming the handler; a cancellation passes as it is."""
 from __future__ import annotations
 
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 
@@ -69,3 +71,18 @@ def test_a_group_of_one_exit_names_the_exit_itself() -> None:
     found = escaped(BaseExceptionGroup("g", [BaseExceptionGroup("h", [SystemExit(2)])]), "task t")
     assert isinstance(found, BaseExceptionRaised)
     assert str(found) == "task t raised SystemExit(2)"
+
+
+def test_a_lifespan_that_calls_sys_exit_fails_the_run_instead_of_exiting_the_interpreter() -> None:
+    app = App("svc")
+    app.broker(MemoryBroker())
+
+    @app.lifespan
+    @asynccontextmanager
+    async def resources() -> AsyncIterator[None]:
+        sys.exit(5)
+        yield
+
+    with pytest.raises(AppFailed) as failed:
+        app.run_until_stopped()
+    assert "raised SystemExit(5)" in str(failed.value)
