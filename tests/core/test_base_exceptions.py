@@ -80,7 +80,8 @@ def test_a_lifespan_that_calls_sys_exit_fails_the_run_instead_of_exiting_the_int
     @app.lifespan
     @asynccontextmanager
     async def resources() -> AsyncIterator[None]:
-        sys.exit(5)
+        if app.name == "svc":  # always: the yield below makes this a generator
+            sys.exit(5)
         yield
 
     with pytest.raises(AppFailed) as failed:
