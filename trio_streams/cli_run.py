@@ -34,7 +34,11 @@ from .supervisor_http import serve_worker_endpoints
 
 __all__ = ["AppImportFailed", "AppNotFound", "load_app", "register"]
 
-_PROG = "trio-streams run"
+#: What the command's own lines start with; a worker of ``--workers`` adds its index, since the
+#: workers and their supervisor share one stderr.
+_PROG = "trio-streams run" + (
+    f" [worker {os.environ[WORKER_ENV]}]" if WORKER_ENV in os.environ else ""
+)
 _TRACEBACK_HINT = "--log-level debug shows the traceback"
 #: The exit status of a run that a signal stopped before it was running, or whose drain a
 #: second signal cut short (128 + SIGINT, whichever signal it was).
