@@ -28,6 +28,7 @@ from .banner import log_banner
 from .broker import Broker
 from .dispatch import HandledMessage
 from .errors import ConfigurationError, TrioStreamsError
+from .escapes import escaped
 from .groups import leaves, raise_lone_errors, reraise_unwrapped
 from .host import Fault
 from .logs import configure_default
@@ -357,6 +358,11 @@ class App:
             raise
         except Exception as error:
             raise AppFailed(f"app {self.name!r} failed: {describe(error)}") from error
+        except BaseException as error:  # sys.exit() in a lifespan, say: one line, not a crash
+            stop = escaped(error, f"app {self.name!r}: its code")
+            if stop is None:
+                raise
+            raise AppFailed(f"app {self.name!r} failed: {stop}") from error
 
     def test(
         self,
@@ -526,6 +532,13 @@ class App:
             failure = TrioStreamsError(f"task {_name_of(fn)} failed: {exc!r}")
             failure.__cause__ = exc
             handle._fail(failure)
+        except BaseException as exc:
+            stop = escaped(exc, f"task {_name_of(fn)}")
+            if stop is None:
+                raise
+            self.logger.error("%s: %s", self.name, stop)
+            stop.__cause__ = exc
+            handle._fail(stop)
 
     def _retry_target(self, subscription: Subscription, seen: dict[str, int]) -> str:
         """``<app>/<subscription>``, unique in the app: a name a later broker repeats gets
@@ -653,6 +666,11 @@ class App:
                 # Says where it came from in a one-line report; the type stays the hook's.
                 exc.add_note(f"in the {stage} hook {_name_of(hook)}")
                 raise
+            except BaseException as exc:
+                stop = escaped(exc, f"the {stage} hook {_name_of(hook)}")
+                if stop is None:
+                    raise
+                raise stop from exc
 
 
 def check_shutdown_timeout(value: object) -> float:

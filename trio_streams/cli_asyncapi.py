@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from .asyncapi import asyncapi_document
-from .cli_run import AppNotFound, load_app
+from .cli_run import AppImportFailed, AppNotFound, load_app
 from .errors import ConfigurationError
 
 __all__ = ["register"]
@@ -22,6 +22,9 @@ def _asyncapi(args: argparse.Namespace) -> int:
     except AppNotFound as exc:
         print(f"{_PROG}: {exc}", file=sys.stderr)
         return 2
+    except AppImportFailed as exc:  # the module's own code raised: a runtime error
+        print(f"{_PROG}: {exc}", file=sys.stderr)
+        return 1
     try:
         document = asyncapi_document(app, version=args.app_version, description=args.description)
     except ConfigurationError as exc:  # e.g. a publisher whose router is in no broker

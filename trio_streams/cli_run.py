@@ -24,6 +24,7 @@ from .http_endpoints import EndpointError
 from .logs import FORMATS, LEVELS, LogConfigError, configure
 from .reporting import describe, report
 from .supervisor import (
+    WORKER_ENV,
     SupervisorPolicy,
     check_workers,
     supervise,
@@ -32,9 +33,13 @@ from .supervisor import (
 )
 from .supervisor_http import serve_worker_endpoints
 
-__all__ = ["AppNotFound", "load_app", "register"]
+__all__ = ["AppImportFailed", "AppNotFound", "load_app", "register"]
 
-_PROG = "trio-streams run"
+#: What the command's own lines start with; a worker of ``--workers`` adds its index, since the
+#: workers and their supervisor share one stderr.
+_PROG = "trio-streams run" + (
+    f" [worker {os.environ[WORKER_ENV]}]" if WORKER_ENV in os.environ else ""
+)
 _TRACEBACK_HINT = "--log-level debug shows the traceback"
 #: The exit status of a run that a signal stopped before it was running, or whose drain a
 #: second signal cut short (128 + SIGINT, whichever signal it was).
@@ -46,12 +51,19 @@ class AppNotFound(Exception):
     """The ``module:attribute`` given on the command line does not name an App."""
 
 
+class AppImportFailed(Exception):
+    """The app's module raised while it was imported (or its ``--factory`` raised): the target
+    is right, the code it runs is not. A runtime error (exit 1), not a usage one; its
+    ``__cause__`` is what the module raised."""
+
+
 def load_app(target: str, *, factory: bool = False) -> App:
     """Import ``module:attribute`` (the current directory is importable) and return the App.
 
     With ``factory``, the attribute is called (with no argument) and must return the App.
-    Raises :class:`AppNotFound` saying what is wrong; an error raised while importing the
-    module or calling the factory is its ``__cause__``.
+    Raises :class:`AppNotFound` when the target is wrong (no such module or attribute, not an
+    App), and :class:`AppImportFailed` when the module, or the factory, raised: the error it
+    raised is the ``__cause__``.
     """
     module_name, _, attribute = target.partition(":")
     if not module_name or not attribute:
@@ -61,10 +73,14 @@ def load_app(target: str, *, factory: bool = False) -> App:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
+    except MissingExtra as exc:  # a feature's extra: usage, as for every command
+        raise AppNotFound(f"cannot import {module_name!r}: {exc}") from exc
+    except ModuleNotFoundError as exc:
+        if not _names_target(exc, module_name):  # the module imports one that is missing
+            raise AppImportFailed(f"importing {module_name!r} failed: {describe(exc)}") from exc
         raise AppNotFound(f"cannot import {module_name!r}: {exc}") from exc
     except Exception as exc:
-        raise AppNotFound(f"importing {module_name!r} failed: {describe(exc)}") from exc
+        raise AppImportFailed(f"importing {module_name!r} failed: {describe(exc)}") from exc
     value: Any = module
     for part in attribute.split("."):
         try:
@@ -81,7 +97,7 @@ def load_app(target: str, *, factory: bool = False) -> App:
         try:
             value = value()
         except Exception as exc:
-            raise AppNotFound(f"--factory: calling {target}() failed: {describe(exc)}") from exc
+            raise AppImportFailed(f"--factory: calling {target}() failed: {describe(exc)}") from exc
         if inspect.iscoroutine(value):
             value.close()
             raise AppNotFound(
@@ -129,6 +145,13 @@ def _check_module_name(module_name: str, attribute: str) -> None:
     )
 
 
+def _names_target(error: ModuleNotFoundError, module_name: str) -> bool:
+    """Whether the missing module is the target itself or a package on its path (a wrong
+    target), rather than one the target imports."""
+    missing = error.name or ""
+    return module_name == missing or module_name.startswith(f"{missing}.")
+
+
 def _run(args: argparse.Namespace) -> int:
     if args.log_config is not None and (args.log_level or args.log_format):
         print(
@@ -137,7 +160,12 @@ def _run(args: argparse.Namespace) -> int:
         )
         return 2
     try:
-        configure(args.log_level or "info", args.log_format or "text", args.log_config)
+        configure(
+            args.log_level or "info",
+            args.log_format or "text",
+            args.log_config,
+            process=_process_tag(args),
+        )
     except LogConfigError as exc:
         print(f"{_PROG}: {exc}", file=sys.stderr)
         return 2
@@ -149,20 +177,30 @@ def _run(args: argparse.Namespace) -> int:
         return _EXIT_CUT_SHORT
 
 
+def _process_tag(args: argparse.Namespace) -> str | None:
+    """Which process the log lines come from, when several share a stderr: the supervisor
+    (``--workers``, ``--reload``) or one of its workers (``TRIO_STREAMS_WORKER``)."""
+    if args.workers is not None or args.reload:
+        return "supervisor"
+    index = os.environ.get(WORKER_ENV)
+    return None if index is None else f"worker {index}"
+
+
 def _load_and_run(args: argparse.Namespace) -> int:
     """Import the app and run it (or its supervisor), logging configured. A signal before
     Trio runs raises ``StopSignal`` (the start-up guard installed by ``main``); from
     ``trio.run`` on, the guard only holds signals and the run hears them from its start."""
     try:
         app = load_app(args.app, factory=args.factory)
-    except AppNotFound as exc:
+    except (AppNotFound, AppImportFailed) as exc:
         if exc.__cause__ is not None:
             _log.debug("%s: the traceback", _PROG, exc_info=exc.__cause__)
         # A missing extra's line ends with the command that installs it: nothing to add.
         traced = exc.__cause__ is not None and not isinstance(exc.__cause__, MissingExtra)
         hint = f"; {_TRACEBACK_HINT}" if traced else ""
         print(f"{_PROG}: {exc}{hint}", file=sys.stderr)
-        return 2
+        # A wrong target is a usage error; code that raised while importing is a runtime one.
+        return 2 if isinstance(exc, AppNotFound) else 1
     if args.workers is not None or args.reload:
         return _supervise(app, args)  # with --http, the supervisor serves it for the app
     if args.http is not None:
@@ -285,8 +323,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="run an app until SIGINT/SIGTERM",
         description="Import MODULE:ATTRIBUTE and run the App it names. The first SIGINT or "
         "SIGTERM drains in-flight work; a second one cancels at once. Exit status: 0 after a "
-        "graceful stop, 1 when the app did not start or a subscription failed (one line per "
-        "error on stderr), 2 for a bad command line or a target that is not an App, 130 when "
+        "graceful stop, 1 when the app's module raised while importing, the app did not start "
+        "or a subscription failed (one line per error on stderr), 2 for a bad command line or "
+        "a wrong target (no such module or attribute, not an App), 130 when "
         "a signal stopped it while it was starting (at once: importing, in a startup hook, "
         "connecting) or a second signal cut the drain short. With --workers, the supervisor "
         "exits 1 when a worker keeps crashing.",

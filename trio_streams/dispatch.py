@@ -35,6 +35,8 @@ from .codec import DecodeError, EncodeError, encode
 from .context import Context
 from .delivery import Delivery, retry_target_of
 from .depends import DependencyScope
+from .errors import BaseExceptionRaised
+from .escapes import escaped
 from .failure import Verdict
 from .handler import UNDECODED
 from .middleware import HandlerCall, broker_kind
@@ -273,6 +275,10 @@ class Dispatcher:
                                             delivery, message, outcome, exc
                                         )
                                         later = concluded is True
+                                    except BaseException as exc:
+                                        if (stop := self._escaped(exc)) is None:
+                                            raise
+                                        raise stop from exc
                                     else:
                                         if result is not None:
                                             if starts is not None:
@@ -586,7 +592,18 @@ class Dispatcher:
             if scope is not None:
                 scope.error = exc
             outcome = self._failed(delivery, exc)
+        except BaseException as exc:
+            if (stop := self._escaped(exc)) is None:
+                raise
+            raise stop from exc
         return await self._conclude(delivery, args[0], outcome, error, ordered=ordered)
+
+    def _escaped(self, error: BaseException) -> BaseExceptionRaised | None:
+        """What the handler raised past the failure policy, as the error that stops the
+        subscription: a ``BaseException`` that is not a cancellation (see :mod:`.escapes`).
+        None for a cancellation, which goes on as it is."""
+        where = f"handler {self._handler.name} of subscription {self._runner.label!r}"
+        return escaped(error, where)
 
     async def _conclude_result(self, delivery: Delivery, message: Any, result: Any) -> bool:
         """The handler of a payload-only delivery returned ``result``: publish it, then settle
@@ -892,6 +909,10 @@ class Dispatcher:
                 )
                 self._log.debug("%s: the traceback", self._runner.label, exc_info=exc)
             return [self._policy.on_exception(d) for d in deliveries], exc
+        except BaseException as exc:
+            if (stop := self._escaped(exc)) is None:
+                raise
+            raise stop from exc
 
     # ---- settling ----------------------------------------------------------------------------
 

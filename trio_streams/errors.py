@@ -39,3 +39,13 @@ class WrongKeyType(TrioStreamsError):
     def hint(self) -> str:
         # The key is named in the message; nothing in a traceback would add to it.
         return "use another key, or delete this one"
+
+
+class BaseExceptionRaised(TrioStreamsError):
+    """A handler, hook or task raised a ``BaseException`` that is not a cancellation:
+    ``sys.exit()``, or a class of its own derived from ``BaseException``. Nothing but a
+    cancellation may leave user code that way, so the app stops, as on any fatal error; the
+    message names the code that raised it, and ``__cause__`` is what it raised."""
+
+    def hint(self) -> str:
+        return "raise an Exception instead: a handler's goes to its failure policy"

@@ -6,6 +6,11 @@ at INFO, one line per record: ``2024-05-01 12:00:00,000 INFO trio_streams.app.bi
 ``--log-config FILE`` hands a JSON ``dictConfig`` file to the standard library, which then
 decides everything (a config's formatter can be ``{"()": "trio_streams.logs.JsonFormatter"}``).
 
+Under ``--workers N`` (and ``--reload``) every process writes to the supervisor's stderr, so
+each line says which process wrote it: ``[worker 1]`` (from ``TRIO_STREAMS_WORKER``) or
+``[supervisor]`` after the level, and a ``"process"`` field in JSON. A run in one process has
+no such tag.
+
 What trio-streams itself logs, by level: INFO, the startup banner and lifecycle lines; WARNING,
 one line per handler failure that will be retried, per dead letter and per drop after the last
 attempt, and faults; ERROR, the last failed attempt of a message (with its traceback), and what
@@ -31,6 +36,7 @@ __all__ = [
     "LogConfigError",
     "configure",
     "configure_default",
+    "text_format",
 ]
 
 #: The levels ``--log-level`` takes.
@@ -46,8 +52,13 @@ class LogConfigError(ConfigurationError):
 
 class JsonFormatter(logging.Formatter):
     """One JSON object per record, on one line: ``time`` (ISO 8601, UTC, milliseconds),
-    ``level``, ``logger``, ``message``, and ``exc_info`` (the formatted traceback) and
-    ``stack_info`` when the record has them."""
+    ``level``, ``logger``, ``message``, ``process`` when one is given (``"worker 1"``,
+    ``"supervisor"``), and ``exc_info`` (the formatted traceback) and ``stack_info`` when the
+    record has them."""
+
+    def __init__(self, process: str | None = None) -> None:
+        super().__init__()
+        self._process = process
 
     def format(self, record: logging.LogRecord) -> str:
         when = datetime.fromtimestamp(record.created, UTC)
@@ -57,6 +68,8 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
+        if self._process is not None:
+            entry["process"] = self._process
         if record.exc_info:
             entry["exc_info"] = self.formatException(record.exc_info)
         elif record.exc_text:
@@ -66,11 +79,19 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
-def configure(level: str = "info", fmt: str = "text", config_file: str | None = None) -> None:
+def configure(
+    level: str = "info",
+    fmt: str = "text",
+    config_file: str | None = None,
+    *,
+    process: str | None = None,
+) -> None:
     """Set up the root logger for a standalone run, replacing any handlers it has.
 
-    With ``config_file`` (a JSON ``dictConfig`` document) the file decides, and ``level`` and
-    ``fmt`` are not used. Raises :class:`LogConfigError` naming the file and what is wrong.
+    ``process`` names the process in every line (``"worker 1"``, ``"supervisor"``: several
+    processes share one stderr). With ``config_file`` (a JSON ``dictConfig`` document) the file
+    decides, and ``level``, ``fmt`` and ``process`` are not used. Raises
+    :class:`LogConfigError` naming the file and what is wrong.
     """
     if config_file is not None:
         _apply_config_file(config_file)
@@ -80,8 +101,18 @@ def configure(level: str = "info", fmt: str = "text", config_file: str | None = 
     if fmt not in FORMATS:
         raise LogConfigError(f"log format must be one of {', '.join(FORMATS)}, not {fmt!r}")
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
+    handler.setFormatter(
+        JsonFormatter(process) if fmt == "json" else logging.Formatter(text_format(process))
+    )
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+
+
+def text_format(process: str | None = None) -> str:
+    """The text format, with ``[process]`` after the level when a process is named."""
+    if process is None:
+        return TEXT_FORMAT
+    tag = process.replace("%", "%%")
+    return f"%(asctime)s %(levelname)s [{tag}] %(name)s: %(message)s"
 
 
 def configure_default() -> None:

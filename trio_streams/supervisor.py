@@ -3,9 +3,9 @@
 The supervisor is a small Trio program. It checks the app first (imported, never run, in the
 supervisor): a subscription that would hand every message to every worker is refused unless
 the user allows it, and so is a consumer name fixed in the code (N workers would be one
-consumer). Then it starts the workers, each ``trio-streams run MODULE:ATTRIBUTE`` in its own
-session (so a Ctrl-C in the terminal reaches the supervisor alone), and owns them in one
-nursery:
+consumer) or a consumer one process at a time can run (a stream file's durable one). Then it
+starts the workers, each ``trio-streams run MODULE:ATTRIBUTE`` in its own session (so a Ctrl-C
+in the terminal reaches the supervisor alone), and owns them in one nursery:
 
 - **Signals.** The first SIGINT/SIGTERM is forwarded to every worker as SIGTERM: each drains
   and stops. A second one is forwarded too: each worker cancels at once. A third kills them.
@@ -23,7 +23,8 @@ nursery:
   socket in a directory this supervisor made (mode 0700), named per start of its slot.
 - **Reload** (``--reload``, one worker): on a change to a ``.py`` file under the watched
   directories (``watchfiles``), the worker is stopped with SIGTERM (a clean drain) and started
-  again with the new code.
+  again with the new code. A worker that exits with a failure (a file saved mid-edit does not
+  import) is neither restarted nor given up on: the next change starts it.
 
 Each worker finds its index in ``TRIO_STREAMS_WORKER`` (0 to N-1) and the count in
 ``TRIO_STREAMS_WORKERS``. Cancelled (the supervisor's own run ends), the workers are sent
@@ -92,7 +93,14 @@ def check_workers(app: App, workers: int, *, allow_broadcast: bool) -> list[str]
         for subscription in broker.subscriptions:
             source = subscription.source
             where = f"subscription {subscription.name!r} ({source!r})"
-            if source.sharing is Sharing.EVERY and not allow_broadcast:
+            if source.sharing is Sharing.EVERY and source.consumer_name is not None:
+                problems.append(
+                    f"{where} is the consumer {source.consumer_name!r}, which one process at a "
+                    f"time can run: {workers} workers cannot each run it, even with "
+                    "--allow-broadcast; read it from one process (leave out --workers, or move "
+                    "it to an app of its own)"
+                )
+            elif source.sharing is Sharing.EVERY and not allow_broadcast:
                 problems.append(
                     f"{where} would deliver every message to each of the {workers} workers "
                     "(it does not share work across processes); read it from one process, or "
@@ -143,6 +151,16 @@ class _Worker:
                 return status  # the caller starts it again after a reload
             if status == 0:
                 _log.info("worker %d: its app finished by itself (exit 0)", self.index)
+                return status
+            if self._policy.reload:
+                # Mid-edit: a file saved half-written does not import. Restarting cannot help
+                # before the code changes again; the next change starts it.
+                _log.error(
+                    "worker %d: %s; starting it again at the next change",
+                    self.index,
+                    _status(status),
+                )
+                await _either(reload, stopping)
                 return status
             now = trio.current_time()
             self._crashes.append(now)
@@ -229,6 +247,18 @@ class _Worker:
         process = self.process
         if process is not None and process.returncode is None:
             process.send_signal(signum)
+
+
+async def _either(first: trio.Event, second: trio.Event) -> None:
+    """Wait until ``first`` or ``second`` is set. Cancelled, it stops waiting."""
+    async with trio.open_nursery() as nursery:
+
+        async def wait(event: trio.Event) -> None:
+            await event.wait()
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(wait, first)
+        nursery.start_soon(wait, second)
 
 
 def _status(status: int) -> str:

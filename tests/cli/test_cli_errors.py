@@ -107,11 +107,6 @@ def test_a_shutdown_timeout_that_is_not_seconds_is_refused_at_parse_with_status_
         ),
         ("make_nothing", "--factory: tests.cli.apps:make_nothing() returned int, not a"),
         ("make_app_async", "--factory: tests.cli.apps:make_app_async is an async function"),
-        (
-            "make_broken",
-            "--factory: calling tests.cli.apps:make_broken() failed: LookupError: no "
-            "configuration for this environment; --log-level debug shows the traceback",
-        ),
     ],
 )
 def test_factory_on_what_is_not_an_app_factory_names_the_object(target: str, message: str) -> None:
@@ -120,6 +115,15 @@ def test_factory_on_what_is_not_an_app_factory_names_the_object(target: str, mes
     lines = stderr_lines(result)
     assert len(lines) == 1 and lines[0].startswith(f"trio-streams run: {message}"), lines
     assert "Traceback" not in result.stderr and "RuntimeWarning" not in result.stderr
+
+
+def test_a_factory_that_raises_is_a_runtime_error_naming_it_with_exit_1() -> None:
+    result = cli("run", "tests.cli.apps:make_broken", "--factory")
+    assert result.returncode == 1
+    assert stderr_lines(result) == [
+        "trio-streams run: --factory: calling tests.cli.apps:make_broken() failed: LookupError: "
+        "no configuration for this environment; --log-level debug shows the traceback"
+    ]
 
 
 def test_factory_that_returns_the_app_runs_it() -> None:

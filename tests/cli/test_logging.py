@@ -162,3 +162,38 @@ def test_log_config_with_log_level_is_refused(tmp_path: Path) -> None:
     result = cli("run", "tests.cli.apps:hooky", "--log-config", str(config), "--log-level", "debug")
     assert result.returncode == 2
     assert "--log-config replaces --log-level and --log-format" in result.stderr
+
+
+def test_under_workers_each_line_names_the_worker_or_the_supervisor_that_wrote_it(
+    tmp_path: Path,
+) -> None:
+    result = run_flaky(tmp_path, "--workers", "2", "--allow-broadcast", fails=0)
+    assert result.returncode == 0, result.stderr  # each worker replays the file to its end
+    lines = stderr_lines(result)
+    for index in (0, 1):
+        assert any(
+            f" INFO [worker {index}] trio_streams.app.flaky: flaky: running" in line
+            for line in lines
+        ), result.stderr
+    supervisor = [line for line in lines if " trio_streams.supervisor: " in line]
+    assert supervisor
+    assert all(" [supervisor] trio_streams.supervisor: " in line for line in supervisor)
+    assert all(" [worker " in line or " [supervisor] " in line for line in lines), result.stderr
+
+
+def test_under_workers_each_json_record_names_its_process(tmp_path: Path) -> None:
+    result = run_flaky(
+        tmp_path, "--workers", "2", "--allow-broadcast", "--log-format", "json", fails=0
+    )
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in stderr_lines(result)]
+    assert {r["process"] for r in records} == {"supervisor", "worker 0", "worker 1"}
+    assert {r["process"] for r in records if r["logger"] == "trio_streams.supervisor"} == {
+        "supervisor"
+    }
+
+
+def test_a_run_in_one_process_names_no_process(tmp_path: Path) -> None:
+    result = run_flaky(tmp_path, fails=0)
+    assert result.returncode == 0, result.stderr
+    assert not any("[worker" in line or "[supervisor]" in line for line in stderr_lines(result))

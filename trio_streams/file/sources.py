@@ -79,6 +79,11 @@ class FileStream(Source):
     def seekable(self) -> bool:
         return True
 
+    @property
+    def consumer_name(self) -> str | None:
+        # A durable consumer holds a lock beside the file: one process at a time runs it.
+        return self.durable
+
     def with_prefix(self, prefix: str) -> Self:
         if not prefix:
             return self
