@@ -150,10 +150,16 @@ def read_count_option(options: Mapping[str, Any], default: int) -> int:
 
 
 def check_source_args(
-    kind: str, names: tuple[str, ...], start_at: object, *, entry_ids: bool = False
+    kind: str,
+    names: tuple[str, ...],
+    start_at: object,
+    *,
+    entry_ids: bool = False,
+    parameter: str = "start_at",
 ) -> None:
     """Refuse, with ``ConfigurationError``, the arguments no source can take (and a Redis entry
-    id position, unless the source reads Redis streams: ``entry_ids``)."""
+    id position, unless the source reads Redis streams: ``entry_ids``). ``parameter`` is what
+    the source calls its start position, so an error names what the user wrote."""
     if not names:
         raise ConfigurationError(f"{kind} needs at least one stream name")
     for name in names:
@@ -162,7 +168,7 @@ def check_source_args(
     if len(set(names)) != len(names):
         raise ConfigurationError(f"stream names repeat: {names!r}")
     if start_at is not None and not isinstance(start_at, Position):
-        raise ConfigurationError(f"start_at takes a Position, not {start_at!r}")
+        raise ConfigurationError(f"{kind}: {parameter} takes a Position, not {start_at!r}")
     if isinstance(start_at, Position) and start_at.kind is PositionKind.ENTRY and not entry_ids:
         raise ConfigurationError(
             f"{kind} cannot start at {start_at!r}: entry ids address Redis streams; use "
