@@ -202,7 +202,7 @@ class App:
         lifespan: Lifespan | None = None,
         middlewares: Sequence[Middleware] | None = None,
     ) -> None:
-        self.name = name
+        self.name = check_app_name(name)
         #: Wrap every subscription's handling and every publish, outside the brokers', routers'
         #: and subscribers' own (:mod:`trio_streams.middleware`).
         self.middlewares = check_middlewares(middlewares, where=f"App({name!r})")
@@ -653,6 +653,29 @@ class App:
                 # Says where it came from in a one-line report; the type stays the hook's.
                 exc.add_note(f"in the {stage} hook {_name_of(hook)}")
                 raise
+
+
+def check_app_name(name: object) -> str:
+    """``name`` as an app's name: it goes into logger names, retry targets
+    (``<app>/<subscription>``, ``#n``, ``@process``) and Redis consumer names
+    (``<host>:<app>/<subscription>:<slot>``), so it must be printable, without whitespace and
+    without the characters that separate those parts."""
+    if not isinstance(name, str):
+        raise ConfigurationError(f"App() takes a name (a str), not {name!r}")
+    if not name.strip():
+        raise ConfigurationError(f"App() needs a name, not {name!r}: e.g. App('orders')")
+    bad = sorted({c for c in name if c in _NAME_SEPARATORS or c.isspace() or not c.isprintable()})
+    if bad:
+        raise ConfigurationError(
+            f"App({name!r}): an app's name cannot hold {', '.join(repr(c) for c in bad)}; it is "
+            "part of retry targets (<app>/<subscription>) and consumer names "
+            "(<host>:<app>/<subscription>:<slot>): use letters, digits, '.', '_' or '-'"
+        )
+    return name
+
+
+#: The characters that separate the parts of retry targets and consumer names.
+_NAME_SEPARATORS = frozenset("/:#@")
 
 
 def check_shutdown_timeout(value: object) -> float:
