@@ -230,6 +230,14 @@ class Source(ABC):
         one consumer (``run --workers`` refuses that). None: each process gets its own."""
         return None
 
+    def reads_dead_letter(self, dead_letter: str) -> bool:
+        """Whether this source itself reads what its subscription dead-letters to
+        ``dead_letter`` (a name, as the subscription's ``dead_letter=`` gives it): every dead
+        letter would come back to the same handler, fail again and be dead-lettered again,
+        forever. The broker refuses such a subscription at mount. By default, a source whose
+        dead letters go to a stream of the same name reads them."""
+        return dead_letter in self.streams
+
 
 class SubscriptionSource(ABC):
     """One mounted subscription's connection to its transport.

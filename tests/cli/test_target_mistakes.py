@@ -1,0 +1,71 @@
+"""``trio-streams run`` refuses a target module's mistakes before anything starts: one line on
+stderr naming the cause, exit status 2, no traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import textwrap
+from pathlib import Path
+
+from .support import cli, stderr_lines
+
+PREFIX = "trio-streams run: "
+
+
+def run_module(tmp_path: Path, source: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Write ``source`` as the module ``target`` in ``tmp_path`` and run ``target:app``."""
+    (tmp_path / "target.py").write_text(textwrap.dedent(source))
+    return cli("run", "target:app", *args, env={"PYTHONPATH": str(tmp_path)})
+
+
+def the_one_line(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 2, result.stderr
+    lines = stderr_lines(result)
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(PREFIX), result.stderr
+    assert "Traceback" not in result.stderr and "ExceptionGroup" not in result.stderr
+    return lines[0]
+
+
+def test_a_redis_dead_letter_its_own_subscription_reads_is_refused_in_one_line(
+    tmp_path: Path,
+) -> None:
+    # Refused at mount, as the module is imported: nothing connects (no server is there).
+    result = run_module(
+        tmp_path,
+        """
+        from trio_streams import App
+        from trio_streams.redis import RedisBroker, RedisStream
+
+        app = App("loop")
+        redis = app.broker(RedisBroker("redis://127.0.0.1:1"))
+
+        @redis.subscriber(RedisStream("loop"), dead_letter="loop")
+        async def h(o: dict) -> None:
+            raise ValueError("bad")
+        """,
+    )
+    line = the_one_line(result)
+    assert "dead_letter 'loop' is read by its own subscription" in line, line
+
+
+def test_a_stream_file_dead_letter_its_own_subscription_reads_is_refused_in_one_line(
+    tmp_path: Path,
+) -> None:
+    result = run_module(
+        tmp_path,
+        f"""
+        from trio_streams import App
+        from trio_streams.file import FileBroker, FileStream
+
+        app = App("loop")
+        log = app.broker(FileBroker({str(tmp_path / "orders.ss")!r}))
+
+        @log.subscriber(FileStream("orders"), dead_letter="orders")
+        async def h(o: dict) -> None:
+            raise ValueError("bad")
+        """,
+    )
+    line = the_one_line(result)
+    assert "dead_letter 'orders' is read by its own subscription" in line, line
+    assert not (tmp_path / "orders.ss").exists()  # nothing started
