@@ -72,8 +72,10 @@ class DeadLetter:
 
     destination: str
     #: ``max-attempts`` (tried as often as allowed), ``undecodable`` (the payload cannot be
-    #: decoded, which no retry fixes) or ``unencodable`` (the handler ran, but the value it
-    #: returned cannot be encoded for its publishers; it is not run again).
+    #: decoded, which no retry fixes), ``by-key`` (the subscription's ``by_key`` function raised
+    #: on the message, so it has no lane; the handler did not run) or ``unencodable`` (the
+    #: handler ran, but the value it returned cannot be encoded for its publishers; it is not
+    #: run again).
     reason: str
     #: The exception type and message of the last failure ("" when an outcome asked for it).
     error: str
