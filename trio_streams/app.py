@@ -24,6 +24,7 @@ import trio
 from trio_util import AsyncValue
 
 from . import _signals
+from ._loading import refuse_run_while_importing
 from .banner import log_banner
 from .broker import Broker
 from .dispatch import HandledMessage
@@ -329,7 +330,12 @@ class App:
         start, or a subscription fails, it prints one line per error to stderr, naming the
         cause and, where it is known, what to do (the traceback is logged at DEBUG), and exits
         with status 1: it raises ``SystemExit(1)``, whose ``__cause__`` is the ``AppFailed``.
+
+        Called while ``trio-streams run`` imports the module (a module-level ``app.run()``,
+        not under ``if __name__ == "__main__":``), it raises ``ConfigurationError`` at once:
+        the CLI runs the app itself once the import returns.
         """
+        refuse_run_while_importing(self.name)
         configure_default()
         try:
             return self.run_until_stopped(shutdown_timeout=shutdown_timeout)
@@ -347,8 +353,9 @@ class App:
         """``run`` without its logging set-up and its exit: raises ``AppFailed`` instead.
 
         ``AppFailed`` says whether the app did not start or stopped, and why; ``__cause__`` is
-        the error itself.
+        the error itself. Refused, as ``run`` is, while ``trio-streams run`` imports a module.
         """
+        refuse_run_while_importing(self.name)
         timeout = None if shutdown_timeout is None else check_shutdown_timeout(shutdown_timeout)
         try:
             with _signals.holding():  # a signal before Trio's receiver is not lost

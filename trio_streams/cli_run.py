@@ -17,6 +17,7 @@ import trio
 
 from . import _signals
 from ._extras import MissingExtra, require
+from ._loading import importing
 from .app import App, AppFailed
 from .logs import FORMATS, LEVELS, LogConfigError, configure
 from .reporting import describe, report
@@ -55,7 +56,8 @@ def load_app(target: str, *, factory: bool = False) -> App:
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
-        module = importlib.import_module(module_name)
+        with importing(module_name):
+            module = importlib.import_module(module_name)
     except ImportError as exc:
         raise AppNotFound(f"cannot import {module_name!r}: {exc}") from exc
     except Exception as exc:
@@ -86,8 +88,7 @@ def load_app(target: str, *, factory: bool = False) -> App:
             raise AppNotFound(
                 f"--factory: {target}() returned {type(value).__name__}, not a trio_streams.App"
             )
-        return value
-    if not isinstance(value, App):
+    elif not isinstance(value, App):
         hint = " (is it a factory? add --factory)" if callable(value) else ""
         raise AppNotFound(f"{target} is {type(value).__name__}, not a trio_streams.App{hint}")
     return value

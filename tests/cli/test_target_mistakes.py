@@ -69,3 +69,57 @@ def test_a_stream_file_dead_letter_its_own_subscription_reads_is_refused_in_one_
     line = the_one_line(result)
     assert "dead_letter 'orders' is read by its own subscription" in line, line
     assert not (tmp_path / "orders.ss").exists()  # nothing started
+
+
+def test_a_module_level_app_run_is_refused_with_the_main_guard_hint_before_anything_starts(
+    tmp_path: Path,
+) -> None:
+    marker = tmp_path / "started"
+    result = run_module(
+        tmp_path,
+        f"""
+        from pathlib import Path
+
+        from trio_streams import App
+        from trio_streams.memory import MemoryBroker, MemoryStream
+
+        app = App("twice")
+        broker = app.broker(MemoryBroker())
+
+        @broker.subscriber(MemoryStream("s").replay())  # ends at once: the run returns
+        async def h(n: int) -> None: ...
+
+        @app.on_startup
+        def started() -> None:
+            Path({str(marker)!r}).write_text("started")
+
+        app.run()
+        """,
+    )
+    line = the_one_line(result)
+    assert "app.run() was called while `trio-streams run` imports 'target'" in line, line
+    assert 'if __name__ == "__main__":' in line, line
+    assert not marker.exists()  # the app never started
+
+
+def test_app_run_under_the_main_guard_is_left_alone(tmp_path: Path) -> None:
+    # Imported by the CLI, the guard keeps app.run() from running: the CLI runs the app (it
+    # has nothing to read, so it stops at once by itself).
+    result = run_module(
+        tmp_path,
+        """
+        from trio_streams import App
+        from trio_streams.memory import MemoryBroker, MemoryStream
+
+        app = App("guarded")
+        broker = app.broker(MemoryBroker())
+
+        @broker.subscriber(MemoryStream("s").replay())
+        async def h(n: int) -> None: ...
+
+        if __name__ == "__main__":
+            app.run()
+        """,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "guarded: running" in result.stderr
