@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -15,12 +16,6 @@ from trio_streams import App, MemoryBroker, MemoryStream, drop
 @dataclass
 class Order:
     id: int
-
-
-@dataclass
-class CustomerOrder:
-    id: int
-    customer: str
 
 
 def app_with(**options: object) -> tuple[App, MemoryBroker, list[int]]:
@@ -116,7 +111,10 @@ async def test_an_unhashable_key_is_settled_as_a_by_key_that_raised() -> None:
     app = App("shop")
     broker = app.broker(MemoryBroker())
 
-    @broker.subscriber(MemoryStream("orders"), workers=2, by_key=lambda o: [o.id], dead_letter="d")
+    def unhashable(order: Order) -> Any:
+        return [order.id]
+
+    @broker.subscriber(MemoryStream("orders"), workers=2, by_key=unhashable, dead_letter="d")
     async def handle(order: Order) -> None: ...
 
     async with app.test() as t:

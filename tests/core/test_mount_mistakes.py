@@ -138,9 +138,9 @@ async def test_the_in_process_forms_refuse_the_same_loops() -> None:
 @pytest.mark.parametrize(
     ("make", "parameter"),
     [
-        (lambda: RedisStream("s", start="0"), "start"),
-        (lambda: FileStream("s", start_at="0"), "start_at"),
-        (lambda: MemoryStream("s", start_at="0"), "start_at"),
+        (lambda: RedisStream("s", start="0"), "start"),  # type: ignore[arg-type]
+        (lambda: FileStream("s", start_at="0"), "start_at"),  # type: ignore[arg-type]
+        (lambda: MemoryStream("s", start_at="0"), "start_at"),  # type: ignore[arg-type]
     ],
     ids=["RedisStream", "FileStream", "MemoryStream"],
 )
