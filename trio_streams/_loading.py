@@ -1,5 +1,5 @@
 """What ``trio-streams run`` checks while it loads its target module: that the module does not
-run the app itself.
+run the app itself, and that no broker with subscribers was left out of the app.
 
 The CLI imports ``module:attribute`` inside :func:`importing`; ``App.run`` refuses to start
 while that import is under way (:func:`refuse_run_while_importing`), since the CLI runs the app
@@ -11,10 +11,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from types import ModuleType
+from typing import TYPE_CHECKING
 
+from .broker import Broker
 from .errors import ConfigurationError
 
-__all__ = ["importing", "refuse_run_while_importing"]
+if TYPE_CHECKING:
+    from .app import App
+
+__all__ = ["importing", "refuse_run_while_importing", "unregistered_brokers"]
 
 #: The module ``trio-streams run`` is importing now, if it is importing one.
 _importing: ContextVar[str | None] = ContextVar("trio_streams_cli_importing", default=None)
@@ -39,3 +45,19 @@ def refuse_run_while_importing(app_name: str) -> None:
             f"{module_name!r}, which runs the app itself: put the call under "
             '`if __name__ == "__main__":`'
         )
+
+
+def unregistered_brokers(module: ModuleType, app: App) -> str | None:
+    """One line naming each broker among ``module``'s globals that has subscriptions but is
+    not one of ``app``'s brokers (its handlers would never run), or None if there is none."""
+    registered = app.brokers
+    problems = []
+    for name, value in vars(module).items():
+        if isinstance(value, Broker) and value.subscriptions and value not in registered:
+            count = len(value.subscriptions)
+            problems.append(
+                f"{type(value).__name__} {name!r} ({value.name}) in module {module.__name__!r} "
+                f"has {count} subscription(s) but is not registered on app {app.name!r}: "
+                f"add app.broker({name})"
+            )
+    return "; ".join(problems) or None

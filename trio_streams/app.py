@@ -515,6 +515,12 @@ class App:
                 self.health.value = Health(HealthState.RUNNING)
                 self._refresh_health(runners)
                 log_banner(self.logger, self.name, self._brokers, runners)
+                if not runners and not self._tasks:
+                    self.logger.warning(
+                        "%s: no subscription and no task: the app has nothing to do (a broker "
+                        "with subscribers must be registered with app.broker(...))",
+                        self.name,
+                    )
                 task_status.started(handle)
                 await handle._stop.wait()
                 reason = str(handle._failure) if handle._failure else None

@@ -17,7 +17,7 @@ import trio
 
 from . import _signals
 from ._extras import MissingExtra, require
-from ._loading import importing
+from ._loading import importing, unregistered_brokers
 from .app import App, AppFailed
 from .logs import FORMATS, LEVELS, LogConfigError, configure
 from .reporting import describe, report
@@ -91,6 +91,8 @@ def load_app(target: str, *, factory: bool = False) -> App:
     elif not isinstance(value, App):
         hint = " (is it a factory? add --factory)" if callable(value) else ""
         raise AppNotFound(f"{target} is {type(value).__name__}, not a trio_streams.App{hint}")
+    if problem := unregistered_brokers(module, value):
+        raise AppNotFound(problem)
     return value
 
 

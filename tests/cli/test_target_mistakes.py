@@ -123,3 +123,68 @@ def test_app_run_under_the_main_guard_is_left_alone(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "guarded: running" in result.stderr
+
+
+def test_a_broker_with_subscribers_that_is_not_registered_is_refused_naming_it(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "x.ss"
+    result = run_module(
+        tmp_path,
+        f"""
+        from trio_streams import App
+        from trio_streams.file import FileBroker, FileStream
+
+        app = App("x")
+        log = FileBroker({str(path)!r})
+
+        @log.subscriber(FileStream("orders"))
+        async def h(n: int) -> None: ...
+        """,
+    )
+    line = the_one_line(result)
+    assert f"FileBroker 'log' (file {str(path)!r}) in module 'target'" in line, line
+    assert "has 1 subscription(s) but is not registered on app 'x'" in line, line
+    assert line.endswith("add app.broker(log)"), line
+
+
+def test_a_broker_without_subscribers_that_is_not_registered_is_left_alone(
+    tmp_path: Path,
+) -> None:
+    # A broker only published through (from a task, say) needs no registration check here.
+    result = run_module(
+        tmp_path,
+        """
+        from trio_streams import App
+        from trio_streams.memory import MemoryBroker, MemoryStream
+
+        app = App("x")
+        spare = MemoryBroker()
+        broker = app.broker(MemoryBroker())
+
+        @broker.subscriber(MemoryStream("s").replay())
+        async def h(n: int) -> None: ...
+        """,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_an_unregistered_broker_is_refused_with_a_factory_too(tmp_path: Path) -> None:
+    result = run_module(
+        tmp_path,
+        """
+        from trio_streams import App
+        from trio_streams.memory import MemoryBroker, MemoryStream
+
+        orders = MemoryBroker()
+
+        @orders.subscriber(MemoryStream("s"))
+        async def h(n: int) -> None: ...
+
+        def app() -> App:
+            return App("made")
+        """,
+        "--factory",
+    )
+    line = the_one_line(result)
+    assert "MemoryBroker 'orders'" in line and "add app.broker(orders)" in line, line

@@ -3,6 +3,7 @@ position under the wrong parameter name, an app name that cannot work."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -179,3 +180,53 @@ def test_an_app_name_that_is_not_a_string_is_refused() -> None:
 @pytest.mark.parametrize("name", ["shop", "billing-canary", "orders.v2", "Shop_EU", "café"])
 def test_ordinary_app_names_are_accepted(name: str) -> None:
     assert App(name).name == name
+
+
+# ---- an app with nothing to do -----------------------------------------------------------------
+
+
+def nothing_to_do(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "nothing to do" in r.getMessage()]
+
+
+async def test_an_app_that_starts_with_no_subscription_and_no_task_logs_a_warning(
+    caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    app = App("idle")
+    app.broker(MemoryBroker())
+    unregistered = FileBroker(tmp_path / "x.ss")
+
+    @unregistered.subscriber(FileStream("orders"))
+    async def h(n: int) -> None: ...
+
+    with caplog.at_level(logging.WARNING, logger="trio_streams"):
+        async with app.test():
+            pass
+    (line,) = nothing_to_do(caplog)
+    assert line.startswith("idle: no subscription and no task"), line
+    assert "app.broker(...)" in line, line
+
+
+async def test_an_app_with_only_a_task_does_not_warn(caplog: pytest.LogCaptureFixture) -> None:
+    app = App("ticker")
+
+    @app.task
+    async def tick() -> None: ...
+
+    with caplog.at_level(logging.WARNING, logger="trio_streams"):
+        async with app.test():
+            pass
+    assert nothing_to_do(caplog) == []
+
+
+async def test_an_app_with_a_subscription_does_not_warn(caplog: pytest.LogCaptureFixture) -> None:
+    app = App("shop")
+    broker = app.broker(MemoryBroker())
+
+    @broker.subscriber(MemoryStream("orders"))
+    async def h(n: int) -> None: ...
+
+    with caplog.at_level(logging.WARNING, logger="trio_streams"):
+        async with app.test():
+            pass
+    assert nothing_to_do(caplog) == []
