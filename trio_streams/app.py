@@ -188,8 +188,11 @@ class RunningApp:
 class App:
     """A service: brokers with their subscriptions, hooks, and shared state.
 
-    ``shutdown_timeout`` bounds the graceful drain. With ``stop_when_finished`` (the default) an
-    app whose subscriptions have all ended (replays that reached their end) stops by itself.
+    ``name`` is part of its logger's name, of its retry targets and of its default Redis
+    consumer names: an empty name, whitespace, control characters and ``/ : # @`` are refused
+    (``ConfigurationError``). ``shutdown_timeout`` bounds the graceful drain. With
+    ``stop_when_finished`` (the default) an app whose subscriptions have all ended (replays
+    that reached their end) stops by itself.
     ``lifespan`` is an async context manager factory wrapping the whole run (see
     :meth:`lifespan`).
     """
