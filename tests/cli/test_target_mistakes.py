@@ -7,7 +7,7 @@ import subprocess
 import textwrap
 from pathlib import Path
 
-from .support import cli, stderr_lines
+from .support import cli, one_error_line
 
 PREFIX = "trio-streams run: "
 
@@ -19,12 +19,7 @@ def run_module(tmp_path: Path, source: str, *args: str) -> subprocess.CompletedP
 
 
 def the_one_line(result: subprocess.CompletedProcess[str]) -> str:
-    assert result.returncode == 2, result.stderr
-    lines = stderr_lines(result)
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith(PREFIX), result.stderr
-    assert "Traceback" not in result.stderr and "ExceptionGroup" not in result.stderr
-    return lines[0]
+    return one_error_line(result, 2, PREFIX)
 
 
 def test_a_redis_dead_letter_its_own_subscription_reads_is_refused_in_one_line(

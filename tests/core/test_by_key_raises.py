@@ -36,14 +36,19 @@ def app_with(**options: object) -> tuple[App, MemoryBroker, list[int]]:
     return app, broker, seen
 
 
+async def logged_for_one_order(app: App, caplog: pytest.LogCaptureFixture) -> list[str]:
+    """What trio-streams logs at WARNING and above while ``app`` handles one order."""
+    with caplog.at_level(logging.WARNING, logger="trio_streams"):
+        async with app.test() as t:
+            await t.publish("orders", Order(1))
+    return [r.getMessage() for r in caplog.records if r.name.startswith("trio_streams")]
+
+
 async def test_a_by_key_that_raises_is_logged_as_by_key_raised_naming_the_subscription(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     app, _, seen = app_with()
-    with caplog.at_level(logging.WARNING, logger="trio_streams"):
-        async with app.test() as t:
-            await t.publish("orders", Order(1))
-    messages = [r.getMessage() for r in caplog.records if r.name.startswith("trio_streams")]
+    messages = await logged_for_one_order(app, caplog)
     raised = [m for m in messages if "by_key raised" in m]
     assert len(raised) == 1, messages
     assert raised[0].startswith("orders: by_key raised on the message"), raised
@@ -79,13 +84,8 @@ async def test_without_a_dead_letter_it_is_dropped_and_the_log_says_so(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     app, _, _ = app_with()
-    with caplog.at_level(logging.WARNING, logger="trio_streams"):
-        async with app.test() as t:
-            await t.publish("orders", Order(1))
-    assert any(
-        "by_key raised" in r.getMessage() and r.getMessage().endswith("dropped")
-        for r in caplog.records
-    )
+    messages = await logged_for_one_order(app, caplog)
+    assert any("by_key raised" in m and m.endswith("dropped") for m in messages), messages
 
 
 async def test_the_keys_that_work_still_run_in_their_lanes_beside_one_that_raises() -> None:
