@@ -154,6 +154,18 @@ def test_an_error_names_the_parameter_the_user_wrote(make: Any, parameter: str) 
         assert "start_at" not in message, message
 
 
+@pytest.mark.parametrize("minid", ["abc", "1-x", 5])
+def test_a_bad_trim_bound_is_refused_naming_minid_and_the_value_as_written(minid: object) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        RedisBroker(URL, minid=minid)  # type: ignore[arg-type]
+    assert str(caught.value) == f"minid takes an entry id, <ms> or <ms>-<seq>, not {minid!r}"
+
+
+@pytest.mark.parametrize("minid", ["10", "10-0", "1700000000000-3"])
+def test_a_trim_bound_in_milliseconds_or_an_entry_id_is_accepted(minid: str) -> None:
+    RedisBroker(URL, minid=minid)
+
+
 # ---- the app's name ----------------------------------------------------------------------------
 
 
