@@ -121,3 +121,13 @@ async def test_an_unhashable_key_is_settled_as_a_by_key_that_raised() -> None:
         await t.publish("orders", Order(1))
         assert t.handler(handle).calls == []
         assert t.published("d")[0].headers["x-dead-letter-reason"] == "by-key"
+
+
+async def test_the_record_lists_it_as_skipped_with_by_keys_error() -> None:
+    app, _, _ = app_with()
+    async with app.test() as t:
+        await t.publish("orders", Order(1))
+        record = t.handler("orders")
+        (skipped,) = record.skipped
+        assert not skipped.called and skipped.message is None
+        assert [type(e) for e in record.errors] == [AttributeError]

@@ -72,8 +72,9 @@ class HandlerRecord:
     """What became of each delivery of one handler's subscription, in order.
 
     ``records`` holds every delivery the subscription handled; ``calls`` those the handler was
-    called with; ``skipped`` those it was not: a payload that could not be decoded, or a
-    delivery already tried ``max_attempts`` times (its ``verdict`` says what became of it).
+    called with; ``skipped`` those it was not: a payload that could not be decoded, a message
+    the subscription's ``by_key`` raised on, or a delivery already tried ``max_attempts`` times
+    (its ``verdict`` says what became of it).
     """
 
     def __init__(
@@ -103,7 +104,8 @@ class HandlerRecord:
 
     @property
     def skipped(self) -> list[HandledMessage]:
-        """The deliveries settled without calling the handler (undecodable, or spent)."""
+        """The deliveries settled without calling the handler (undecodable, ``by_key`` raised
+        on them, or spent)."""
         return [record for record in self.records if not record.called]
 
     @property
@@ -129,7 +131,8 @@ class HandlerRecord:
 
     @property
     def errors(self) -> list[BaseException]:
-        """Every error: the handler's, an extractor's, or why a payload could not be decoded."""
+        """Every error: the handler's, an extractor's, ``by_key``'s, or why a payload could not
+        be decoded."""
         return [record.error for record in self.records if record.error is not None]
 
     @property
