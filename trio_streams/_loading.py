@@ -12,13 +12,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from types import ModuleType
-from typing import TYPE_CHECKING
 
 from .broker import Broker
 from .errors import ConfigurationError
-
-if TYPE_CHECKING:
-    from .app import App
 
 __all__ = ["importing", "refuse_run_while_importing", "unregistered_brokers"]
 
@@ -47,17 +43,16 @@ def refuse_run_while_importing(app_name: str) -> None:
         )
 
 
-def unregistered_brokers(module: ModuleType, app: App) -> str | None:
-    """One line naming each broker among ``module``'s globals that has subscriptions but is
-    not one of ``app``'s brokers (its handlers would never run), or None if there is none."""
-    registered = app.brokers
+def unregistered_brokers(module: ModuleType) -> str | None:
+    """One line naming each broker among ``module``'s globals that has subscriptions but that
+    no app has registered (its handlers would never run), or None if there is none. A broker
+    another app of the module registers is that app's: a module may hold several."""
     problems = []
     for name, value in vars(module).items():
-        if isinstance(value, Broker) and value.subscriptions and value not in registered:
+        if isinstance(value, Broker) and value.subscriptions and not value.registered:
             count = len(value.subscriptions)
             problems.append(
                 f"{type(value).__name__} {name!r} ({value.name}) in module {module.__name__!r} "
-                f"has {count} subscription(s) but is not registered on app {app.name!r}: "
-                f"add app.broker({name})"
+                f"has {count} subscription(s) but no app registers it: add app.broker({name})"
             )
     return "; ".join(problems) or None

@@ -245,6 +245,7 @@ class App:
             raise ConfigurationError(f"{broker!r} is already registered on {self.name!r}")
         self._brokers.append(broker)
         broker.app_middlewares = self.middlewares
+        broker.registered = True
         return broker
 
     @property

@@ -45,6 +45,9 @@ class Broker(Router):
         self._transport: Transport | None = None
         #: The middlewares of the app this broker is registered on (set by ``App.broker``).
         self.app_middlewares: tuple[Middleware, ...] = ()
+        #: Whether an app has registered this broker (``App.broker``): ``trio-streams run``
+        #: refuses a module whose broker has subscribers but was never registered.
+        self.registered = False
 
     # ---- what subclasses provide -------------------------------------------------------------
 

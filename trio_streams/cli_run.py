@@ -91,7 +91,7 @@ def load_app(target: str, *, factory: bool = False) -> App:
     elif not isinstance(value, App):
         hint = " (is it a factory? add --factory)" if callable(value) else ""
         raise AppNotFound(f"{target} is {type(value).__name__}, not a trio_streams.App{hint}")
-    if problem := unregistered_brokers(module, value):
+    if problem := unregistered_brokers(module):
         raise AppNotFound(problem)
     return value
 
