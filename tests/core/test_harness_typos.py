@@ -122,3 +122,18 @@ async def test_a_pattern_subscription_reads_the_channels_it_matches() -> None:
             await t.publish(Destination.channel("sport.eu"), 2)
         with pytest.raises(ConfigurationError, match=r"reads shard channel 'news\.eu'"):
             await t.publish(Destination.channel("news.eu", sharded=True), 3)
+
+
+async def test_with_several_brokers_the_refusal_names_the_broker_published_on() -> None:
+    app = App("svc")
+    first = app.broker(MemoryBroker(name="first"))
+    second = app.broker(MemoryBroker(name="second"))
+
+    @first.subscriber(MemoryStream("a"))
+    async def on_a(n: int) -> None: ...
+
+    async with app.test() as t:
+        with pytest.raises(ConfigurationError, match="app 'svc' on broker 'second' reads stream"):
+            await t.publish("a", 1, broker=second)
+        await t.publish("a", 1, broker=first)
+        assert t.handler(on_a).call_count == 1

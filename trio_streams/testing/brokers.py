@@ -71,8 +71,9 @@ def check_read(
     if any(reads(s, target) for s in broker.subscriptions):
         return
     read = {n for b in brokers for s in b.subscriptions for n in s.source.streams}
+    where = f" on broker {broker.name!r}" if len(brokers) > 1 else ""
     raise ConfigurationError(
-        f"no subscription of app {app_name!r} reads {target.kind.value} {target.name!r}; "
+        f"no subscription of app {app_name!r}{where} reads {target.kind.value} {target.name!r}; "
         f"{_known(target.name, read, 'it reads')}; publish with unread_ok=True to publish "
         "where nothing reads"
     )
