@@ -24,6 +24,7 @@ import trio
 from trio_util import AsyncValue
 
 from . import _signals
+from ._loading import refuse_run_while_importing
 from .banner import log_banner
 from .broker import Broker
 from .dispatch import HandledMessage
@@ -188,8 +189,11 @@ class RunningApp:
 class App:
     """A service: brokers with their subscriptions, hooks, and shared state.
 
-    ``shutdown_timeout`` bounds the graceful drain. With ``stop_when_finished`` (the default) an
-    app whose subscriptions have all ended (replays that reached their end) stops by itself.
+    ``name`` is part of its logger's name, of its retry targets and of its default Redis
+    consumer names: an empty name, whitespace, control characters and ``/ : # @`` are refused
+    (``ConfigurationError``). ``shutdown_timeout`` bounds the graceful drain. With
+    ``stop_when_finished`` (the default) an app whose subscriptions have all ended (replays
+    that reached their end) stops by itself.
     ``lifespan`` is an async context manager factory wrapping the whole run (see
     :meth:`lifespan`).
     """
@@ -203,7 +207,7 @@ class App:
         lifespan: Lifespan | None = None,
         middlewares: Sequence[Middleware] | None = None,
     ) -> None:
-        self.name = name
+        self.name = check_app_name(name)
         #: Wrap every subscription's handling and every publish, outside the brokers', routers'
         #: and subscribers' own (:mod:`trio_streams.middleware`).
         self.middlewares = check_middlewares(middlewares, where=f"App({name!r})")
@@ -242,6 +246,7 @@ class App:
             raise ConfigurationError(f"{broker!r} is already registered on {self.name!r}")
         self._brokers.append(broker)
         broker.app_middlewares = self.middlewares
+        broker.registered = True
         return broker
 
     @property
@@ -330,7 +335,12 @@ class App:
         start, or a subscription fails, it prints one line per error to stderr, naming the
         cause and, where it is known, what to do (the traceback is logged at DEBUG), and exits
         with status 1: it raises ``SystemExit(1)``, whose ``__cause__`` is the ``AppFailed``.
+
+        Called while ``trio-streams run`` imports the module (a module-level ``app.run()``,
+        not under ``if __name__ == "__main__":``), it raises ``ConfigurationError`` at once:
+        the CLI runs the app itself once the import returns.
         """
+        refuse_run_while_importing(self.name)
         configure_default()
         try:
             return self.run_until_stopped(shutdown_timeout=shutdown_timeout)
@@ -348,8 +358,9 @@ class App:
         """``run`` without its logging set-up and its exit: raises ``AppFailed`` instead.
 
         ``AppFailed`` says whether the app did not start or stopped, and why; ``__cause__`` is
-        the error itself.
+        the error itself. Refused, as ``run`` is, while ``trio-streams run`` imports a module.
         """
+        refuse_run_while_importing(self.name)
         timeout = None if shutdown_timeout is None else check_shutdown_timeout(shutdown_timeout)
         try:
             with _signals.holding():  # a signal before Trio's receiver is not lost
@@ -514,6 +525,12 @@ class App:
                 self.health.value = Health(HealthState.RUNNING)
                 self._refresh_health(runners)
                 log_banner(self.logger, self.name, self._brokers, runners)
+                if not runners and not self._tasks:
+                    self.logger.warning(
+                        "%s: no subscription and no task: the app has nothing to do (a broker "
+                        "with subscribers must be registered with app.broker(...))",
+                        self.name,
+                    )
                 task_status.started(handle)
                 await handle._stop.wait()
                 reason = str(handle._failure) if handle._failure else None
@@ -671,6 +688,29 @@ class App:
                 if stop is None:
                     raise
                 raise stop from exc
+
+
+def check_app_name(name: object) -> str:
+    """``name`` as an app's name: it goes into logger names, retry targets
+    (``<app>/<subscription>``, ``#n``, ``@process``) and Redis consumer names
+    (``<host>:<app>/<subscription>:<slot>``), so it must be printable, without whitespace and
+    without the characters that separate those parts."""
+    if not isinstance(name, str):
+        raise ConfigurationError(f"App() takes a name (a str), not {name!r}")
+    if not name.strip():
+        raise ConfigurationError(f"App() needs a name, not {name!r}: e.g. App('orders')")
+    bad = sorted({c for c in name if c in _NAME_SEPARATORS or c.isspace() or not c.isprintable()})
+    if bad:
+        raise ConfigurationError(
+            f"App({name!r}): an app's name cannot hold {', '.join(repr(c) for c in bad)}; it is "
+            "part of retry targets (<app>/<subscription>) and consumer names "
+            "(<host>:<app>/<subscription>:<slot>): use letters, digits, '.', '_' or '-'"
+        )
+    return name
+
+
+#: The characters that separate the parts of retry targets and consumer names.
+_NAME_SEPARATORS = frozenset("/:#@")
 
 
 def check_shutdown_timeout(value: object) -> float:

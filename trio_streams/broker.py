@@ -45,6 +45,9 @@ class Broker(Router):
         self._transport: Transport | None = None
         #: The middlewares of the app this broker is registered on (set by ``App.broker``).
         self.app_middlewares: tuple[Middleware, ...] = ()
+        #: Whether an app has registered this broker (``App.broker``): ``trio-streams run``
+        #: refuses a module whose broker has subscribers but was never registered.
+        self.registered = False
 
     # ---- what subclasses provide -------------------------------------------------------------
 
@@ -108,6 +111,12 @@ class Broker(Router):
                 self.check_destination(dead_letter)
             except TrioStreamsError as exc:
                 raise type(exc)(f"handler {declared.handler.name}: dead_letter: {exc}") from None
+            if source.reads_dead_letter(dead_letter):
+                raise ConfigurationError(
+                    f"handler {declared.handler.name}: dead_letter {dead_letter!r} is read by "
+                    f"its own subscription ({source!r}), so every dead letter would come back, "
+                    "fail again and be dead-lettered again, forever: name another destination"
+                )
         names = {s.name for s in self._subscriptions}
         name = declared.name
         if name in names:

@@ -17,9 +17,10 @@ import trio
 
 from . import _signals
 from ._extras import MissingExtra, require
+from ._loading import importing, unregistered_brokers
 from .app import App, AppFailed
 from .cli_args import seconds
-from .errors import TrioStreamsError
+from .errors import ConfigurationError, TrioStreamsError
 from .http_endpoints import EndpointError
 from .logs import FORMATS, LEVELS, LogConfigError, configure
 from .reporting import describe, report
@@ -72,9 +73,12 @@ def load_app(target: str, *, factory: bool = False) -> App:
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
-        module = importlib.import_module(module_name)
+        with importing(module_name):
+            module = importlib.import_module(module_name)
     except MissingExtra as exc:  # a feature's extra: usage, as for every command
         raise AppNotFound(f"cannot import {module_name!r}: {exc}") from exc
+    except ConfigurationError as exc:  # refused as declared (at mount, app.run()): usage
+        raise AppNotFound(f"module {module_name!r}: {exc}") from exc
     except ModuleNotFoundError as exc:
         if not _names_target(exc, module_name):  # the module imports one that is missing
             raise AppImportFailed(f"importing {module_name!r} failed: {describe(exc)}") from exc
@@ -107,10 +111,11 @@ def load_app(target: str, *, factory: bool = False) -> App:
             raise AppNotFound(
                 f"--factory: {target}() returned {type(value).__name__}, not a trio_streams.App"
             )
-        return value
-    if not isinstance(value, App):
+    elif not isinstance(value, App):
         hint = " (is it a factory? add --factory)" if callable(value) else ""
         raise AppNotFound(f"{target} is {type(value).__name__}, not a trio_streams.App{hint}")
+    if problem := unregistered_brokers(module):
+        raise AppNotFound(problem)
     return value
 
 
@@ -196,7 +201,9 @@ def _load_and_run(args: argparse.Namespace) -> int:
         if exc.__cause__ is not None:
             _log.debug("%s: the traceback", _PROG, exc_info=exc.__cause__)
         # A missing extra's line ends with the command that installs it: nothing to add.
-        traced = exc.__cause__ is not None and not isinstance(exc.__cause__, MissingExtra)
+        traced = exc.__cause__ is not None and not isinstance(
+            exc.__cause__, MissingExtra | ConfigurationError
+        )
         hint = f"; {_TRACEBACK_HINT}" if traced else ""
         print(f"{_PROG}: {exc}{hint}", file=sys.stderr)
         # A wrong target is a usage error; code that raised while importing is a runtime one.

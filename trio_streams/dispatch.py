@@ -75,7 +75,18 @@ _AGAIN = _Again()
 
 
 class _KeyFailed:
-    """A lane router could not key a message: the lane runs the failure policy on it."""
+    """A lane router could not build a message (its payload type's own constructor raised):
+    the lane runs the failure policy on it, as the handler's arguments would have."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+class _KeyRaised:
+    """The subscription's ``by_key`` function raised on a message: it has no lane, and no
+    handler runs, so no attempt is charged; the lane settles it by the decode policy."""
 
     __slots__ = ("error",)
 
@@ -361,7 +372,7 @@ class Dispatcher:
                 key = key_function(message)
                 hash(key)
             except Exception as exc:  # noqa: BLE001 - one bad message must not stop the router
-                return None, _KeyFailed(exc)
+                return None, _KeyRaised(exc)
             return key, message
 
         return key_of
@@ -530,6 +541,8 @@ class Dispatcher:
         it; ``_AGAIN`` if an ordered lane is to handle it again in place."""
         if delivery.attempt > self._policy.max_attempts:
             return await self._spent(delivery)
+        if type(message) is _KeyRaised:
+            return await self._unkeyed(delivery, message.error)
         gate = self._gate
         if gate is None:
             return await self._run_one(delivery, message, scope, ordered)
@@ -700,6 +713,23 @@ class Dispatcher:
         verdict = self._policy.on_undecodable()
         self._observe(delivery, None, verdict.outcome, verdict, exc, called=False)
         return await self._settle(delivery, verdict, exc, reason="undecodable")
+
+    async def _unkeyed(self, delivery: Delivery, exc: Exception) -> bool:
+        """``by_key`` raised on ``delivery``'s message: no retry gives it a key, and no handler
+        ran, so it is settled by the decode policy (dead letter, reason ``by-key``, else drop)
+        with no attempt charged. True if a delayed retry now owns it (never)."""
+        verdict = self._policy.on_undecodable()
+        self._log.warning(
+            "%s: by_key raised on the message %s, so the handler did not run: %s; %s",
+            self._runner.label,
+            _where(delivery),
+            describe(exc),
+            "dead-lettering it" if verdict.dead_letter is not None else "dropped",
+        )
+        self._observe(delivery, None, verdict.outcome, verdict, exc, called=False)
+        return await self._settle(
+            delivery, verdict, exc, reason="by-key", attempts=delivery.attempt - 1
+        )
 
     async def _unencodable(self, delivery: Delivery, message: Any, exc: EncodeError) -> bool:
         """The handler ran, but its return value cannot be published: running it again would

@@ -225,9 +225,11 @@ class Router:
 
         Core options: ``workers``, ``by_key`` (ordered lanes), ``batch``/``max_wait``,
         ``max_attempts`` (deliveries including the first), ``dead_letter`` (destination for
-        spent and undecodable deliveries), ``retry_delay`` (seconds, or a function of the
-        attempt, before a failed delivery is retried), ``buffer`` (delivery channel capacity; by
-        default twice the workers, at least 16 and at least one read of the transport),
+        spent and undecodable deliveries, and those ``by_key`` raised on; one this very
+        subscription reads is refused at mount, as it would loop forever), ``retry_delay``
+        (seconds, or a function of the attempt, before a failed delivery is retried),
+        ``buffer`` (delivery channel capacity; by default twice the workers, at least 16 and
+        at least one read of the transport),
         ``middlewares`` (:class:`~trio_streams.middleware.Middleware` wrapping this
         subscriber's handling, inside the app's, broker's and routers').
         Other keywords are the transport's; it refuses what it cannot do, right here.

@@ -72,8 +72,10 @@ class DeadLetter:
 
     destination: str
     #: ``max-attempts`` (tried as often as allowed), ``undecodable`` (the payload cannot be
-    #: decoded, which no retry fixes) or ``unencodable`` (the handler ran, but the value it
-    #: returned cannot be encoded for its publishers; it is not run again).
+    #: decoded, which no retry fixes), ``by-key`` (the subscription's ``by_key`` function raised
+    #: on the message, so it has no lane; the handler did not run) or ``unencodable`` (the
+    #: handler ran, but the value it returned cannot be encoded for its publishers; it is not
+    #: run again).
     reason: str
     #: The exception type and message of the last failure ("" when an outcome asked for it).
     error: str
@@ -150,10 +152,16 @@ def read_count_option(options: Mapping[str, Any], default: int) -> int:
 
 
 def check_source_args(
-    kind: str, names: tuple[str, ...], start_at: object, *, entry_ids: bool = False
+    kind: str,
+    names: tuple[str, ...],
+    start_at: object,
+    *,
+    entry_ids: bool = False,
+    parameter: str = "start_at",
 ) -> None:
     """Refuse, with ``ConfigurationError``, the arguments no source can take (and a Redis entry
-    id position, unless the source reads Redis streams: ``entry_ids``)."""
+    id position, unless the source reads Redis streams: ``entry_ids``). ``parameter`` is what
+    the source calls its start position, so an error names what the user wrote."""
     if not names:
         raise ConfigurationError(f"{kind} needs at least one stream name")
     for name in names:
@@ -162,7 +170,7 @@ def check_source_args(
     if len(set(names)) != len(names):
         raise ConfigurationError(f"stream names repeat: {names!r}")
     if start_at is not None and not isinstance(start_at, Position):
-        raise ConfigurationError(f"start_at takes a Position, not {start_at!r}")
+        raise ConfigurationError(f"{kind}: {parameter} takes a Position, not {start_at!r}")
     if isinstance(start_at, Position) and start_at.kind is PositionKind.ENTRY and not entry_ids:
         raise ConfigurationError(
             f"{kind} cannot start at {start_at!r}: entry ids address Redis streams; use "
@@ -223,6 +231,14 @@ class Source(ABC):
         """The consumer name this source fixes, if any: several processes running it would be
         one consumer (``run --workers`` refuses that). None: each process gets its own."""
         return None
+
+    def reads_dead_letter(self, dead_letter: str) -> bool:
+        """Whether this source itself reads what its subscription dead-letters to
+        ``dead_letter`` (a name, as the subscription's ``dead_letter=`` gives it): every dead
+        letter would come back to the same handler, fail again and be dead-lettered again,
+        forever. The broker refuses such a subscription at mount. By default, a source whose
+        dead letters go to a stream of the same name reads them."""
+        return dead_letter in self.streams
 
 
 class SubscriptionSource(ABC):

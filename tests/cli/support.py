@@ -51,6 +51,17 @@ def stream_file(path: Path, messages: int, *, key: str = "orders", payload: byte
     return path
 
 
+def one_error_line(result: subprocess.CompletedProcess[str], status: int, prefix: str) -> str:
+    """The one line a refused command printed on stderr, after checking its exit ``status``,
+    that the line starts with ``prefix`` and that no traceback came with it."""
+    assert result.returncode == status, result.stderr
+    lines = stderr_lines(result)
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(prefix), result.stderr
+    assert "Traceback" not in result.stderr and "ExceptionGroup" not in result.stderr
+    return lines[0]
+
+
 def stderr_lines(result: subprocess.CompletedProcess[str]) -> list[str]:
     return [line for line in result.stderr.splitlines() if line.strip()]
 

@@ -28,7 +28,7 @@ async def test_a_router_mounts_its_handlers_with_its_prefix_and_defaults() -> No
 
     async with app.test() as t:
         await t.publish("billing.invoices", 3)
-        await t.publish("invoices", 4)  # not the prefixed stream
+        await t.publish("invoices", 4, unread_ok=True)  # not the prefixed stream
     assert seen == [("invoices", 3)]
 
 

@@ -150,6 +150,11 @@ class MemoryChannel(Source):
             return any(glob_match(p, channel) for p in self.names)
         return channel in self.names
 
+    def reads_dead_letter(self, dead_letter: str) -> bool:
+        """A dead letter published to a channel these names (or patterns) match comes back;
+        one appended to a stream does not."""
+        return self.dead_letter_to_channel and self.matches(dead_letter)
+
 
 class ChannelBus:
     """Every message published to one kind of in-process channel (classic or sharded), in

@@ -134,6 +134,11 @@ class MemoryList(Source):
     def sharing(self) -> Sharing:
         return Sharing.LOCAL
 
+    def reads_dead_letter(self, dead_letter: str) -> bool:
+        """A dead letter pushed onto this very list comes back; one appended to a stream
+        does not."""
+        return self.dead_letter_to_list and dead_letter == self.key
+
     def in_process(self) -> Source:
         return self
 

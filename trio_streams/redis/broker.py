@@ -39,7 +39,7 @@ from ..broker import Broker
 from ..destinations import Destination, DestinationKind
 from ..errors import ConfigurationError, UnsupportedError, WrongKeyType
 from ..pipeline import CommandCheck
-from ..positions import Position
+from ..positions import InvalidPosition, Position
 from ..routing import _Declared
 from ..transport import Source, SubscriptionSource, Transport, read_count_option
 from .channels import RedisChannel
@@ -130,7 +130,7 @@ class RedisBroker(Broker):
         if maxlen is not None and maxlen < 0:
             raise ConfigurationError(f"maxlen must be >= 0, got {maxlen}")
         if minid is not None:
-            Position.entry(minid if "-" in minid else f"{minid}-0")
+            _check_minid(minid)
         if maxlen is not None and minid is not None:
             raise ConfigurationError("trim by maxlen or by minid, not both")
         self.group = group
@@ -362,3 +362,16 @@ class RedisTransport(Transport):
             atomic=bool(options.get("atomic")),
             segment_check=self.broker.segment_check(source, options, label=label),
         )
+
+
+def _check_minid(minid: object) -> None:
+    """Refuse, naming ``minid``, a trim bound that is not an entry id (``<ms>`` or
+    ``<ms>-<seq>``)."""
+    valid = isinstance(minid, str)
+    if isinstance(minid, str):
+        try:
+            Position.entry(minid if "-" in minid else f"{minid}-0")
+        except InvalidPosition:
+            valid = False
+    if not valid:
+        raise ConfigurationError(f"minid takes an entry id, <ms> or <ms>-<seq>, not {minid!r}")

@@ -122,6 +122,12 @@ class RedisChannel(Source):
         """``dead_letter="name"`` names a channel (published), not a stream (kept)."""
         return self.dead_letter_kind == "channel"
 
+    def reads_dead_letter(self, dead_letter: str) -> bool:
+        """A dead letter published to a channel these names (or patterns) match comes back
+        (``dead_letter_kind="channel"``, on the same bus: ``SPUBLISH`` for a sharded source);
+        one appended to a stream does not."""
+        return self.in_process().reads_dead_letter(dead_letter)
+
     def in_process(self) -> MemoryChannel:
         return MemoryChannel(
             self.names,

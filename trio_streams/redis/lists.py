@@ -232,6 +232,11 @@ class RedisList(Source):
             self.key, reliable=self.reliable, dead_letter_to_list=self._dead_letters_to_list
         )
 
+    def reads_dead_letter(self, dead_letter: str) -> bool:
+        """A dead letter pushed onto this very list comes back (``dead_letter_kind="list"``);
+        one appended to a stream of the same name cannot (a key has one type)."""
+        return self.in_process().reads_dead_letter(dead_letter)
+
     @property
     def _dead_letters_to_list(self) -> bool:
         return self.dead_letter_kind is DeadLetterKind.LIST

@@ -102,7 +102,7 @@ class RedisStream(Source):
         remove_idle_consumers: float | EllipsisType | None = ...,
         mode: Mode = Mode.GROUP,
     ) -> None:
-        check_source_args("RedisStream", (key,), start, entry_ids=True)
+        check_source_args("RedisStream", (key,), start, entry_ids=True, parameter="start")
         for what, value in (("group", group), ("consumer", consumer)):
             if value is not None and (not isinstance(value, str) or not value):
                 raise ConfigurationError(f"{what} must be a non-empty string, not {value!r}")

@@ -6,18 +6,26 @@ pattern subscription matches), whose publishers publish to it, or whose handlers
 it, and that has that kind of destination at all (a ``Destination.list`` is never on a stream
 file). A name more than one broker uses, or none does, is refused with one line naming the
 candidates and how to pick one (``broker=``).
+
+It also tells a typo from a name the app uses: ``t.publish`` to a destination no subscription
+of the app reads, and ``t.published`` of one nothing of the app writes to, are refused with one
+line listing the names the app knows, the closest first (:func:`check_read`,
+:func:`check_written`).
 """
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 
 from ..broker import Broker
-from ..destinations import Destination
+from ..destinations import Destination, DestinationKind
 from ..errors import ConfigurationError
 from ..memory.channels import MemoryChannel
+from ..memory.queues import MemoryList
+from ..routing import Subscription
 
-__all__ = ["broker_for"]
+__all__ = ["broker_for", "check_read", "check_written"]
 
 
 def names_on(broker: Broker) -> set[str]:
@@ -41,6 +49,57 @@ def means(broker: Broker, target: Destination) -> bool:
         isinstance(reads := s.source.in_process(), MemoryChannel) and reads.matches(target.name)
         for s in broker.subscriptions
     )
+
+
+def reads(subscription: Subscription, target: Destination) -> bool:
+    """Whether ``subscription`` reads what is published to ``target``: a stream it reads, its
+    list, or a channel of its bus that one of its names (or patterns) matches."""
+    source = subscription.source.in_process()
+    if isinstance(source, MemoryChannel):
+        sharded = target.kind is DestinationKind.SHARD_CHANNEL
+        return target.is_channel and sharded == source.sharded and source.matches(target.name)
+    if isinstance(source, MemoryList):
+        return target.kind is DestinationKind.LIST and target.name == source.key
+    return target.kind is DestinationKind.STREAM and target.name in source.streams
+
+
+def check_read(
+    app_name: str, brokers: Sequence[Broker], broker: Broker, target: Destination
+) -> None:
+    """Refuse, with one line, a test's publish to ``target`` on ``broker`` that no subscription
+    of the app reads (a typo, most often): it would do nothing."""
+    if any(reads(s, target) for s in broker.subscriptions):
+        return
+    read = {n for b in brokers for s in b.subscriptions for n in s.source.streams}
+    where = f" on broker {broker.name!r}" if len(brokers) > 1 else ""
+    raise ConfigurationError(
+        f"no subscription of app {app_name!r}{where} reads {target.kind.value} {target.name!r}; "
+        f"{_known(target.name, read, 'it reads')}; publish with unread_ok=True to publish "
+        "where nothing reads"
+    )
+
+
+def check_written(app_name: str, brokers: Sequence[Broker], target: Destination) -> None:
+    """Refuse, with one line, a look at ``target`` that nothing of the app (on any of its
+    ``brokers``) reads, publishes or dead-letters to: a typo, most often, whose messages would
+    always be ``[]``. The caller looks only where nothing was published."""
+    if any(means(broker, target) for broker in brokers):
+        return
+    known = {name for b in brokers for name in names_on(b)}
+    raise ConfigurationError(
+        f"nothing of app {app_name!r} writes to {target.kind.value} {target.name!r} and nothing "
+        f"was published to it; {_known(target.name, known, 'it knows')}; look with "
+        "unwritten_ok=True to look at it anyway"
+    )
+
+
+def _known(name: str, known: set[str], what: str) -> str:
+    """``it knows 'orders', 'invoices'``: the names, the closest to ``name`` first."""
+    if not known:
+        return f"{what} no destination"
+    close = difflib.get_close_matches(name, known, n=len(known), cutoff=0.6)
+    ordered = close + sorted(known.difference(close))
+    return f"{what} {', '.join(repr(n) for n in ordered)}"
 
 
 def broker_for(

@@ -36,7 +36,7 @@ from ..memory.queues import MemoryListSubscription, queue_of
 from ..outcome import Outcome
 from ..pipeline import Command, Segment
 from ..transport import Transport
-from .brokers import broker_for
+from .brokers import broker_for, check_read, check_written
 
 if TYPE_CHECKING:
     from ..app import App, RunningApp
@@ -72,8 +72,9 @@ class HandlerRecord:
     """What became of each delivery of one handler's subscription, in order.
 
     ``records`` holds every delivery the subscription handled; ``calls`` those the handler was
-    called with; ``skipped`` those it was not: a payload that could not be decoded, or a
-    delivery already tried ``max_attempts`` times (its ``verdict`` says what became of it).
+    called with; ``skipped`` those it was not: a payload that could not be decoded, a message
+    the subscription's ``by_key`` raised on, or a delivery already tried ``max_attempts`` times
+    (its ``verdict`` says what became of it).
     """
 
     def __init__(
@@ -103,7 +104,8 @@ class HandlerRecord:
 
     @property
     def skipped(self) -> list[HandledMessage]:
-        """The deliveries settled without calling the handler (undecodable, or spent)."""
+        """The deliveries settled without calling the handler (undecodable, ``by_key`` raised
+        on them, or spent)."""
         return [record for record in self.records if not record.called]
 
     @property
@@ -129,7 +131,8 @@ class HandlerRecord:
 
     @property
     def errors(self) -> list[BaseException]:
-        """Every error: the handler's, an extractor's, or why a payload could not be decoded."""
+        """Every error: the handler's, an extractor's, ``by_key``'s, or why a payload could not
+        be decoded."""
         return [record.error for record in self.records if record.error is not None]
 
     @property
@@ -209,14 +212,25 @@ class TestClient:
         *,
         headers: Mapping[str, str] | None = None,
         broker: Broker | None = None,
+        unread_ok: bool = False,
     ) -> Any:
         """Publish, then wait until the whole reaction has settled; returns the receipt.
 
         ``destination`` is a stream (a ``str``), or a ``Destination`` (a Redis list or channel:
         ``Destination.list("jobs")``, ``Destination.channel("news")``). With several brokers,
         it is on the one that reads, publishes or dead-letters to it; ``broker=`` says which
-        where more than one does, or none (:mod:`trio_streams.testing.brokers`)."""
+        where more than one does, or none (:mod:`trio_streams.testing.brokers`).
+
+        A destination no subscription of the app reads is refused (``ConfigurationError``,
+        listing the names it reads, the closest first): a typo would otherwise publish where
+        nothing listens and the test would pass. ``unread_ok=True`` publishes there anyway (a
+        test that checks nobody handles it)."""
         target = self._broker_for(destination, broker)
+        if not unread_ok:
+            # A name the broker refuses is refused as such first.
+            check_read(
+                self.app.name, self.app.brokers, target, target.check_destination(destination)
+            )
         receipt = await target.publish(destination, message, headers=headers)
         await self.settled()
         return receipt
@@ -312,14 +326,31 @@ class TestClient:
         raise ConfigurationError(f"no running subscription runs {handler!r}; these do: {known}")
 
     def published(
-        self, destination: str | Destination, *, broker: Broker | None = None
+        self,
+        destination: str | Destination,
+        *,
+        broker: Broker | None = None,
+        unwritten_ok: bool = False,
     ) -> list[PublishedMessage]:
         """Every message in ``destination``, from tests and handlers alike, in order (for a
         channel, ``Destination.channel(name)``: what was published to it, heard or not; for a
         list, ``Destination.list(name)``: every entry ever pushed, retry copies included, taken
-        or not; ``seq`` counts them from 1). The broker is found as for :meth:`publish`."""
+        or not; ``seq`` counts them from 1). The broker is found as for :meth:`publish`.
+
+        A destination that nothing of the app reads, publishes or dead-letters to, and to which
+        nothing was published, is refused (``ConfigurationError``, listing the names the app
+        knows, the closest first): ``t.published("reciepts") == []`` would otherwise pass.
+        ``unwritten_ok=True`` looks anyway (a name only a handler's ``ctx.publish`` makes)."""
         target = Destination.of(destination)
-        hub = self._hubs[self._broker_for(target, broker)]
+        owner = self._broker_for(target, broker)
+        messages = self._messages(self._hubs[owner], target)
+        if not messages and not unwritten_ok:
+            check_written(self.app.name, self.app.brokers, target)
+        return messages
+
+    @staticmethod
+    def _messages(hub: MemoryHub, target: Destination) -> list[PublishedMessage]:
+        """What ``hub`` holds of ``target``, in order."""
         if target.is_channel:
             bus = channel_bus(hub, sharded=target.kind is DestinationKind.SHARD_CHANNEL)
             return [

@@ -128,7 +128,7 @@ async def test_under_app_test_a_publish_reaches_every_matching_pattern_subscript
             await t.publish(Destination.channel("news.eu"), 1),
             await t.publish(Destination.channel("news.us"), 2),
             await t.publish(Destination.channel("sport.7"), 3),
-            await t.publish(Destination.channel("sport.x"), 4),
+            await t.publish(Destination.channel("sport.x"), 4, unread_ok=True),  # none matches
             await t.publish(Destination.channel("news.us", sharded=True), 5),
         ]
     assert seen == {
