@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import socket
 from collections.abc import Awaitable, Callable, MutableMapping
+from types import ModuleType
 from typing import Any
 
 import trio
@@ -36,8 +37,8 @@ __all__ = [
     "check_free",
     "endpoints_asgi",
     "http_path",
-    "no_prometheus",
     "parse_address",
+    "prometheus_or_501",
     "serve_asgi",
     "serve_endpoints",
 ]
@@ -54,9 +55,16 @@ _ALIVE = frozenset(
 )
 
 
-def no_prometheus(exc: MissingExtra) -> bytes:
-    """The answer to ``/metrics`` without prometheus-client: the extra and how to install it."""
-    return f"{exc}\n".encode()
+async def prometheus_or_501(send: _Send) -> ModuleType | None:
+    """``prometheus_client`` for ``/metrics``; without it, None once a 501 naming the extra
+    and how to install it was answered."""
+    try:
+        with importing("prometheus", "/metrics"):
+            import prometheus_client
+    except MissingExtra as exc:
+        await answer(send, 501, f"{exc}\n".encode(), b"text/plain; charset=utf-8")
+        return None
+    return prometheus_client
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -84,16 +92,13 @@ def endpoints_asgi(app: App, registry: Any = None) -> Callable[[Any, Any, Any], 
             body = json.dumps({"state": health.state.value, "reason": health.reason}).encode()
             await answer(send, 200 if good else 503, body + b"\n", b"application/json")
         elif path == "/metrics":
-            try:
-                with importing("prometheus", "/metrics"):
-                    from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
-            except MissingExtra as exc:
-                await answer(send, 501, no_prometheus(exc), b"text/plain; charset=utf-8")
+            prometheus = await prometheus_or_501(send)
+            if prometheus is None:
                 return
-            body = generate_latest(
-                registry if registry is not None else _registry_of(app, REGISTRY)
+            body = prometheus.generate_latest(
+                registry if registry is not None else _registry_of(app, prometheus.REGISTRY)
             )
-            await answer(send, 200, body, CONTENT_TYPE_LATEST.encode())
+            await answer(send, 200, body, prometheus.CONTENT_TYPE_LATEST.encode())
         else:
             await answer(send, 404, b"not found: /metrics, /healthz, /readyz\n", b"text/plain")
 

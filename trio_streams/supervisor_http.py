@@ -154,8 +154,7 @@ def app_asgi(
     slots: Sequence[WorkerSlot], stopping: trio.Event
 ) -> Callable[[Any, Any, Any], Awaitable[None]]:
     """The supervisor's ASGI application: the endpoints of the app its ``slots`` run."""
-    from ._extras import MissingExtra, importing
-    from .http_endpoints import answer, http_path, no_prometheus
+    from .http_endpoints import answer, http_path, prometheus_or_501
 
     figures: Any = None  # an AppFigures, made at the first scrape (prometheus-client needed)
 
@@ -170,14 +169,11 @@ def app_asgi(
                 send, 200 if good else 503, json.dumps(body).encode() + b"\n", b"application/json"
             )
         elif path == "/metrics":
-            try:
-                with importing("prometheus", "/metrics"):
-                    from prometheus_client import CONTENT_TYPE_LATEST
-
-                    from .worker_metrics import AppFigures, WorkerScrape
-            except MissingExtra as exc:
-                await answer(send, 501, no_prometheus(exc), b"text/plain; charset=utf-8")
+            prometheus = await prometheus_or_501(send)
+            if prometheus is None:
                 return
+            from .worker_metrics import AppFigures, WorkerScrape
+
             if figures is None:
                 figures = AppFigures(len(slots))
             answers = await _ask_all(slots, path)
@@ -190,7 +186,7 @@ def app_asgi(
                 )
                 for slot, found in zip(slots, answers, strict=True)
             )
-            await answer(send, 200, figures.exposition(), CONTENT_TYPE_LATEST.encode())
+            await answer(send, 200, figures.exposition(), prometheus.CONTENT_TYPE_LATEST.encode())
         else:
             await answer(send, 404, b"not found: /metrics, /healthz, /readyz\n", b"text/plain")
 
