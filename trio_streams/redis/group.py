@@ -62,6 +62,7 @@ from ..host import SubscriptionHost
 from ..outcome import Outcome, OutcomeKind
 from ..pipeline import Command, CommandCheck, Pipeline
 from ..positions import PositionKind
+from ..reporting import with_cause
 from ..transport import DeadLetter, SourceFault, SubscriptionSource, Unsettled
 from .attempts import SWEEP, AttemptLedger, ledger_key, runs_of
 from .client import Backoff, Connection, ReadOnlyError, RedisClient, RedisConnectionError
@@ -953,7 +954,7 @@ class GroupSubscription(SubscriptionSource):
         except RedisError as exc:
             _log.warning(
                 "%s: could not hand back the pending entries of consumer %r (they are reclaimed "
-                "after min_idle): %s", self._label, self.consumer, exc,
+                "after min_idle): %s", self._label, self.consumer, with_cause(exc),
             )  # fmt: skip
             return
         if handed:

@@ -32,6 +32,7 @@ import trio
 
 from ..delivery import Delivery
 from ..outcome import Outcome, OutcomeKind
+from ..reporting import with_cause
 from ..transport import DeadLetter, SourceFault, Unsettled
 from .client import Backoff, Connection
 from .client.errors import RedisConnectionError, RedisError, ReplyError, describe_command
@@ -167,7 +168,7 @@ class SimpleListSubscription(ListSubscriptionBase):
                 _log.warning(
                     "%s: stopping while %s was answered: %d popped entries of list %r may "
                     "be lost (%s)",
-                    self._label, describe, len(values), self._key, exc,
+                    self._label, describe, len(values), self._key, with_cause(exc),
                 )  # fmt: skip
         if waiting.cancelled_caught:
             _log.warning(
@@ -261,7 +262,7 @@ class SimpleListSubscription(ListSubscriptionBase):
             except RedisError as exc:
                 _log.warning(
                     "%s: could not put %d unhandled entries back on list %r (lost): %s",
-                    self._label, len(back), self._key, exc,
+                    self._label, len(back), self._key, with_cause(exc),
                 )  # fmt: skip
             else:
                 _log.info(
