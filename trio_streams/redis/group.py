@@ -73,7 +73,7 @@ from .delays import PROMOTE, SCHEDULE, delay_key, member
 from .deliveries import EntryDelivery
 from .group_scripts import COPY_THEN_ACK
 from .journal import RunJournal, journal_epoch, journal_group, open_journal
-from .keytypes import check_key_type, wrong_type_found
+from .keytypes import check_dead_letter_key, check_key_type, wrong_type_found
 from .names import ConsumerLease
 from .streams import NoGroup, RedisStream
 from .window import FlushPlan, Window, plan_items, send_items
@@ -266,6 +266,7 @@ class GroupSubscription(SubscriptionSource):
         await self._create_group()
         self._ledger_key = ledger_key(self._key, self.group)
         await self._check_ledger_type()
+        await check_dead_letter_key(self._client, host, "stream", label=self._label)
         lease = self._lease = ConsumerLease(self._client, self._key, self.group, label=self._label)
         self.consumer = await lease.claim(self._given_consumer, base)
         self._epoch = await journal_epoch(self._client, self._key, self.group)
