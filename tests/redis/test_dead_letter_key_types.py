@@ -9,7 +9,7 @@ import logging
 import pytest
 import trio
 
-from tests.cli.support import COMMAND, run_command
+from tests.cli.support import cli
 from tests.redis.client.redis_waits import eventually
 from tests.redis_servers import RedisServer
 from tests.support import serving
@@ -88,8 +88,9 @@ def test_trio_streams_run_refuses_the_dead_letter_key_in_one_line_with_status_1(
     redis_server: RedisServer,
 ) -> None:
     redis_server.command("SET", "orders.dead", "text")
-    result = run_command(
-        [*COMMAND, "run", "tests.redis.fault_app:app"],
+    result = cli(
+        "run",
+        "tests.redis.fault_app:app",
         env={"TS_TEST_REDIS_URL": redis_server.url, "TS_TEST_DEAD_LETTER": "orders.dead"},
     )
     assert result.returncode == 1, result.stderr

@@ -44,23 +44,24 @@ def _began(caplog: pytest.LogCaptureFixture, kind: str) -> list[logging.LogRecor
     ]
 
 
-async def _faults_began(caplog: pytest.LogCaptureFixture, server: RedisServer) -> None:
-    """Stop ``server`` and wait until each of :data:`_KINDS` began."""
-    await trio.to_thread.run_sync(server.stop)
+async def _faults_began(caplog: pytest.LogCaptureFixture, server: RedisServer, level: int) -> None:
+    """Serve the group app on ``server``, logging at ``level``; stop ``server`` and wait until
+    each of :data:`_KINDS` began."""
+    caplog.set_level(level, logger="trio_streams")
+    async with serving(_group_app(server.url)):
+        await trio.to_thread.run_sync(server.stop)
 
-    async def all_began() -> bool:
-        await trio.lowlevel.checkpoint()
-        return all(_began(caplog, kind) for kind in _KINDS)
+        async def all_began() -> bool:
+            await trio.lowlevel.checkpoint()
+            return all(_began(caplog, kind) for kind in _KINDS)
 
-    await eventually(all_began, within=20, what=f"the faults {_KINDS} in the log")
+        await eventually(all_began, within=20, what=f"the faults {_KINDS} in the log")
 
 
 async def test_a_fault_is_one_warning_line_naming_kind_subscription_server_and_cause(
     redis_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="trio_streams")
-    async with serving(_group_app(redis_server.url)):
-        await _faults_began(caplog, redis_server)
+    await _faults_began(caplog, redis_server, logging.INFO)
     server = f"127.0.0.1:{redis_server.port}"
     for kind in _KINDS:
         for record in _began(caplog, kind):
@@ -84,9 +85,7 @@ async def test_a_fault_is_one_warning_line_naming_kind_subscription_server_and_c
 async def test_the_traceback_of_a_fault_is_logged_at_debug_only(
     redis_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="trio_streams")
-    async with serving(_group_app(redis_server.url)):
-        await _faults_began(caplog, redis_server)
+    await _faults_began(caplog, redis_server, logging.DEBUG)
     with_traceback = [r for r in caplog.records if r.exc_info is not None]
     assert with_traceback
     assert {r.levelno for r in with_traceback} == {logging.DEBUG}

@@ -86,22 +86,20 @@ async def test_a_tls_server_still_connects_over_tls(tls_redis_server: RedisServe
         assert await client.execute("PING") == b"PONG"
 
 
-def test_record_with_a_tls_url_to_a_plain_server_says_so_in_one_line_with_status_1(
-    redis_server: RedisServer, tmp_path: Path
+@pytest.mark.parametrize(
+    ("scheme", "fixture", "says"),
+    [
+        ("rediss", "redis_server", "redis:// instead of rediss://"),
+        ("redis", "tls_redis_server", "the server may require TLS"),
+    ],
+)
+def test_record_with_a_url_of_the_wrong_scheme_says_which_in_one_line_with_status_1(
+    request: pytest.FixtureRequest, tmp_path: Path, scheme: str, fixture: str, says: str
 ) -> None:
-    url = f"rediss://127.0.0.1:{redis_server.port}?{_PATIENT}"
+    server: RedisServer = request.getfixturevalue(fixture)
+    url = f"{scheme}://127.0.0.1:{server.port}?{_PATIENT}"
     result = cli("record", url, "orders", "--to", str(tmp_path / "orders.ss"))
     assert result.returncode == 1, result.stderr
-    [line] = stderr_lines(result)
     assert "Traceback" not in result.stderr
-    assert "redis:// instead of rediss://" in line, line
-
-
-def test_record_with_a_plain_url_to_a_tls_server_says_it_may_require_tls(
-    tls_redis_server: RedisServer, tmp_path: Path
-) -> None:
-    url = f"redis://127.0.0.1:{tls_redis_server.port}?{_PATIENT}"
-    result = cli("record", url, "orders", "--to", str(tmp_path / "orders.ss"))
-    assert result.returncode == 1, result.stderr
     [line] = stderr_lines(result)
-    assert "the server may require TLS" in line, line
+    assert says in line, line
