@@ -13,7 +13,7 @@ from tests.cli.support import cli
 from tests.redis.client.redis_waits import eventually
 from tests.redis_servers import RedisServer
 from tests.support import serving
-from trio_streams import App, Position
+from trio_streams import App, Destination, Position
 from trio_streams.codec import encode
 from trio_streams.errors import WrongKeyType
 from trio_streams.redis import RedisBroker, RedisChannel, RedisList, RedisStream
@@ -130,3 +130,53 @@ def test_a_script_without_a_purpose_is_described_by_its_length_only() -> None:
     named = Script("return 1", purpose="answer one")
     assert describe_command(("EVAL", named, 0)) == "EVAL (script: answer one)"
     assert describe_command(("eval_ro", named, 0)) == "EVAL_RO (script: answer one)"
+
+
+@pytest.mark.parametrize(
+    ("destination", "fill", "expected", "holds"),
+    [
+        (Destination.stream("results"), ("SET", "results", "text"), "stream", "string"),
+        (Destination.list("results"), ("XADD", "results", "*", "f", "v"), "list", "stream"),
+    ],
+)
+async def test_a_handler_publishing_to_a_key_of_another_type_is_refused_at_start(
+    redis_server: RedisServer,
+    redis: RedisClient,
+    destination: Destination,
+    fill: tuple[str, ...],
+    expected: str,
+    holds: str,
+) -> None:
+    await redis.execute(*fill)
+    app = App("svc")
+    broker = app.broker(RedisBroker(redis_server.url))
+
+    @broker.subscriber(RedisStream("orders", group="g"), name="orders")
+    @broker.publisher(destination)
+    async def handle(n: int) -> int:
+        return n
+
+    message = (
+        f"orders: key 'results' holds a {holds}, not a {expected}, so it cannot be used as the "
+        f"{expected} its handler publishes to; use another key, or delete this one"
+    )
+    with pytest.RaisesGroup(pytest.RaisesExc(WrongKeyType, match=f"^{message}$")):
+        async with serving(app):
+            pass
+
+
+async def test_a_handler_publishing_to_a_channel_or_a_missing_key_starts(
+    redis_server: RedisServer, redis: RedisClient
+) -> None:
+    await redis.execute("SET", "news", "text")  # a channel is no key: not checked
+    app = App("svc")
+    broker = app.broker(RedisBroker(redis_server.url))
+
+    @broker.subscriber(RedisStream("orders", group="g"), name="orders")
+    @broker.publisher(Destination.channel("news"))
+    @broker.publisher("results")
+    async def handle(n: int) -> int:
+        return n
+
+    async with serving(app):
+        pass
