@@ -19,7 +19,11 @@ source a :class:`SubscriptionHost` at :meth:`~trio_streams.transport.Subscriptio
   it clears (a connection being re-established). While any fault of any subscription lasts, the
   app's health is ``degraded``. A fault is logged once when it begins and once when it clears,
   counted in the subscription's stats, and delivered to fault observers (the test harness
-  records them as ``t.faults``).
+  records them as ``t.faults``). The line a fault begins with is one WARNING line: the
+  subscription, the kind, the message, the server (an error of the chain that names its
+  ``address``) and the cause (the innermost error of the chain, through exception groups), if
+  the message does not say them already. The traceback is logged at DEBUG: a server that goes
+  away is an event an operator expects, not a crash.
 
 A source may also raise :class:`~trio_streams.transport.SourceFault` from ``read``, ``settle``,
 ``dead_letter`` or ``aclose``: the core reports it like ``report_fault`` and carries on; every
@@ -50,6 +54,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, final
 
 import trio
+
+from .reporting import with_cause
 
 if TYPE_CHECKING:
     from .routing import SubscriberOptions
@@ -118,8 +124,10 @@ class SubscriptionHost:
         self.active[kind] = fault
         if began:
             self._log.warning(
-                "%s: fault %r: %s (recovering)", self.label, kind, message, exc_info=error
+                "%s: fault %r: %s (recovering)", self.label, kind, _with_cause(message, error)
             )
+            if error is not None:
+                self._log.debug("%s: the traceback of fault %r", self.label, kind, exc_info=error)
         self._on_fault(fault)
 
     def answered(self) -> None:
@@ -139,6 +147,32 @@ class SubscriptionHost:
             return
         self._log.info("%s: fault %r cleared", self.label, kind)
         self._on_fault(Fault(self.label, kind, fault.message, cleared=True))
+
+
+def _with_cause(message: str, error: BaseException | None) -> str:
+    """``message``, then the server and the innermost cause of ``error`` where it does not
+    name them already."""
+    if error is None:
+        return message
+    server = _server_of(error)
+    if server is not None and server not in message:
+        message = f"{message}; server {server}"
+    return with_cause(error, message)
+
+
+def _server_of(error: BaseException) -> str | None:
+    """``host:port`` of the first error of ``error``'s ``__cause__`` chain that names its server
+    in an ``address`` (the Redis client's errors do), or None."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        address = getattr(current, "address", None)
+        if isinstance(address, tuple) and len(address) == 2:
+            host, port = address
+            return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+        current = current.__cause__
+    return None
 
 
 def _unanswered(error: BaseException | None) -> bool:

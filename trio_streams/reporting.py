@@ -17,7 +17,7 @@ import trio
 from .errors import TrioStreamsError
 from .groups import leaves
 
-__all__ = ["describe", "failure_lines", "hint_for", "report"]
+__all__ = ["describe", "failure_lines", "hint_for", "innermost", "report", "with_cause"]
 
 
 def _one_line(text: str) -> str:
@@ -35,6 +35,32 @@ def describe(error: BaseException) -> str:
     notes = [_one_line(note) for note in getattr(error, "__notes__", ()) if isinstance(note, str)]
     text = _one_line(text)
     return f"{text} ({'; '.join(notes)})" if notes else text
+
+
+def innermost(error: BaseException) -> BaseException:
+    """The error at the bottom of ``error``'s ``__cause__`` chain, through groups (their first
+    leaf that is not a cancellation): what went wrong first, under the errors that only say
+    what it broke (``ConnectionRefusedError`` under "cannot connect", under a lost read)."""
+    seen: set[int] = set()
+    while id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, BaseExceptionGroup):
+            error = _real(error)[0]
+        elif error.__cause__ is not None:
+            error = error.__cause__
+        else:
+            break
+    return error
+
+
+def with_cause(error: BaseException, said: str | None = None) -> str:
+    """``said`` (by default what ``error`` says), then ``cause: ...``, the :func:`innermost`
+    error of its chain, unless that is ``error`` itself or ``said`` names it already."""
+    text = str(error) if said is None else said
+    cause = innermost(error)
+    if cause is error or describe(cause) in text:
+        return text
+    return f"{text}; cause: {describe(cause)}"
 
 
 def hint_for(error: BaseException) -> str | None:

@@ -22,11 +22,13 @@ from typing import final
 
 from ..redis.client import RedisClient, RedisCluster, ReplyError
 from ..redis.client.keys import key_slot
+from ..redis.client.scripts import Script
 
 __all__ = ["Refusal", "send_in_order"]
 
 #: Runs ``ARGV`` as commands (each its argument count, then its arguments) until one is refused.
-SCRIPT = """
+SCRIPT = Script(
+    """
 local i, done = 1, 0
 while i <= #ARGV do
   local argc = tonumber(ARGV[i])
@@ -36,7 +38,9 @@ while i <= #ARGV do
   i = i + argc + 1
 end
 return {done}
-"""
+""",
+    purpose="replay commands in order",
+)
 #: More arguments than this and a command goes alone (Lua's ``unpack`` has a stack limit).
 MAX_SCRIPT_ARGS = 1000
 

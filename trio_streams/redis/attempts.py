@@ -42,6 +42,7 @@ import trio
 
 from .client import RedisClient
 from .client.errors import RedisError
+from .client.scripts import Script
 from .companions import companion_key
 from .journal import RunJournal
 
@@ -67,7 +68,8 @@ SHIP_EVERY = 0.1
 #: Removes the fields of entries that are no longer pending in the group (a crash between an
 #: acknowledgement and the removal of its field leaves one). KEYS: ledger, stream. ARGV: group,
 #: HSCAN cursor, how many fields to look at. Returns the next cursor.
-SWEEP = """
+SWEEP = Script(
+    """
 local reply = redis.call('HSCAN', KEYS[1], ARGV[2], 'COUNT', tonumber(ARGV[3]))
 local fields = reply[2]
 for i = 1, #fields, 2 do
@@ -76,18 +78,23 @@ for i = 1, #fields, 2 do
   if not ok or #pending == 0 then redis.call('HDEL', KEYS[1], id) end
 end
 return reply[1]
-"""
+""",
+    purpose="sweep the attempt ledger",
+)
 
 
 #: Raise fields of a ledger to at least the runs given (a count is never lowered). KEYS:
 #: ledger. ARGV: entry, runs, entry, runs...
-RAISE = """
+RAISE = Script(
+    """
 for i = 1, #ARGV, 2 do
   local now = tonumber(redis.call('HGET', KEYS[1], ARGV[i]) or '0') or 0
   if tonumber(ARGV[i + 1]) > now then redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
 end
 return 0
-"""
+""",
+    purpose="raise attempt counts",
+)
 
 
 def ledger_key(key: str, group: str) -> str:

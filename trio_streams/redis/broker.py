@@ -48,6 +48,7 @@ from .client.errors import ReplyError
 from .companions import companion_key
 from .frames import encode_frame
 from .group import GroupSubscription
+from .keytypes import check_publisher_keys
 from .list_base import wrong_type
 from .list_reliable import ReliableListSubscription
 from .list_simple import SimpleListSubscription
@@ -209,6 +210,9 @@ class RedisBroker(Broker):
     @asynccontextmanager
     async def connect(self) -> AsyncIterator[Transport]:
         async with connect(self.url) as client:
+            await check_publisher_keys(
+                client, [(s.name, p.target) for s in self.subscriptions for p in s.publishers]
+            )
             yield RedisTransport(self, client)
 
 

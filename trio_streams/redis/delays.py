@@ -21,21 +21,26 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 
+from .client.scripts import Script
 from .companions import companion_key
 
 __all__ = ["PROMOTE", "SCHEDULE", "delay_key", "member"]
 
 #: KEYS: delay ZSET, stream. ARGV: delay ms, member, group, entry id.
-SCHEDULE = """
+SCHEDULE = Script(
+    """
 local now = redis.call('TIME')
 local at = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + tonumber(ARGV[1])
 redis.call('ZADD', KEYS[1], at, ARGV[2])
 return redis.call('XACK', KEYS[2], ARGV[3], ARGV[4])
-"""
+""",
+    purpose="schedule a delayed retry",
+)
 
 #: KEYS: delay ZSET, stream. ARGV: most copies to move. Returns ms until the next due copy
 #: (-1: none scheduled).
-PROMOTE = """
+PROMOTE = Script(
+    """
 local now = redis.call('TIME')
 local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ms, 'LIMIT', 0, tonumber(ARGV[1]))
@@ -56,7 +61,9 @@ if #nxt == 0 then return -1 end
 local wait = tonumber(nxt[2]) - ms
 if wait < 0 then return 0 end
 return wait
-"""
+""",
+    purpose="promote due delayed retries",
+)
 
 
 def delay_key(key: str) -> str:

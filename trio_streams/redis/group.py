@@ -62,6 +62,7 @@ from ..host import SubscriptionHost
 from ..outcome import Outcome, OutcomeKind
 from ..pipeline import Command, CommandCheck, Pipeline
 from ..positions import PositionKind
+from ..reporting import with_cause
 from ..transport import DeadLetter, SourceFault, SubscriptionSource, Unsettled
 from .attempts import SWEEP, AttemptLedger, ledger_key, runs_of
 from .client import Backoff, Connection, ReadOnlyError, RedisClient, RedisConnectionError
@@ -72,7 +73,7 @@ from .delays import PROMOTE, SCHEDULE, delay_key, member
 from .deliveries import EntryDelivery
 from .group_scripts import COPY_THEN_ACK
 from .journal import RunJournal, journal_epoch, journal_group, open_journal
-from .keytypes import check_key_type, wrong_type_found
+from .keytypes import check_dead_letter_key, check_key_type, wrong_type_found
 from .names import ConsumerLease
 from .streams import NoGroup, RedisStream
 from .window import FlushPlan, Window, plan_items, send_items
@@ -265,6 +266,7 @@ class GroupSubscription(SubscriptionSource):
         await self._create_group()
         self._ledger_key = ledger_key(self._key, self.group)
         await self._check_ledger_type()
+        await check_dead_letter_key(self._client, host, "stream", label=self._label)
         lease = self._lease = ConsumerLease(self._client, self._key, self.group, label=self._label)
         self.consumer = await lease.claim(self._given_consumer, base)
         self._epoch = await journal_epoch(self._client, self._key, self.group)
@@ -953,7 +955,7 @@ class GroupSubscription(SubscriptionSource):
         except RedisError as exc:
             _log.warning(
                 "%s: could not hand back the pending entries of consumer %r (they are reclaimed "
-                "after min_idle): %s", self._label, self.consumer, exc,
+                "after min_idle): %s", self._label, self.consumer, with_cause(exc),
             )  # fmt: skip
             return
         if handed:

@@ -10,11 +10,16 @@ succeeds, and the entry is gone. A script stops at the first error: the ``XACK``
 
 from __future__ import annotations
 
+from .client.scripts import Script
+
 __all__ = ["COPY_THEN_ACK"]
 
 #: KEYS: where the copy goes, the stream read. ARGV: group, entry id, then the copy's fields.
 #: Returns what XACK acknowledged.
-COPY_THEN_ACK = """
+COPY_THEN_ACK = Script(
+    """
 redis.call('XADD', KEYS[1], '*', unpack(ARGV, 3))
 return redis.call('XACK', KEYS[2], ARGV[1], ARGV[2])
-"""
+""",
+    purpose="copy an entry to a stream, then acknowledge it",
+)

@@ -10,12 +10,28 @@ can act on.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from ..destinations import Destination, DestinationKind
 from ..errors import WrongKeyType
 from .client import RedisClient
 from .client.errors import RedisError
 from .wire import text
 
-__all__ = ["check_key_type", "wrong_key_type", "wrong_type_found"]
+if TYPE_CHECKING:
+    from ..host import SubscriptionHost
+
+__all__ = [
+    "check_dead_letter_key",
+    "check_key_type",
+    "check_publisher_keys",
+    "wrong_key_type",
+    "wrong_type_found",
+]
+
+#: The type of key each kind of destination is written to (a channel is no key).
+_KEY_TYPES = {DestinationKind.STREAM: "stream", DestinationKind.LIST: "list"}
 
 
 def wrong_key_type(label: str, key: str, found: str, expected: str, role: str) -> WrongKeyType:
@@ -37,6 +53,40 @@ async def check_key_type(
     found = text(await client.execute("TYPE", key))
     if found not in (expected, "none"):
         raise wrong_key_type(label, key, found, expected, role)
+
+
+async def check_dead_letter_key(
+    client: RedisClient, host: SubscriptionHost, expected: str, *, label: str
+) -> None:
+    """Refuse, with :class:`~trio_streams.errors.WrongKeyType`, a ``dead_letter=`` key of the
+    subscription that exists and holds something else than ``expected``: found at the start,
+    not at a message's last attempt, when the letter could not be written. One ``TYPE``
+    command, none without a dead letter; cancelled, the key is left unchecked."""
+    destination = host.options.policy.dead_letter
+    if destination is None:
+        return
+    await check_key_type(
+        client, destination, expected, label=label, role="as the dead letters of the subscription"
+    )
+
+
+async def check_publisher_keys(
+    client: RedisClient, destinations: Iterable[tuple[str, Destination]]
+) -> None:
+    """Refuse, with :class:`~trio_streams.errors.WrongKeyType`, a stream or list that a
+    subscription's handler publishes its return value to (``(label, destination)`` pairs),
+    when its key holds another type: found at the start, not at the first message handled.
+    One ``TYPE`` command per key; cancelled, the rest are left unchecked."""
+    checked: set[str] = set()
+    for label, destination in destinations:
+        expected = _KEY_TYPES.get(destination.kind)
+        if expected is None or destination.name in checked:
+            continue
+        checked.add(destination.name)
+        await check_key_type(
+            client, destination.name, expected, label=label,
+            role=f"as the {expected} its handler publishes to",
+        )  # fmt: skip
 
 
 async def wrong_type_found(

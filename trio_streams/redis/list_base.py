@@ -17,7 +17,7 @@ from .client.errors import RedisError, ReplyError
 from .dedicated import DedicatedConnection
 from .delays import delay_key, member
 from .frames import REDELIVERED_HEADER, decode_frame, encode_frame, take_redeliveries
-from .keytypes import check_key_type
+from .keytypes import check_dead_letter_key, check_key_type
 from .list_scripts import PROMOTE, SCHEDULE
 from .lists import DeadLetterKind, ListEnd, RedisList, WrongKeyType
 from .wire import encode_fields
@@ -86,6 +86,9 @@ class ListSubscriptionBase(SubscriptionSource):
         host.retry_target = f"list:{self._key}"
         await self.check_type(self._key)
         await self.check_type(self._delays, "zset", "as the list's delayed retries")
+        await check_dead_letter_key(
+            self._client, host, self._source.dead_letter_kind.value, label=self._label
+        )
         host.start_soon(self._promote_loop, name=f"{self._label}: delayed retries")
 
     async def check_type(self, key: str, kind: str = "list", role: str = "as a work queue") -> None:

@@ -67,6 +67,7 @@ from ..delivery import Delivery
 from ..host import SubscriptionHost
 from ..outcome import Outcome, OutcomeKind
 from ..pipeline import Command, CommandCheck, Pipeline
+from ..reporting import with_cause
 from ..transport import DeadLetter, SourceFault, Unsettled
 from .attempts import SHIP_EVERY
 from .client import RedisClient
@@ -825,7 +826,7 @@ class ReliableListSubscription(ListSubscriptionBase):
             except RedisError as exc:
                 _log.warning(
                     "%s: could not return processing list %r at close (a reaper will, once "
-                    "its heartbeat expires): %s", self._label, self.processing, exc,
+                    "its heartbeat expires): %s", self._label, self.processing, with_cause(exc),
                 )  # fmt: skip
             finally:
                 await self._dedicated.drop(None)

@@ -24,6 +24,8 @@ Each runs atomically on the server, so what it checks and what it moves are one 
 
 from __future__ import annotations
 
+from .client.scripts import Script
+
 __all__ = ["COPY_THEN_REMOVE", "COUNTED", "PROMOTE", "REAP", "RENEW", "SCHEDULE", "TAKE_BACK"]
 
 #: ``counted(v, header, n)``: list entry ``v`` with its redelivery header (``REDELIVERED_HEADER``)
@@ -157,7 +159,7 @@ end
 #: over), then pairs of a value's SHA-1 and how many of its copies the consumer's handlers had
 #: finished (removed, not put back). Returns the entries moved, -1 if still alive, -2 if the name
 #: is another consumer's now.
-REAP = (
+REAP = Script(
     COUNTED
     + """
 if ARGV[3] ~= '1' and redis.call('EXISTS', KEYS[3]) == 1 then return -1 end
@@ -182,18 +184,22 @@ redis.call('SREM', KEYS[4], ARGV[1])
 redis.call('DEL', KEYS[5])
 if ARGV[3] == '1' then redis.call('DEL', KEYS[3]) end
 return moved
-"""
+""",
+    purpose="give a dead consumer's entries back to the list",
 )
 
 #: Renew a consumer's heartbeat, unless another consumer holds the name now. KEYS: heartbeat,
 #: consumers set. ARGV: this consumer's token, TTL ms, its name. Returns 1, or 0 (not ours).
-RENEW = """
+RENEW = Script(
+    """
 local owner = redis.call('GET', KEYS[1])
 if owner and owner ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('SADD', KEYS[2], ARGV[3])
 return 1
-"""
+""",
+    purpose="renew a consumer's heartbeat",
+)
 
 #: What a consumer finds in its own processing list when it opens (it died holding them, and
 #: restarts under the same name): each entry charged in place with the runs its handlers had,
@@ -201,7 +207,7 @@ return 1
 #: are removed; newest first, as the list holds them; the ledger deleted. KEYS: processing list,
 #: ledger. ARGV: the redelivery header, then pairs of a value's SHA-1 and how many of its copies
 #: were finished.
-TAKE_BACK = (
+TAKE_BACK = Script(
     COUNTED
     + """
 local values = redis.call('LRANGE', KEYS[1], 0, -1)
@@ -226,29 +232,37 @@ if changed then
 end
 redis.call('DEL', KEYS[2])
 return kept
-"""
+""",
+    purpose="take back the entries of the own processing list",
 )
 
 #: KEYS: delay ZSET, processing list (ignored when ARGV[3] is empty). ARGV: delay ms, member,
 #: the original value to remove from the processing list ("" for a simple list: nothing to).
-SCHEDULE = """
+SCHEDULE = Script(
+    """
 local now = redis.call('TIME')
 local at = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + tonumber(ARGV[1])
 redis.call('ZADD', KEYS[1], at, ARGV[2])
 if ARGV[3] ~= '' then return redis.call('LREM', KEYS[2], 1, ARGV[3]) end
 return 0
-"""
+""",
+    purpose="schedule a delayed retry",
+)
 
 #: KEYS: where the copy goes, processing list. ARGV: the original value, the write's command
 #: name (LPUSH/RPUSH/XADD), then its arguments after the key. Returns what LREM removed.
-COPY_THEN_REMOVE = """
+COPY_THEN_REMOVE = Script(
+    """
 redis.call(ARGV[2], KEYS[1], unpack(ARGV, 3))
 return redis.call('LREM', KEYS[2], 1, ARGV[1])
-"""
+""",
+    purpose="copy an entry, then remove it from the processing list",
+)
 
 #: KEYS: delay ZSET, list. ARGV: most copies to move, the push command (LPUSH/RPUSH). Returns
 #: ms until the next due copy (-1: none scheduled).
-PROMOTE = """
+PROMOTE = Script(
+    """
 local now = redis.call('TIME')
 local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ms, 'LIMIT', 0, tonumber(ARGV[1]))
@@ -263,4 +277,6 @@ if #nxt == 0 then return -1 end
 local wait = tonumber(nxt[2]) - ms
 if wait < 0 then return 0 end
 return wait
-"""
+""",
+    purpose="promote due delayed retries",
+)

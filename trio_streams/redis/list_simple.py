@@ -32,10 +32,12 @@ import trio
 
 from ..delivery import Delivery
 from ..outcome import Outcome, OutcomeKind
+from ..reporting import with_cause
 from ..transport import DeadLetter, SourceFault, Unsettled
 from .client import Backoff, Connection
 from .client.errors import RedisConnectionError, RedisError, ReplyError, describe_command
 from .client.protocol import pack_command
+from .client.scripts import Script
 from .list_base import ListSubscriptionBase, lost, wrong_type
 
 __all__ = ["SimpleListSubscription"]
@@ -52,7 +54,8 @@ _REMEMBERED_PUT_BACKS = 256
 #: Put ``ARGV[1]`` back at the front of list ``KEYS[1]`` (``ARGV[2]``: ``LEFT`` or ``RIGHT``,
 #: the end consumers take from), behind the entries at the front that are among ``ARGV[3..]``
 #: (put back before it, popped before it), as one step; answers how many it went behind.
-PUT_BACK = """
+PUT_BACK = Script(
+    """
 local key, value = KEYS[1], ARGV[1]
 local earlier, left = {}, #ARGV - 2
 for i = 3, #ARGV do earlier[ARGV[i]] = (earlier[ARGV[i]] or 0) + 1 end
@@ -71,7 +74,9 @@ if ahead > 0 then moved = redis.call(pop, key, ahead) end
 redis.call(push, key, value)
 for i = #moved, 1, -1 do redis.call(push, key, moved[i]) end
 return ahead
-"""
+""",
+    purpose="put an entry back at the front of the list",
+)
 
 
 def _popped(reply: Any, count: int) -> list[bytes]:
@@ -163,7 +168,7 @@ class SimpleListSubscription(ListSubscriptionBase):
                 _log.warning(
                     "%s: stopping while %s was answered: %d popped entries of list %r may "
                     "be lost (%s)",
-                    self._label, describe, len(values), self._key, exc,
+                    self._label, describe, len(values), self._key, with_cause(exc),
                 )  # fmt: skip
         if waiting.cancelled_caught:
             _log.warning(
@@ -257,7 +262,7 @@ class SimpleListSubscription(ListSubscriptionBase):
             except RedisError as exc:
                 _log.warning(
                     "%s: could not put %d unhandled entries back on list %r (lost): %s",
-                    self._label, len(back), self._key, exc,
+                    self._label, len(back), self._key, with_cause(exc),
                 )  # fmt: skip
             else:
                 _log.info(

@@ -26,6 +26,7 @@ import trio
 
 from .client import RedisClient
 from .client.errors import RedisError
+from .client.scripts import Script
 from .companions import companion_key
 from .lists import ConsumerNameInUse
 
@@ -41,18 +42,24 @@ _RENEWAL_SLACK = 0.25
 _MAX_SLOTS = 64
 
 #: Renew a lease unless another holder has it now. KEYS: lease. ARGV: token, TTL ms. 1 or 0.
-_RENEW = """
+_RENEW = Script(
+    """
 local owner = redis.call('GET', KEYS[1])
 if owner and owner ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 1
-"""
+""",
+    purpose="renew a consumer name's lease",
+)
 
 #: Delete a lease if it is still this holder's. KEYS: lease. ARGV: token.
-_RELEASE = """
+_RELEASE = Script(
+    """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
-"""
+""",
+    purpose="release a consumer name's lease",
+)
 
 #: Names this process holds now, by lease key: another subscription of this process never
 #: waits a renewal period to find them taken.

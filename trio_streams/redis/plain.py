@@ -34,7 +34,7 @@ from ..transport import SeekRefused, SubscriptionSource
 from .client import Backoff, ReadOnlyError, RedisClient, RedisConnectionError
 from .client.errors import RedisError
 from .dedicated import DedicatedConnection
-from .keytypes import check_key_type
+from .keytypes import check_dead_letter_key, check_key_type
 from .streams import SEQUENCE_REFUSAL, RedisStream
 from .wire import (
     Entry,
@@ -79,6 +79,7 @@ class PlainSubscription(SubscriptionSource):
         self._host = host
         role = "for a replay" if not self.live else "for a tail"
         await check_key_type(self._client, self._key, "stream", label=self._label, role=role)
+        await check_dead_letter_key(self._client, host, "stream", label=self._label)
         self._after = await self._place(self._start)
 
     async def _place(self, position: Position) -> str:

@@ -52,6 +52,7 @@ from .channels import RedisChannel
 from .client import Gap, Message, RedisClient, RedisCluster, RedisError, Subscription, key_slot
 from .client.errors import ClusterError, format_address
 from .frames import decode_frame, encode_frame
+from .keytypes import check_dead_letter_key
 
 __all__ = ["ChannelSubscription", "PubSubFailed"]
 
@@ -103,6 +104,8 @@ class ChannelSubscription(SubscriptionSource):
 
     async def open(self, host: SubscriptionHost) -> None:
         self._host = host
+        if self._channel.dead_letter_kind == "stream":  # a channel is no key: nothing to check
+            await check_dead_letter_key(self._client, host, "stream", label=self._label)
         readers = await self._readers()
         for index, names in enumerate(readers):
             pattern, sharded = self._channel.pattern, self._channel.sharded

@@ -1,5 +1,6 @@
 """A dead letter the server refuses (its key holds another type: a string, a hash), against a
-real server: a simple list puts the popped entry back at the front of its list, in the order
+real server (the key changes type after the start, which refuses a key of another type): a
+simple list puts the popped entry back at the front of its list, in the order
 the entries were popped, instead of losing it; a reliable list leaves it in its processing
 list. Either way the log says what happened, and never "dead-lettered" for a letter that was
 not written."""
@@ -56,7 +57,6 @@ async def test_a_simple_list_puts_an_entry_whose_dead_letter_is_refused_back_to_
     other: str,
 ) -> None:
     make, read, holds = OTHER_TYPES[other]
-    await redis.execute(*make)
     app = App("svc")
     broker = app.broker(RedisBroker(redis_server.url))
     seen: list[tuple[bytes, dict[str, str]]] = []
@@ -69,8 +69,9 @@ async def test_a_simple_list_puts_an_entry_whose_dead_letter_is_refused_back_to_
             raise ValueError("nope")  # the one attempt: dead-lettered, and refused
         again.set()
 
-    await redis.execute("RPUSH", "jobs", encode_frame(b"5", {"trace": "t"}))
     async with serving(app):
+        await redis.execute(*make)  # after the start, which refuses a key of another type
+        await redis.execute("RPUSH", "jobs", encode_frame(b"5", {"trace": "t"}))
         with trio.fail_after(10):
             await again.wait()
     # The same entry, as it was popped: not a copy with new headers.
@@ -86,7 +87,6 @@ async def test_refused_dead_letters_go_back_at_the_front_in_the_order_the_entrie
 ) -> None:
     # Each letter is refused while the app drains: reading has stopped, so the entries stay
     # where they were put back, and the list shows the order.
-    await redis.execute("SET", DEAD, "another type")
     app = App("svc", shutdown_timeout=10)
     broker = app.broker(RedisBroker(redis_server.url))
     draining = trio.Event()
@@ -108,6 +108,9 @@ async def test_refused_dead_letters_go_back_at_the_front_in_the_order_the_entrie
     for n in (1, 2, 3):
         await redis.execute(push, "jobs", encode_frame(str(n).encode(), {}))
     async with serving(app):
+        await redis.execute(
+            "SET", DEAD, "another type"
+        )  # after the start, which refuses a key of another type
         with trio.fail_after(10):
             await first.wait()  # 1 in the handler, 2 and 3 queued: one read
         await redis.execute(push, "jobs", encode_frame(b"4", {}))
@@ -128,7 +131,6 @@ async def test_refused_dead_letters_go_back_at_the_front_in_the_order_the_entrie
 async def test_a_reliable_list_logs_a_refused_dead_letter_as_left_in_its_processing_list(
     redis_server: RedisServer, redis: RedisClient, caplog: pytest.LogCaptureFixture, kind: str
 ) -> None:
-    await redis.execute("HSET", DEAD, "f", "v")
     app = App("svc")
     broker = app.broker(RedisBroker(redis_server.url))
     tries = 0
@@ -146,8 +148,11 @@ async def test_a_reliable_list_logs_a_refused_dead_letter_as_left_in_its_process
     def refusals() -> int:
         return sum("not dead-lettered" in r.getMessage() for r in caplog.records)
 
-    await redis.execute("RPUSH", "jobs", encode_frame(b"5", {}))
     async with serving(app):
+        await redis.execute(
+            "HSET", DEAD, "f", "v"
+        )  # after the start, which refuses a key of another type
+        await redis.execute("RPUSH", "jobs", encode_frame(b"5", {}))
 
         async def refused_twice() -> bool:
             await trio.lowlevel.checkpoint()
@@ -167,7 +172,6 @@ async def test_a_reliable_list_logs_a_refused_dead_letter_as_left_in_its_process
 async def test_an_entry_whose_dead_letter_keeps_being_refused_is_not_handled_in_a_hot_loop(
     redis_server: RedisServer, redis: RedisClient
 ) -> None:
-    await redis.execute("SET", DEAD, "another type")
     app = App("svc")
     broker = app.broker(RedisBroker(redis_server.url))
     runs: list[float] = []
@@ -177,8 +181,11 @@ async def test_an_entry_whose_dead_letter_keeps_being_refused_is_not_handled_in_
         runs.append(trio.current_time())
         raise ValueError("nope")
 
-    await redis.execute("RPUSH", "jobs", encode_frame(b"5", {}))
     async with serving(app):
+        await redis.execute(
+            "SET", DEAD, "another type"
+        )  # after the start, which refuses a key of another type
+        await redis.execute("RPUSH", "jobs", encode_frame(b"5", {}))
 
         async def a_second_passed() -> bool:
             await trio.lowlevel.checkpoint()

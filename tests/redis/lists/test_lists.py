@@ -377,7 +377,6 @@ async def test_a_dead_letter_whose_write_fails_leaves_the_original_in_the_proces
 ) -> None:
     # MULTI/EXEC would run the LREM after the failed write (Redis has no rollback): the entry
     # would be gone while its letter was never written.
-    await redis.execute("SET", "jobs.dead", "another type")
     app = App("svc")
     broker = app.broker(RedisBroker(redis_server.url))
     tried = trio.Event()
@@ -393,6 +392,8 @@ async def test_a_dead_letter_whose_write_fails_leaves_the_original_in_the_proces
         raise ValueError("nope")
 
     async with serving(app) as running:
+        # Of another type once the start, which refuses it, is over.
+        await redis.execute("SET", "jobs.dead", "another type")
         await broker.publish(Destination.list("jobs"), 5)
         with trio.fail_after(10):
             await tried.wait()

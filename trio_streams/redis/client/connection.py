@@ -60,6 +60,7 @@ from .errors import (
 from .pipeline import TransactionBlock, unwrap_transaction, wire_commands
 from .protocol import NEED_DATA, Command, PushFrame, ReplyParser, pack_command, pack_commands
 from .replies import Replies
+from .tls_mismatch import plain_refused, tls_handshake, wrong_scheme_hint
 
 #: Bytes asked of the socket per receive; large enough for a COUNT 100 stream read.
 _RECEIVE_SIZE = 256 * 1024
@@ -510,7 +511,10 @@ async def open_connection(address: Address, options: ConnectionOptions) -> Conne
         if isinstance(cause, ssl.SSLCertVerificationError):
             reason = f"TLS handshake failed: {cause.reason}: {cause.verify_message}"
         elif isinstance(cause, ssl.SSLError):
-            reason = f"TLS handshake failed: {cause.reason or cause}"
+            hint = wrong_scheme_hint(cause)
+            reason = f"TLS handshake failed: {cause.reason or cause}" + (
+                f"; {hint}" if hint else ""
+            )
         elif isinstance(exc, OSError) and exc.strerror:
             reason = exc.strerror
         elif isinstance(exc.__cause__, OSError) and exc.__cause__.strerror:
@@ -534,10 +538,17 @@ async def _connect(address: Address, options: ConnectionOptions) -> Connection:
                 options.ssl_context,
                 server_hostname=options.ssl_server_hostname or host,
             )
-            await ssl_stream.do_handshake()
+            await tls_handshake(ssl_stream, address)
             stream = ssl_stream
         connection = Connection(stream, socket_stream, address)
-        await _handshake(connection, options)
+        try:
+            await _handshake(connection, options)
+        except (RedisConnectionError, trio.BrokenResourceError, OSError) as exc:
+            if options.ssl_context is not None or isinstance(
+                exc, HandshakeError | RedisTimeoutError | RedisProtocolError
+            ):
+                raise
+            raise plain_refused(exc, address) from exc
     except BaseException:
         socket_stream.socket.close()
         raise

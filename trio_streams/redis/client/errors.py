@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import ConfigurationError, TrioStreamsError
+from .scripts import Script
 
 Address = tuple[str, int]
 
@@ -25,17 +26,28 @@ def format_address(address: Address | None) -> str:
 
 #: Commands whose first argument may be a secret: only their name is ever shown.
 _SECRET_ARGUMENTS = frozenset({"AUTH"})
+#: Commands whose first argument is a Lua script: named by its purpose, never shown.
+_SCRIPT_COMMANDS = frozenset({"EVAL", "EVAL_RO"})
 
 
 def describe_command(args: object) -> str:
     """The command name and first argument, enough to say what failed without leaking values
-    (``AUTH``'s argument, a password, is never shown)."""
+    (``AUTH``'s argument, a password, is never shown; a script is named by its purpose)."""
     if not isinstance(args, (tuple, list)) or not args:
         return "?"
     parts = [_text(args[0]).upper()]
-    if len(args) > 1 and parts[0] not in _SECRET_ARGUMENTS:
+    if len(args) > 1 and parts[0] in _SCRIPT_COMMANDS:
+        parts.append(_script_name(args[1]))
+    elif len(args) > 1 and parts[0] not in _SECRET_ARGUMENTS:
         parts.append(_text(args[1])[:60])
     return " ".join(parts)
+
+
+def _script_name(script: object) -> str:
+    if isinstance(script, Script):
+        return f"(script: {script.purpose})"
+    length = len(script) if isinstance(script, (str, bytes, bytearray, memoryview)) else 0
+    return f"(a script of {length} characters)"
 
 
 def _text(value: object) -> str:
