@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import types
 import typing
 from collections.abc import Mapping
 from typing import Any
@@ -46,6 +47,7 @@ import msgspec
 from .app import App
 from .broker import Broker
 from .destinations import Destination, DestinationKind
+from .outcome import Outcome
 from .routing import Publisher, Subscription
 from .transport import DEAD_LETTER_HEADERS
 
@@ -330,12 +332,26 @@ def _subscribed_payload(subscription: Subscription) -> Any:
 
 
 def _return_type(fn: Any) -> Any:
+    """What a handler's publishers publish: its return annotation less ``None`` and
+    ``Outcome``, which settle the delivery and publish nothing (``-> str | None`` publishes a
+    ``str``); None if that leaves nothing, or the annotation does not resolve."""
     try:
         hints = typing.get_type_hints(fn, include_extras=False)
     except (NameError, TypeError):  # an annotation that does not resolve: document it untyped
         return None
     returns = hints.get("return")
-    return None if returns is type(None) else returns
+    if typing.get_origin(returns) in (typing.Union, types.UnionType):
+        published = [a for a in typing.get_args(returns) if not _publishes_nothing(a)]
+        if not published:
+            return None
+        return published[0] if len(published) == 1 else typing.Union[tuple(published)]  # noqa: UP007
+    return None if _publishes_nothing(returns) else returns
+
+
+def _publishes_nothing(annotation: Any) -> bool:
+    return annotation is type(None) or (
+        isinstance(annotation, type) and issubclass(annotation, Outcome)
+    )
 
 
 def _server_of(broker: Broker) -> dict[str, Any]:

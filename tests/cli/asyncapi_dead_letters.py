@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from trio_streams import App
+from trio_streams import App, Outcome, retry
 from trio_streams.file import FileBroker, FileStream
 from trio_streams.redis import RedisBroker, RedisChannel, RedisList, RedisStream
 
@@ -47,6 +47,24 @@ async def bytes_to_order(raw: bytes) -> Order:
 @kinds_log.publisher("totals")
 async def order_to_dict(order: Order) -> dict[str, int]:
     return {"id": order.id}
+
+
+maybe = App("maybe")
+maybe_log = maybe.broker(FileBroker("maybe.ss"))
+
+
+@maybe_log.subscriber(FileStream("lines").replay())
+@maybe_log.publisher("kept")
+async def keep(line: str) -> str | None:
+    """None publishes nothing: what is published is text."""
+    return line or None
+
+
+@maybe_log.subscriber(FileStream("orders").replay())
+@maybe_log.publisher("checked")
+async def check(order: Order) -> Order | Outcome:
+    """An outcome settles the delivery and publishes nothing."""
+    return order if order.id else retry()
 
 
 redis_app = App("redis-dead-letters")

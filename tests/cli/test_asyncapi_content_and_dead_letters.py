@@ -82,6 +82,16 @@ def test_each_message_has_the_content_type_the_codec_writes_for_its_type() -> No
     assert json.loads(encode({"id": 1})) == {"id": 1}
 
 
+def test_none_and_outcomes_are_not_published_so_not_documented() -> None:
+    document = document_of("maybe")
+    kept = message_of(document, "file_maybe.ss_.kept")
+    assert kept["payload"] == {"type": "string"}
+    assert kept["contentType"] == TEXT
+    checked = message_of(document, "file_maybe.ss_.checked")
+    assert checked["payload"] == {"$ref": "#/components/schemas/Order"}
+    assert checked["contentType"] == "application/json"
+
+
 def test_a_subscribed_str_payload_is_text_too(redis_document: dict[str, Any]) -> None:
     assert message_of(redis_document, "redis.jobs")["contentType"] == TEXT
     assert message_of(redis_document, "redis.news")["contentType"] == TEXT
