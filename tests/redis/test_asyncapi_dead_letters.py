@@ -7,15 +7,16 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import trio
 
 from tests.redis.client.redis_waits import eventually
 from tests.redis_servers import RedisServer
 from tests.support import serving
-from trio_streams import App, Position
+from trio_streams import App, Destination, Position
 from trio_streams.asyncapi import asyncapi_document
 from trio_streams.codec import encode
-from trio_streams.redis import RedisBroker, RedisList, RedisStream
-from trio_streams.redis.client import RedisClient
+from trio_streams.redis import RedisBroker, RedisChannel, RedisList, RedisStream
+from trio_streams.redis.client import Message, RedisClient
 from trio_streams.redis.frames import decode_frame, encode_frame
 from trio_streams.redis.wire import decode_fields, encode_fields
 from trio_streams.transport import Source
@@ -89,6 +90,34 @@ async def test_a_dead_letter_lands_where_its_channel_says_carrying_the_documente
         # rpush puts the letter after the earlier entry, lpush before it.
         index = -1 if method == "rpush" else 0
         payload, headers = decode_frame(await redis.execute("LINDEX", "orders.dead", index))
+    _carries_what_is_documented(message, payload, headers)
+
+
+@pytest.mark.parametrize("sharded", [False, True], ids=["PUBLISH", "SPUBLISH"])
+async def test_a_pubsub_dead_letter_is_published_as_its_channel_says_carrying_its_headers(
+    redis_server: RedisServer, redis: RedisClient, sharded: bool
+) -> None:
+    app = _app(redis_server.url, RedisChannel("orders", sharded=sharded))
+    method, message = _dead_letter_of(asyncapi_document(app))
+    assert method == ("spublish" if sharded else "publish")
+    subscribing = (
+        redis.subscribe(shard_channels=["orders.dead"])
+        if sharded
+        else redis.subscribe(["orders.dead"])
+    )
+    (broker,) = app.brokers
+    async with subscribing as letters, serving(app):
+        await broker.publish(Destination.channel("orders", sharded=sharded), TEXT)
+        with trio.fail_after(20):
+            letter = await anext(letters)
+    assert isinstance(letter, Message) and letter.channel == b"orders.dead"
+    payload, headers = decode_frame(letter.data)
+    _carries_what_is_documented(message, payload, headers)
+
+
+def _carries_what_is_documented(
+    message: dict[str, Any], payload: bytes, headers: dict[str, str]
+) -> None:
     assert message["contentType"] == "text/plain; charset=utf-8"
     assert payload == TEXT.encode("utf-8")  # the UTF-8 text itself, not a JSON string
     documented = message["headers"]["properties"]
