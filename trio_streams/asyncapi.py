@@ -13,13 +13,21 @@
   ``xread``, ``blmove``/``blpop``, ``subscribe``/``psubscribe``/``ssubscribe``; ``xadd``,
   ``rpush``/``lpush``, ``publish``/``spublish``), the shape FastStream's documents use, so
   AsyncAPI tools show both alike;
+  A subscription's ``dead_letter=`` destination is a channel of its own on the subscription's
+  broker, written as the transport writes it (``xadd`` on streams; on lists and Pub/Sub the
+  source's ``dead_letter_kind``). Retry copies go back to the stream, list or channel they came
+  from, so they have no channel of their own;
 - **operations** — ``receive`` for each subscription (its handler's name and docstring),
   ``send`` for each publisher (what the handlers it decorates return, whichever broker they
-  read);
+  read), and ``send`` of each subscription's dead letters;
 - **messages** — their payload schemas from the annotations: dataclasses, ``msgspec.Struct``,
   enums and plain types through msgspec's JSON Schema, pydantic models through
   their own ``model_json_schema``, ``bytes`` as a binary string; shared definitions go to
-  ``components/schemas``.
+  ``components/schemas``. Each says the content type the codec writes for it:
+  ``text/plain; charset=utf-8`` for ``str`` (written as its UTF-8 text, not as a JSON string),
+  ``application/octet-stream`` for ``bytes``, ``application/json`` for everything else. A dead
+  letter's message has the subscribed payload (the payload as it arrived) and the
+  ``x-dead-letter-*`` headers saying why.
 
 ``trio-streams asyncapi MODULE:ATTRIBUTE`` writes it as JSON.
 """
@@ -28,6 +36,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import types
 import typing
 from collections.abc import Mapping
 from typing import Any
@@ -38,7 +47,9 @@ import msgspec
 from .app import App
 from .broker import Broker
 from .destinations import Destination, DestinationKind
+from .outcome import Outcome
 from .routing import Publisher, Subscription
+from .transport import DEAD_LETTER_HEADERS
 
 __all__ = ["ASYNCAPI_VERSION", "asyncapi_document"]
 
@@ -46,6 +57,44 @@ ASYNCAPI_VERSION = "3.0.0"
 
 _REF = "#/components/schemas/{name}"
 _BINARY: dict[str, Any] = {"type": "string", "format": "binary"}
+_TEXT = "text/plain; charset=utf-8"
+_OCTETS = "application/octet-stream"
+_JSON = "application/json"
+
+#: What each ``x-dead-letter-*`` header holds (the headers of ``DeadLetter.headers_for``).
+_DEAD_LETTER_HEADER_SCHEMAS: Mapping[str, dict[str, Any]] = {
+    "x-dead-letter-reason": {
+        "type": "string",
+        "enum": ["max-attempts", "undecodable", "by-key", "unencodable"],
+        "description": "why it was dead-lettered",
+    },
+    "x-dead-letter-error": {
+        "type": "string",
+        "description": "the type and message of the last failure, on one line ('' if none)",
+    },
+    "x-dead-letter-attempts": {
+        "type": "string",
+        "pattern": "^[0-9]+$",
+        "description": "how many times its handler ran",
+    },
+    "x-dead-letter-stream": {
+        "type": "string",
+        "description": "the stream, list or channel it was read from",
+    },
+    "x-dead-letter-position": {
+        "type": "string",
+        "description": "where it was read there ('' where the transport has no position)",
+    },
+    "x-dead-letter-subscription": {
+        "type": "string",
+        "description": "the subscription that dead-lettered it",
+    },
+    "x-dead-letter-at-ms": {
+        "type": "string",
+        "pattern": "^[0-9]+$",
+        "description": "when it was dead-lettered, in milliseconds since the Unix epoch",
+    },
+}
 
 
 def asyncapi_document(
@@ -114,6 +163,7 @@ class _Builder:
         server = self.server(broker)
         for subscription in broker.subscriptions:
             self._receive(server, subscription)
+            self._send_dead_letters(server, subscription)
             returns = _return_type(subscription.handler.fn)
             for publisher in subscription.publishers:
                 self._decorating.add(id(publisher))
@@ -131,10 +181,7 @@ class _Builder:
     def _receive(self, server: str, subscription: Subscription) -> None:
         source = subscription.source
         handler = subscription.handler
-        payload = handler.payload_type
-        if handler.is_batch:
-            (payload,) = typing.get_args(payload) or (bytes,)
-        message = self._message(payload)
+        message = self._message(_subscribed_payload(subscription))
         binding = _read_binding(source)
         channels = []
         for stream in source.streams:
@@ -177,6 +224,24 @@ class _Builder:
         name = _key(f"{server}.{target.name}.send")
         self.operations[self._unique(self.operations, name)] = operation
 
+    def _send_dead_letters(self, server: str, subscription: Subscription) -> None:
+        """A send of the subscription's dead letters, if it has a ``dead_letter=``: on its own
+        broker, with the payload as it arrived and the headers saying why."""
+        destination = subscription.options.policy.dead_letter
+        if destination is None:
+            return
+        message = self._message(_subscribed_payload(subscription), dead_letter=True)
+        binding = _dead_letter_binding(subscription)
+        channel = self._channel(server, destination, message, binding)
+        self.operations[
+            self._unique(self.operations, _key(f"{server}.{subscription.name}.dead_letter"))
+        ] = {
+            "action": "send",
+            "channel": {"$ref": f"#/channels/{channel}"},
+            "summary": f"the dead letters of {subscription.name}",
+            "messages": [{"$ref": f"#/channels/{channel}/messages/{message}"}],
+        }
+
     # ---- channels and messages ---------------------------------------------------------------
 
     def _channel(
@@ -195,13 +260,27 @@ class _Builder:
         channel["messages"][message] = {"$ref": f"#/components/messages/{message}"}
         return key
 
-    def _message(self, payload: Any) -> str:
-        """The key of the message whose payload is ``payload`` (a type; None: unknown)."""
+    def _message(self, payload: Any, *, dead_letter: bool = False) -> str:
+        """The key of the message whose payload is ``payload`` (a type; None: unknown), or of
+        the dead letter carrying it."""
         name, schema = self._payload_schema(payload)
+        if dead_letter:
+            name = f"{name}.dead_letter"
         key = _key(name)
         if key not in self.messages:
-            content = "application/octet-stream" if schema == _BINARY else "application/json"
-            self.messages[key] = {"name": name, "contentType": content, "payload": schema}
+            message: dict[str, Any] = {
+                "name": name,
+                "contentType": _content_type(payload),
+                "payload": schema,
+            }
+            if dead_letter:
+                message["summary"] = "a delivery its subscription gave up on, as it arrived"
+                message["headers"] = {
+                    "type": "object",
+                    "properties": {k: dict(v) for k, v in _DEAD_LETTER_HEADER_SCHEMAS.items()},
+                    "required": list(DEAD_LETTER_HEADERS),
+                }
+            self.messages[key] = message
         return key
 
     def _payload_schema(self, payload: Any) -> tuple[str, dict[str, Any]]:
@@ -233,13 +312,46 @@ class _Builder:
         return f"{key}_{n}"
 
 
+def _content_type(payload: Any) -> str:
+    """What the codec writes for ``payload`` (``codec.encode``; ``codec.decoder_for`` reads
+    it alike): a ``str`` as its UTF-8 text, bytes as they are, everything else as JSON."""
+    if payload is str:
+        return _TEXT
+    if payload in (bytes, bytearray, memoryview):
+        return _OCTETS
+    return _JSON
+
+
+def _subscribed_payload(subscription: Subscription) -> Any:
+    """The type of one message the subscription reads (a batch handler's element type)."""
+    handler = subscription.handler
+    payload = handler.payload_type
+    if handler.is_batch:
+        (payload,) = typing.get_args(payload) or (bytes,)
+    return payload
+
+
 def _return_type(fn: Any) -> Any:
+    """What a handler's publishers publish: its return annotation less ``None`` and
+    ``Outcome``, which settle the delivery and publish nothing (``-> str | None`` publishes a
+    ``str``); None if that leaves nothing, or the annotation does not resolve."""
     try:
         hints = typing.get_type_hints(fn, include_extras=False)
     except (NameError, TypeError):  # an annotation that does not resolve: document it untyped
         return None
     returns = hints.get("return")
-    return None if returns is type(None) else returns
+    if typing.get_origin(returns) in (typing.Union, types.UnionType):
+        published = [a for a in typing.get_args(returns) if not _publishes_nothing(a)]
+        if not published:
+            return None
+        return published[0] if len(published) == 1 else typing.Union[tuple(published)]  # noqa: UP007
+    return None if _publishes_nothing(returns) else returns
+
+
+def _publishes_nothing(annotation: Any) -> bool:
+    return annotation is type(None) or (
+        isinstance(annotation, type) and issubclass(annotation, Outcome)
+    )
 
 
 def _server_of(broker: Broker) -> dict[str, Any]:
@@ -296,6 +408,22 @@ _WRITES: Mapping[DestinationKind, str] = {
     DestinationKind.CHANNEL: "publish",
     DestinationKind.SHARD_CHANNEL: "spublish",
 }
+
+
+def _dead_letter_binding(subscription: Subscription) -> dict[str, Any] | None:
+    """How a subscription writes its dead letters to Redis, or None for a broker that is not
+    Redis: ``xadd`` from a stream (or where ``dead_letter_kind="stream"``), else as its list is
+    pushed or its channel published."""
+    if not isinstance(getattr(subscription.broker, "url", None), str):
+        return None
+    source = subscription.source
+    kind = getattr(source, "dead_letter_kind", None)
+    if getattr(kind, "value", kind) in (None, "stream"):
+        return {"method": "xadd"}
+    end = getattr(source, "pop", None)  # a list's end: its letters are pushed at the other
+    if end is not None:
+        return {"method": end.push.lower()}
+    return {"method": "spublish" if getattr(source, "sharded", False) else "publish"}
 
 
 def _write_binding(broker: Broker, target: Destination) -> dict[str, Any] | None:
