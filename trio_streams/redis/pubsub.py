@@ -279,6 +279,7 @@ class ChannelSubscription(SubscriptionSource):
                 "retry",
                 f"{self._publish} of a retry copy to {delivery.stream!r} failed, the copy is "
                 f"lost: {exc}",
+                left="the copies were lost",
             ) from exc
         return True
 
@@ -294,6 +295,7 @@ class ChannelSubscription(SubscriptionSource):
                 "dead letter",
                 f"{self._publish} of a dead letter to {letter.destination!r} failed, the letter "
                 f"is lost: {exc}",
+                left="the letters were lost",
             ) from exc
         return True
 
