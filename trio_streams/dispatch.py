@@ -763,14 +763,13 @@ class Dispatcher:
                 exc_info=exc,
             )
         else:
-            self._log.warning(
-                "%s: handler failed on attempt %d of %d (message %s): %s; retrying%s",
+            self._log.warning(  # the retry is logged once it is written (``_settle``)
+                "%s: handler failed on attempt %d of %d (message %s): %s",
                 label,
                 attempt,
                 cap,
                 _where(delivery),
                 describe(exc),
-                f" in {outcome.delay:g}s" if outcome.kind is OutcomeKind.RETRY_AFTER else "",
             )
             self._log.debug("%s: the traceback of attempt %d", label, attempt, exc_info=exc)
         return outcome
@@ -932,7 +931,7 @@ class Dispatcher:
                 )
             else:
                 self._log.warning(
-                    "%s: batch handler failed on %d messages: %s; retrying",
+                    "%s: batch handler failed on %d messages: %s",
                     self._runner.label,
                     len(deliveries),
                     describe(exc),
@@ -984,8 +983,19 @@ class Dispatcher:
         if outcome.kind is OutcomeKind.RETRY_AFTER and not runner.source.durable_delay:
             await runner.delayed.schedule(delivery, outcome.delay)
             runner.source.deferred(delivery, outcome)
+            self._log.debug(
+                "%s: retry of message %s held in this process for %gs",
+                runner.label, _where(delivery), outcome.delay,
+            )  # fmt: skip
             return True
-        await runner.settle(delivery, outcome)
+        settled = await runner.settle(delivery, outcome)
+        if settled and outcome.is_retry:  # a failed one is the settle fault's (counted there)
+            self._log.debug(
+                "%s: retry of message %s written%s",
+                runner.label,
+                _where(delivery),
+                f" for {outcome.delay:g}s from now" if outcome.delay else "",
+            )
         return False
 
     def _log_dead_letter(

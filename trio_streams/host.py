@@ -24,6 +24,10 @@ source a :class:`SubscriptionHost` at :meth:`~trio_streams.transport.Subscriptio
   ``address``) and the cause (the innermost error of the chain, through exception groups), if
   the message does not say them already. The traceback is logged at DEBUG: a server that goes
   away is an event an operator expects, not a crash.
+- A fault that failed settles report (``report_fault(..., left="the entries stayed pending")``)
+  counts each report while it lasts, and its line when it clears says how many settles failed
+  meanwhile and what became of their deliveries ("fault 'settle' cleared after 6 failed
+  settles; the entries stayed pending"): the later failures are not logged one by one.
 
 A source may also raise :class:`~trio_streams.transport.SourceFault` from ``read``, ``settle``,
 ``dead_letter`` or ``aclose``: the core reports it like ``report_fault`` and carries on; every
@@ -109,6 +113,9 @@ class SubscriptionHost:
         self.active: dict[str, Fault] = {}
         #: Faults reported since the subscription started (each report counts).
         self.count = 0
+        #: Per lasting fault of failed settles: how many settles failed, and what became of
+        #: their deliveries (said when it clears).
+        self._failed_settles: dict[str, tuple[int, str]] = {}
 
     def start_soon(
         self, fn: Callable[..., Awaitable[Any]], *args: Any, name: str | None = None
@@ -116,12 +123,24 @@ class SubscriptionHost:
         """Run ``fn(*args)`` in the subscription's nursery (see the module docstring)."""
         self._nursery.start_soon(fn, *args, name=name or f"{self.label}: {fn!r}")
 
-    def report_fault(self, kind: str, message: str, *, error: BaseException | None = None) -> None:
-        """A fault of ``kind`` began (or goes on): counted each time, logged when it begins."""
+    def report_fault(
+        self,
+        kind: str,
+        message: str,
+        *,
+        error: BaseException | None = None,
+        left: str | None = None,
+    ) -> None:
+        """A fault of ``kind`` began (or goes on): counted each time, logged when it begins.
+        ``left``, for a settle that failed: what became of its delivery; the settles that
+        fail while the fault lasts are counted, and said with ``left`` when it clears."""
         self.count += 1
         fault = Fault(self.label, kind, message, error)
         began = kind not in self.active
         self.active[kind] = fault
+        if left is not None:
+            failed = 1 if began else self._failed_settles.get(kind, (0, left))[0] + 1
+            self._failed_settles[kind] = (failed, left)
         if began:
             self._log.warning(
                 "%s: fault %r: %s (recovering)", self.label, kind, _with_cause(message, error)
@@ -143,9 +162,21 @@ class SubscriptionHost:
     def clear_fault(self, kind: str) -> None:
         """The fault of ``kind`` is over (nothing happens if none is active)."""
         fault = self.active.pop(kind, None)
+        failed_settles = self._failed_settles.pop(kind, None)
         if fault is None:
             return
-        self._log.info("%s: fault %r cleared", self.label, kind)
+        if failed_settles is None:
+            self._log.info("%s: fault %r cleared", self.label, kind)
+        else:
+            failed, left = failed_settles
+            self._log.info(
+                "%s: fault %r cleared after %d failed settle%s%s",
+                self.label,
+                kind,
+                failed,
+                "" if failed == 1 else "s",
+                f"; {left}" if left else "",
+            )
         self._on_fault(Fault(self.label, kind, fault.message, cleared=True))
 
 

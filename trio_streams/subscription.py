@@ -288,21 +288,23 @@ class SubscriptionRunner:
         else:
             self.logger.warning("%s: fault %r: %s", self.label, fault.kind, fault.message)
 
-    async def settle(self, delivery: Delivery, outcome: Outcome) -> None:
+    async def settle(self, delivery: Delivery, outcome: Outcome) -> bool:
         """Settle through the source; a ``SourceFault`` is reported, and clears at the next
-        settle that succeeds (the transport keeps the delivery pending, to deliver it again)."""
+        settle that succeeds (the transport keeps the delivery pending, to deliver it again).
+        False when the settle failed so (a retry it asked for was then not written)."""
         source = self.source
         if outcome.kind is OutcomeKind.ACK and source.acks_are_noops:
             self.ended_by_noop_ack(delivery)
-            return
+            return True
         delivery.ended = True
         try:
             written = await source.settle(delivery, outcome)
         except SourceFault as fault:
             self._settle_failed(fault)
-            return
+            return False
         if self._settle_failing and written is not False:  # held: says nothing of the server
             self._settle_recovered()
+        return True
 
     def ended_by_noop_ack(self, delivery: Delivery) -> None:
         """``delivery`` was acknowledged where an ack settles nothing
@@ -311,8 +313,12 @@ class SubscriptionRunner:
         delivery.ended = True
 
     def _settle_failed(self, fault: SourceFault) -> None:
+        """A settle failed: its fault is raised, or, already raised, counts one more."""
         self._settle_failing[fault.kind] = None
-        self.report(fault)
+        if self.host is not None:
+            self.host.report_fault(fault.kind, fault.message, error=fault, left=fault.left)
+        else:
+            self.report(fault)
 
     def _settle_recovered(self) -> None:
         """A settle (or a dead letter) succeeded: every fault settling raised has cleared."""
@@ -346,6 +352,7 @@ class SubscriptionRunner:
                 "dead letter",
                 f"writing the dead letter to {letter.destination!r} failed: {exc}; the message "
                 "is not settled (a transport that keeps messages delivers it again)",
+                left="the messages were not settled",
             )
             failed.__cause__ = exc
             self._settle_failed(failed)

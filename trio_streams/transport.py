@@ -135,12 +135,16 @@ class SourceFault(TrioStreamsError):
     pause that starts at 1 ms and doubles to 1 s while reads keep failing; a failed ``settle``
     leaves the delivery to the transport (an entry whose settle failed stays pending and is
     delivered again). The fault clears when the same operation next succeeds.
+
+    ``left``, for a settle: what became of the deliveries whose settle failed this way ("the
+    entries stayed pending"), said once when the fault clears, with how many failed meanwhile.
     """
 
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, kind: str, message: str, *, left: str = "") -> None:
         super().__init__(f"{kind}: {message}")
         self.kind = kind
         self.message = message
+        self.left = left
 
 
 def read_count_option(options: Mapping[str, Any], default: int) -> int:

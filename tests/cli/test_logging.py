@@ -31,7 +31,7 @@ def test_a_run_with_two_retries_logs_a_bounded_handful_of_lines_and_no_traceback
     assert len(warnings) == 2, result.stderr
     for attempt, warning in enumerate(warnings, 1):
         assert f"charge: handler failed on attempt {attempt} of 5 " in warning
-        assert f"ValueError: payment gateway timed out (call {attempt}); retrying" in warning
+        assert warning.endswith(f"ValueError: payment gateway timed out (call {attempt})")
     assert not [line for line in lines if " ERROR " in line]
 
 

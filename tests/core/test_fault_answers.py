@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 
+import pytest
 import trio
 
 from trio_streams.host import Fault, SubscriptionHost
@@ -44,3 +45,29 @@ async def test_faults_of_silence_clear_when_the_server_answers_and_refusals_stay
         assert cleared == ["connection", "flush", "lease"]
         host.answered()  # nothing more to clear: no change is told twice
         assert len(changes) == 8
+
+
+async def test_a_settle_fault_cleared_by_an_answer_says_how_many_settles_failed_meanwhile(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="tests.fault_answers")
+    changes: list[Fault] = []
+    async with trio.open_nursery() as nursery:
+        host = _host(nursery, changes)
+        down = _caused_by(ConnectionRefusedError("refused"))
+        for _ in range(6):
+            host.report_fault(
+                "settle", "retry failed", error=down, left="the entries stayed pending"
+            )
+        host.report_fault("lease", "renewal failed", error=down)
+        host.answered()
+        host.report_fault("settle", "retry failed", error=down, left="the entries stayed pending")
+        host.clear_fault("settle")  # a new fault: counted from one again
+    cleared = [r.getMessage() for r in caplog.records if "cleared" in r.getMessage()]
+    assert cleared == [
+        "sub: fault 'settle' cleared after 6 failed settles; the entries stayed pending",
+        "sub: fault 'lease' cleared",
+        "sub: fault 'settle' cleared after 1 failed settle; the entries stayed pending",
+    ]
+    began = [r.getMessage() for r in caplog.records if "fault 'settle':" in r.getMessage()]
+    assert len(began) == 2  # once for each fault, not for each failed settle

@@ -634,7 +634,9 @@ class GroupSubscription(SubscriptionSource):
             if delivery is not None and self._ledger is not None:
                 self._ledger.let_go(delivery)  # pending still: its runs must reach Redis
             raise SourceFault(
-                "settle", f"{what} of entry {entry_id} failed (it stays pending): {exc}"
+                "settle",
+                f"{what} of entry {entry_id} failed (it stays pending): {exc}",
+                left="the entries stayed pending",
             ) from exc
         else:
             self._note_acked((entry_id,))

@@ -648,6 +648,7 @@ class ReliableListSubscription(ListSubscriptionBase):
                 "settle",
                 f"{what} of an entry of list {self._key!r} failed (it stays in processing list "
                 f"{self.processing!r}): {exc}",
+                left=f"the entries stayed in processing list {self.processing!r}",
             ) from exc
         finally:
             self._release(token, removed=removed)

@@ -193,7 +193,9 @@ class SimpleListSubscription(ListSubscriptionBase):
         except RedisError as exc:
             # Popped: nothing keeps the entry now, so a failed copy is a lost message.
             raise SourceFault(
-                "settle", f"retry copy of an entry of list {self._key!r} failed (lost): {exc}"
+                "settle",
+                f"retry copy of an entry of list {self._key!r} failed (lost): {exc}",
+                left="the entries were lost",
             ) from exc
         return True
 

@@ -21,7 +21,10 @@ is published while it is subscribed, once, and nothing else.
   the gap is reported once as the fault ``gap`` — when it began (for a drop: no later than the
   drop), how long it lasted, how many connection attempts it took, the how-many-th gap of the
   subscription — and counted in :attr:`ChannelSubscription.gaps`; both faults then clear and
-  delivery goes on.
+  delivery goes on. After a drop the handlers are still behind: the gap waits behind what the
+  dropped connection received, so the fault ``behind`` is raised before ``connection`` clears
+  (health stays ``degraded``) and clears when delivery reaches the gap, that is when the
+  handlers are given the first messages of the new connection.
 - **Settles.** Nothing is acknowledged: ``ack`` and ``drop`` settle nothing. ``retry`` (and
   ``retry_after``, which the core holds in a Trio timer first: lost if the process dies)
   publishes a copy to the channel the message came on, with the retry-count header and this
@@ -101,6 +104,8 @@ class ChannelSubscription(SubscriptionSource):
         self.missed_seconds = 0.0
         #: The last gap, if any.
         self.last_gap: Gap | None = None
+        #: Gaps that wait behind what a dropped connection received (fault ``behind``).
+        self._behind: set[Gap] = set()
 
     async def open(self, host: SubscriptionHost) -> None:
         self._host = host
@@ -175,6 +180,14 @@ class ChannelSubscription(SubscriptionSource):
             f"attempt(s); lost: {gap.error}); gap {self.gaps} of this subscription",
             error=gap.error,
         )
+        if self._subscriptions[index].draining:  # the handlers have the backlog to get through
+            self._behind.add(gap)
+            host.report_fault(
+                "behind",
+                f"the handlers of {self._what(names)} are behind since the drop at "
+                f"{_wall(gap.lost_at)}: they still get what the dropped connection received, "
+                "and reach the new connection's messages after it",
+            )
         host.clear_fault("gap")  # delivery goes on: the gap is a record, not a state
         self._deaf.discard(index)
         if not self._deaf:
@@ -213,7 +226,7 @@ class ChannelSubscription(SubscriptionSource):
             await trio.sleep_forever()
         except RedisError as exc:  # a refusal or a split slot map: no reconnect fixes it
             raise self._failed(index, subscription, exc) from exc
-        return _messages([first, *subscription.take_buffered(self._count - 1)])
+        return self._messages([first, *subscription.take_buffered(self._count - 1)])
 
     def _deliver(self, message: Message) -> Delivery:
         payload, headers = decode_frame(message.data)
@@ -228,7 +241,7 @@ class ChannelSubscription(SubscriptionSource):
     def poll(self) -> Sequence[Delivery]:
         if len(self._subscriptions) == 1:
             items = self._subscriptions[0].take_buffered(self._count)
-            return [self._deliver(m) for m in _messages(items)] if items else ()
+            return [self._deliver(m) for m in self._messages(items)] if items else ()
         return self._take([], self._count)
 
     def _take(self, out: list[Delivery], limit: int) -> list[Delivery]:
@@ -266,6 +279,7 @@ class ChannelSubscription(SubscriptionSource):
                 "retry",
                 f"{self._publish} of a retry copy to {delivery.stream!r} failed, the copy is "
                 f"lost: {exc}",
+                left="the copies were lost",
             ) from exc
         return True
 
@@ -281,6 +295,7 @@ class ChannelSubscription(SubscriptionSource):
                 "dead letter",
                 f"{self._publish} of a dead letter to {letter.destination!r} failed, the letter "
                 f"is lost: {exc}",
+                left="the letters were lost",
             ) from exc
         return True
 
@@ -292,7 +307,16 @@ class ChannelSubscription(SubscriptionSource):
         self._receive.close()
         await trio.lowlevel.checkpoint()
 
-
-def _messages(items: list[Message | Gap]) -> list[Message]:
-    """The messages of ``items``; the gaps among them were reported when they ended."""
-    return [item for item in items if type(item) is Message]
+    def _messages(self, items: list[Message | Gap]) -> list[Message]:
+        """The messages of ``items``; the gaps among them were reported when they ended, and
+        one that waited behind a dropped connection's backlog ends the fault ``behind`` once
+        none is left (delivery has reached the new connection's messages)."""
+        messages: list[Message] = []
+        for item in items:
+            if type(item) is Message:
+                messages.append(item)
+            elif item in self._behind:
+                self._behind.discard(item)
+                if not self._behind and self._host is not None:
+                    self._host.clear_fault("behind")
+        return messages

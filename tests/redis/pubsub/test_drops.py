@@ -9,13 +9,13 @@ import trio
 
 from tests.redis.client.redis_waits import eventually
 from tests.redis_servers import RedisServer
-from trio_streams import App, AppFailed, HealthState
+from trio_streams import App, AppFailed, Health, HealthState
 from trio_streams.redis import RedisBroker, RedisChannel
 from trio_streams.redis.client import RedisClient
 from trio_streams.redis.frames import encode_frame
 from trio_streams.redis.pubsub import PubSubFailed
 
-from .support import serving_with_faults, subscribers_of
+from .support import Served, serving_with_faults, subscribers_of
 
 #: Probe every 50 ms, reconnect fast: a drop is found within 0.1 s.
 _QUICK = "?health_check_interval=0.05&backoff_initial=0.01&backoff_cap=0.1"
@@ -48,15 +48,21 @@ async def test_a_slow_subscriber_dropped_by_the_server_is_found_degraded_and_res
     release = trio.Event()
     last = trio.Event()
     seen: list[int] = []
+    #: The app's health as each message reaches the handler.
+    health_when_handled: list[Health] = []
+    #: The app being served, once it is.
+    serving: list[Served] = []
 
     @broker.subscriber(RedisChannel("news"), name="news")
     async def handle(payload: bytes) -> None:
         await release.wait()  # a handler far slower than the publisher
+        health_when_handled.append(serving[0].running.health.value)
         seen.append(int(payload[:8]))
         if seen[-1] == _LAST:
             last.set()
 
     async with serving_with_faults(app) as served:
+        serving.append(served)
         await subscribers_of(redis, "news", 1)
         subscribed_at = trio.current_time()
         heard_up_to, dropped_by = await _publish_until_dropped(redis)
@@ -69,8 +75,6 @@ async def test_a_slow_subscriber_dropped_by_the_server_is_found_degraded_and_res
         # again at once.
         await eventually(gap_reported, within=10, what="the drop found and the gap reported")
         await subscribers_of(redis, "news", 1)
-        with trio.fail_after(10):
-            await served.running.health.wait_value(lambda h: h.state is HealthState.RUNNING)
         assert not release.is_set() and seen == []
 
         source = served.source("news")
@@ -79,24 +83,37 @@ async def test_a_slow_subscriber_dropped_by_the_server_is_found_degraded_and_res
         # Measured from the drop (no later than it), not from when the reader reached it.
         assert subscribed_at <= gap.lost_at <= dropped_by < gap.resumed_at
         assert source.missed_seconds == gap.resumed_at - gap.lost_at
-        # Degraded from the drop until subscribed again, and only then.
+        # Degraded from the drop on, without a break: ``behind`` is raised before
+        # ``connection`` clears, and lasts while the backlog waits for the handler.
         changes = served.changes
         assert [(kind, cleared) for kind, cleared, _ in changes] == [
             ("connection", False),
             ("gap", False),
+            ("behind", False),
             ("gap", True),
             ("connection", True),
         ]
-        assert changes[1][2] == {"connection", "gap"}  # degraded when the gap is reported
-        assert changes[3][2] == set()  # and no more once it ends
+        assert changes[2][2] == {"connection", "gap", "behind"}
+        assert changes[4][2] == {"behind"}
+        health = served.running.health.value
+        assert health.state is HealthState.DEGRADED
+        assert "behind" in str(health) and "news" in str(health)
 
         assert await redis.execute("PUBLISH", "news", _numbered(_LAST)) == 1
         release.set()
         with trio.fail_after(30):
             await last.wait()
+        # The fault clears once delivery reaches the gap, and only then.
+        assert [(kind, cleared) for kind, cleared, _ in changes[5:]] == [("behind", True)]
+        assert changes[5][2] == set()
     # What was received before the drop is delivered, in order, before the new connection's.
     assert len(seen) > 1 and seen[-1] == _LAST
     assert seen[:-1] == list(range(len(seen) - 1)) and seen[-2] <= heard_up_to
+    # The backlog is handled while degraded, the new connection's message once running again.
+    states = [h.state for h in health_when_handled]
+    assert states[0] is HealthState.DEGRADED and states[-1] is HealthState.RUNNING
+    first_running = states.index(HealthState.RUNNING)
+    assert set(states[first_running:]) == {HealthState.RUNNING}
 
 
 async def test_a_busy_subscriber_the_server_cut_off_that_may_not_subscribe_again_fails_naming_why(

@@ -233,6 +233,12 @@ class Subscription:
         return frozenset(self._wanted["shard"])
 
     @property
+    def draining(self) -> bool:
+        """Whether a connection the server dropped still delivers what it received before the
+        drop: what the current connection delivers (the :class:`Gap` first) waits behind it."""
+        return self._draining is not None
+
+    @property
     def connection(self) -> Connection | None:
         """The current connection (None while reconnecting)."""
         return self._connection
