@@ -122,6 +122,33 @@ async def test_a_live_tail_of_a_missing_file_logs_once_that_it_waits_then_follow
     assert str(path) in waiting[0].getMessage() and "follow" in waiting[0].getMessage()
 
 
+async def test_the_banner_of_a_live_tail_of_a_missing_file_says_it_waits_then_reads_from_the_first(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="trio_streams")
+    app, broker = file_app(tmp_path / "later.ss", name="live")
+    broker.subscriber(FileStream("s"), name="follow")(_ignore)
+    async with serving(app):
+        pass
+    [banner] = [r.getMessage() for r in caplog.records if "subscription 'follow'" in r.getMessage()]
+    assert "waiting for the file to be created, then reading it from its first message" in banner
+    assert "from the tip" not in banner
+
+
+async def test_the_banner_of_a_live_tail_of_a_file_that_exists_says_it_follows_from_the_tip(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="trio_streams")
+    path = tmp_path / "there.ss"
+    write_numbers(path, 1)
+    app, broker = file_app(path, name="live")
+    broker.subscriber(FileStream("s"), name="follow")(_ignore)
+    async with serving(app):
+        pass
+    [banner] = [r.getMessage() for r in caplog.records if "subscription 'follow'" in r.getMessage()]
+    assert "following from the tip" in banner
+
+
 async def test_a_live_subscription_follows_the_file_its_own_app_creates_by_publishing(
     tmp_path: Path,
 ) -> None:

@@ -289,6 +289,9 @@ class FileSubscription(SubscriptionSource):
                 raise StreamFileNotFoundError(
                     f"no such stream file to replay ({label}): check the path", path=self.path
                 ) from exc
+            self.starts = (
+                "waiting for the file to be created, then reading it from its first message"
+            )
             _log.info(
                 "%s: %s does not exist yet; waiting for a writer to create it, then reading "
                 "it from its first message",
