@@ -16,7 +16,7 @@ from trio_streams.file.broker import FileTransport
 from trio_streams.file.errors import StreamFileError
 from trio_streams.file.reader import FileReader
 
-from .apps import file_app, write_numbers
+from .apps import file_app, refused_at_start, write_numbers
 
 WAITING = "does not exist yet; waiting for a writer to create it"
 
@@ -31,14 +31,7 @@ async def _ignore(n: int) -> None: ...
 
 
 async def refusal_of(app: App) -> StreamFileNotFoundError:
-    with pytest.RaisesGroup(
-        pytest.RaisesExc(StreamFileNotFoundError), flatten_subgroups=True
-    ) as error:
-        async with serving(app):
-            pass  # pragma: no cover - the start fails
-    [refusal] = error.value.exceptions
-    assert isinstance(refusal, StreamFileNotFoundError)
-    return refusal
+    return await refused_at_start(app, StreamFileNotFoundError)
 
 
 async def test_a_replay_of_a_file_that_does_not_exist_is_refused_at_start_naming_the_path(

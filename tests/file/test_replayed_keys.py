@@ -19,13 +19,20 @@ from trio_streams.file import FilePosition, FileStream, StreamKeyNotFoundError
 from trio_streams.file.keys import check_file_keys
 from trio_streams.file.writer import StreamWriter
 
-from .apps import file_app
+from .apps import file_app, refused_at_start
 
 
-def _file(path: Path, *keys: str, beacon_interval: int = 1024) -> Path:
+def _file(path: Path, *keys: str) -> Path:
+    """A file holding one message of each of ``keys``, in order."""
+    return _runs(path, *((key, 1) for key in keys))
+
+
+def _runs(path: Path, *runs: tuple[str, int], beacon_interval: int = 1024) -> Path:
+    """A file holding, for each (key, count) in turn, ``count`` messages of 100 bytes."""
     with StreamWriter(path, beacon_interval=beacon_interval) as writer:
-        for key in keys:
-            writer.append(key, b"1")
+        for key, count in runs:
+            for _ in range(count):
+                writer.append(key, b"1".ljust(100))
     return path
 
 
@@ -33,14 +40,7 @@ async def _ignore(n: int) -> None: ...
 
 
 async def _refusal_of(app: App) -> StreamKeyNotFoundError:
-    with pytest.RaisesGroup(
-        pytest.RaisesExc(StreamKeyNotFoundError), flatten_subgroups=True
-    ) as error:
-        async with serving(app):
-            pass  # pragma: no cover - the start fails
-    [refusal] = error.value.exceptions
-    assert isinstance(refusal, StreamKeyNotFoundError)
-    return refusal
+    return await refused_at_start(app, StreamKeyNotFoundError)
 
 
 async def test_a_replay_of_a_key_the_file_does_not_hold_is_refused_at_start_listing_the_keys_there(
@@ -181,13 +181,7 @@ async def test_a_live_tail_of_a_key_not_yet_in_the_file_is_not_refused(tmp_path:
 
 
 def test_a_key_named_by_a_beacon_is_found_without_decoding_the_messages(tmp_path: Path) -> None:
-    path = tmp_path / "big.ss"
-    with StreamWriter(path, beacon_interval=1024) as writer:
-        for _ in range(200):
-            writer.append("a", b"x" * 100)
-        writer.append("late", b"1")
-        for _ in range(30):
-            writer.append("a", b"x" * 100)
+    path = _runs(tmp_path / "big.ss", ("a", 200), ("late", 1), ("a", 30))
     # Damage a payload near the start: decoding the messages would stop there.
     data = bytearray(path.read_bytes())
     data[300] ^= 0xFF
@@ -196,23 +190,14 @@ def test_a_key_named_by_a_beacon_is_found_without_decoding_the_messages(tmp_path
 
 
 def test_a_key_written_after_the_last_beacon_is_found(tmp_path: Path) -> None:
-    path = tmp_path / "f.ss"
-    with StreamWriter(path, beacon_interval=1024) as writer:
-        for _ in range(50):
-            writer.append("a", b"x" * 100)
-        writer.append("tail", b"1")
-    check_file_keys(path, ["tail"])
+    check_file_keys(_runs(tmp_path / "f.ss", ("a", 50), ("tail", 1)), ["tail"])
 
 
 def test_every_key_there_is_found_when_beacons_rotate_among_more_keys_than_they_hold(
     tmp_path: Path,
 ) -> None:
     keys = [f"k{n:02d}" for n in range(60)]
-    path = tmp_path / "f.ss"
-    with StreamWriter(path, beacon_interval=1024) as writer:
-        for round_ in range(5):
-            for key in keys:
-                writer.append(key, b"y" * (20 + round_))
+    path = _runs(tmp_path / "f.ss", *[(key, 1) for _ in range(5) for key in keys])
     for key in keys:
         check_file_keys(path, [key])
     with pytest.raises(NameNotFound, match="no stream key 'k60'"):
@@ -220,11 +205,7 @@ def test_every_key_there_is_found_when_beacons_rotate_among_more_keys_than_they_
 
 
 def test_a_file_whose_beacons_carry_no_markers_is_read_for_its_keys(tmp_path: Path) -> None:
-    path = tmp_path / "f.ss"
-    with StreamWriter(path, beacon_interval=128) as writer:
-        for _ in range(40):
-            writer.append("a", b"x" * 50)
-        writer.append("b", b"1")
+    path = _runs(tmp_path / "f.ss", ("a", 40), ("b", 1), beacon_interval=128)
     check_file_keys(path, ["b", "a"])
     with pytest.raises(NameNotFound, match="there: 'a', 'b'"):
         check_file_keys(path, ["c"])
