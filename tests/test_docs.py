@@ -12,6 +12,8 @@ import pytest
 from tests.docs_blocks import DOCS, ROOT, Step, pages, steps_of
 
 PAGES = pages()
+#: A log line below WARNING, as the app's default logging writes it to stderr.
+_INFO = re.compile(r"\d{4}-\d\d-\d\d [\d:,]+ (DEBUG|INFO) ")
 
 
 @pytest.mark.parametrize("page", sorted(PAGES))
@@ -49,6 +51,10 @@ def run_steps(steps: list[Step], tmp_path: Path) -> None:
         )
         output = result.stdout
         assert result.returncode == 0, f"{argument} failed:\n{output}\n{result.stderr}"
+        if argv[0] == sys.executable and argv[1:2] != ["-m"]:
+            # A script prints what the page shows; on stderr, at most the app's INFO log lines.
+            unshown = [line for line in result.stderr.splitlines() if not _INFO.match(line)]
+            assert unshown == [], f"{argument}: printed what the page does not show: {unshown}"
         for expected in body.strip().splitlines():
             if " passed" in expected:  # pytest's timing varies; compare the count only
                 expected = expected.split(" in ")[0]

@@ -21,6 +21,11 @@ _LISTED = 10
 class NameNotFound(TrioStreamsError):
     """A key, stream or group named on the command line is not where it was looked for."""
 
+    def __init__(self, message: str, *, missing: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        #: The names asked for that are not there.
+        self.missing = missing
+
 
 def closest_first(name: str, present: Iterable[str]) -> list[str]:
     """``present``, the names most like ``name`` first (ties by name)."""
@@ -41,9 +46,12 @@ def check_names(what: str, given: Iterable[str], present: Collection[str], where
     asked = ", ".join(repr(name) for name in missing)
     plural = "s" if len(missing) > 1 else ""
     if not present:
-        raise NameNotFound(f"no {what}{plural} {asked} in {where}, which has none")
+        raise NameNotFound(
+            f"no {what}{plural} {asked} in {where}, which has none", missing=tuple(missing)
+        )
     raise NameNotFound(
-        f"no {what}{plural} {asked} in {where}; there: {listing(missing[0], present)}"
+        f"no {what}{plural} {asked} in {where}; there: {listing(missing[0], present)}",
+        missing=tuple(missing),
     )
 
 

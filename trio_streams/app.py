@@ -525,10 +525,11 @@ class App:
                 self.health.value = Health(HealthState.RUNNING)
                 self._refresh_health(runners)
                 log_banner(self.logger, self.name, self._brokers, runners)
-                if not runners and not self._tasks:
+                if self._idle(runners):
                     self.logger.warning(
-                        "%s: no subscription and no task: the app has nothing to do (a broker "
-                        "with subscribers must be registered with app.broker(...))",
+                        "%s: no broker, no subscription, no task, no hook and no lifespan: the "
+                        "app has nothing to do (a broker must be registered with "
+                        "app.broker(...))",
                         self.name,
                     )
                 task_status.started(handle)
@@ -539,6 +540,15 @@ class App:
                 await self._drain(runners, options.shutdown_timeout)
                 nursery.cancel_scope.cancel()  # the app's tasks end here
         await self._run_hooks("after_shutdown")
+
+    def _idle(self, runners: Sequence[SubscriptionRunner]) -> bool:
+        """Whether the app has nothing to do: nothing to read, run or publish through.
+
+        A registered broker counts even without subscribers: whoever serves the app (or its
+        hooks, or a lifespan) publishes through it."""
+        return not (
+            runners or self._tasks or self._brokers or self._lifespans or any(self._hooks.values())
+        )
 
     async def _run_task(self, fn: TaskFunction, handle: RunningApp) -> None:
         """One ``@app.task``: if it raises, fail the app (and so shut it down)."""

@@ -31,11 +31,15 @@ def log_banner(
     names = ", ".join(broker.name for broker in brokers) or "no broker"
     logger.info("%s: running, %d subscription(s) on %s", app, len(runners), names)
     for runner in runners:
-        logger.info("%s: %s", app, describe_subscription(runner.subscription))
+        logger.info(
+            "%s: %s", app, describe_subscription(runner.subscription, starts=runner.source.starts)
+        )
 
 
-def describe_subscription(subscription: Subscription) -> str:
-    """One line for the startup banner: name, source and where it starts, broker, options."""
+def describe_subscription(subscription: Subscription, *, starts: str | None = None) -> str:
+    """One line for the startup banner: name, source and where it starts, broker, options.
+
+    ``starts`` replaces where the source declares it starts (the opened source knows better)."""
     source = subscription.source
     options = subscription.options
     parts = [f"workers={options.workers}"]
@@ -48,7 +52,7 @@ def describe_subscription(subscription: Subscription) -> str:
         parts.append(f"dead letter {options.policy.dead_letter!r}")
     return (
         f"subscription {subscription.name!r} reads {source!r} on {subscription.broker.name}, "
-        f"{_start_of(source)} ({', '.join(parts)})"
+        f"{starts or _start_of(source)} ({', '.join(parts)})"
     )
 
 

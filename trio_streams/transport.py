@@ -285,6 +285,9 @@ class SubscriptionSource(ABC):
     durable_delay: bool = False
     #: True for a live (tail-following) subscription: a refused seek ends it.
     live: bool = True
+    #: Where it starts, for the startup banner, when that is not what its source declares
+    #: (a file that does not exist yet, say); None: the declared start.
+    starts: str | None = None
     #: The most deliveries one ``read`` returns (0: no fixed bound). Unless the subscription
     #: sets ``buffer``, its delivery channel is made at least this large, so a read fits in it;
     #: it is read once ``open`` has returned, so ``open`` may still set it.

@@ -148,7 +148,8 @@ async def test_the_banner_names_the_app_its_brokers_and_where_each_subscription_
     caplog: pytest.LogCaptureFixture, tmp_path: object
 ) -> None:
     caplog.set_level(logging.INFO)
-    StreamWriter(f"{tmp_path}/billing.ss").close()  # replays need the file to exist
+    with StreamWriter(f"{tmp_path}/billing.ss") as writer:  # replays need the file and the key
+        writer.append("orders", b"1")
     app = App("billing")
     log = app.broker(FileBroker(f"{tmp_path}/billing.ss"))
     memory = app.broker(MemoryBroker(name="events"))

@@ -4,10 +4,13 @@ position under the wrong parameter name, an app name that cannot work."""
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from trio_streams import (
     App,
@@ -201,11 +204,10 @@ def nothing_to_do(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if "nothing to do" in r.getMessage()]
 
 
-async def test_an_app_that_starts_with_no_subscription_and_no_task_logs_a_warning(
+async def test_an_app_that_starts_with_nothing_registered_logs_a_warning(
     caplog: pytest.LogCaptureFixture, tmp_path: Path
 ) -> None:
     app = App("idle")
-    app.broker(MemoryBroker())
     unregistered = FileBroker(tmp_path / "x.ss")
 
     @unregistered.subscriber(FileStream("orders"))
@@ -215,8 +217,50 @@ async def test_an_app_that_starts_with_no_subscription_and_no_task_logs_a_warnin
         async with app.test():
             pass
     (line,) = nothing_to_do(caplog)
-    assert line.startswith("idle: no subscription and no task"), line
+    assert line.startswith("idle: no broker, no subscription, no task, no hook"), line
     assert "app.broker(...)" in line, line
+
+
+async def test_an_app_that_only_publishes_through_its_broker_does_not_warn(
+    caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    desk = App("orders-desk")
+    log = desk.broker(FileBroker(tmp_path / "shop.ss"))
+    with caplog.at_level(logging.WARNING, logger="trio_streams"):
+        async with trio.open_nursery() as nursery:
+            running = await nursery.start(desk.serve)
+            await running.publish(log, "orders", 1)
+            await running.aclose()
+    assert nothing_to_do(caplog) == []
+
+
+async def test_an_app_with_only_a_startup_hook_does_not_warn(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    app = App("hooked")
+    ran: list[str] = []
+
+    @app.after_startup
+    async def started() -> None:
+        ran.append("started")
+
+    with caplog.at_level(logging.WARNING, logger="trio_streams"):
+        async with app.test():
+            pass
+    assert ran == ["started"]
+    assert nothing_to_do(caplog) == []
+
+
+async def test_an_app_with_only_a_lifespan_does_not_warn(caplog: pytest.LogCaptureFixture) -> None:
+    @asynccontextmanager
+    async def lifespan() -> AsyncIterator[None]:
+        yield
+
+    app = App("spanned", lifespan=lifespan)
+    with caplog.at_level(logging.WARNING, logger="trio_streams"):
+        async with app.test():
+            pass
+    assert nothing_to_do(caplog) == []
 
 
 async def test_an_app_with_only_a_task_does_not_warn(caplog: pytest.LogCaptureFixture) -> None:

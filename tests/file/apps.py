@@ -4,15 +4,29 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import pytest
 import trio
 
 from trio_streams import App, Context, Position, RunningApp
 from trio_streams.file import FileBroker, FileStream
 from trio_streams.file.writer import StreamWriter
 
+from ..support import serving
+
 Handler = Callable[..., Awaitable[Any]]
+E = TypeVar("E", bound=BaseException)
+
+
+async def refused_at_start(app: App, error: type[E]) -> E:
+    """The one ``error`` that stops ``app`` from starting."""
+    with pytest.RaisesGroup(pytest.RaisesExc(error), flatten_subgroups=True) as raised:
+        async with serving(app):
+            pass  # pragma: no cover - the start fails
+    [refusal] = raised.value.exceptions
+    assert isinstance(refusal, error)
+    return refusal
 
 
 def write_numbers(

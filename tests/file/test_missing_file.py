@@ -16,7 +16,7 @@ from trio_streams.file.broker import FileTransport
 from trio_streams.file.errors import StreamFileError
 from trio_streams.file.reader import FileReader
 
-from .apps import file_app, write_numbers
+from .apps import file_app, refused_at_start, write_numbers
 
 WAITING = "does not exist yet; waiting for a writer to create it"
 
@@ -31,14 +31,7 @@ async def _ignore(n: int) -> None: ...
 
 
 async def refusal_of(app: App) -> StreamFileNotFoundError:
-    with pytest.RaisesGroup(
-        pytest.RaisesExc(StreamFileNotFoundError), flatten_subgroups=True
-    ) as error:
-        async with serving(app):
-            pass  # pragma: no cover - the start fails
-    [refusal] = error.value.exceptions
-    assert isinstance(refusal, StreamFileNotFoundError)
-    return refusal
+    return await refused_at_start(app, StreamFileNotFoundError)
 
 
 async def test_a_replay_of_a_file_that_does_not_exist_is_refused_at_start_naming_the_path(
@@ -120,6 +113,33 @@ async def test_a_live_tail_of_a_missing_file_logs_once_that_it_waits_then_follow
     assert len(waiting) == 1, caplog.text
     assert waiting[0].levelno == logging.INFO
     assert str(path) in waiting[0].getMessage() and "follow" in waiting[0].getMessage()
+
+
+async def test_the_banner_of_a_live_tail_of_a_missing_file_says_it_waits_then_reads_from_the_first(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="trio_streams")
+    app, broker = file_app(tmp_path / "later.ss", name="live")
+    broker.subscriber(FileStream("s"), name="follow")(_ignore)
+    async with serving(app):
+        pass
+    [banner] = [r.getMessage() for r in caplog.records if "subscription 'follow'" in r.getMessage()]
+    assert "waiting for the file to be created, then reading it from its first message" in banner
+    assert "from the tip" not in banner
+
+
+async def test_the_banner_of_a_live_tail_of_a_file_that_exists_says_it_follows_from_the_tip(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="trio_streams")
+    path = tmp_path / "there.ss"
+    write_numbers(path, 1)
+    app, broker = file_app(path, name="live")
+    broker.subscriber(FileStream("s"), name="follow")(_ignore)
+    async with serving(app):
+        pass
+    [banner] = [r.getMessage() for r in caplog.records if "subscription 'follow'" in r.getMessage()]
+    assert "following from the tip" in banner
 
 
 async def test_a_live_subscription_follows_the_file_its_own_app_creates_by_publishing(

@@ -487,6 +487,9 @@ async def _run_scenario(app: App, broker: object, scenario: Scenario, *, file: b
             seek_answered.set()
 
     streams = ("s", "e") if scenario.target.stream == "e" else ("s",)
+    if "e" in streams:
+        # The app publishes to "e": a replay of it may start while the file holds none of it.
+        broker.publisher("e")  # type: ignore[attr-defined]
     if file:
         source = FileStream(*streams, start_at=FilePosition.beginning())
         source = source if scenario.live else source.replay()

@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
 
+from .._names import NameNotFound
 from .._process import process_name
 from .._schedule import FairShare
 from ..broker import Broker
@@ -56,9 +57,10 @@ from .durable import (
     Watermark,
 )
 from .envelope import PREFIXES, STORAGE_HEADERS, open_envelope, seal
-from .errors import SeekError, StreamFileNotFoundError
+from .errors import SeekError, StreamFileNotFoundError, StreamKeyNotFoundError
 from .follower import MAX_BACKOFF_MS, MIN_BACKOFF_MS, FileSource
 from .format import DEFAULT_BEACON_INTERVAL, HEADER_SIZE, Message
+from .keys import check_file_keys
 from .positions import format_position
 from .reader import FileReader
 from .sources import FileStream, check_stream_key
@@ -135,6 +137,7 @@ class FileBroker(Broker):
             _check_exists(self.path)
         transport = FileTransport(
             self.path,
+            published=self.published_keys(),
             beacon_interval=self.beacon_interval,
             end_with_eos=self.end_with_eos,
             durable_interval=self.durable_interval,
@@ -144,6 +147,17 @@ class FileBroker(Broker):
         finally:
             with trio.CancelScope(shield=True):
                 await transport.aclose()
+
+    def published_keys(self) -> frozenset[str]:
+        """The keys this broker's app publishes to: its publishers' and its dead letters'.
+
+        A replay of one of them may find it empty at start (the app writes it later)."""
+        keys = {publisher.full_destination for publisher in self.all_publishers()}
+        for subscription in self.subscriptions:
+            dead_letter = subscription.options.policy.dead_letter
+            if dead_letter is not None:
+                keys.add(dead_letter)
+        return frozenset(keys)
 
 
 def _check_exists(path: str) -> None:
@@ -175,11 +189,14 @@ class FileTransport(Transport):
         self,
         path: str,
         *,
+        published: Collection[str] = (),
         beacon_interval: int = DEFAULT_BEACON_INTERVAL,
         end_with_eos: bool = False,
         durable_interval: float = PERSIST_INTERVAL,
     ) -> None:
         self.path = path
+        #: Keys the app publishes to: a replay of one is not refused for finding it empty.
+        self.published = frozenset(published)
         self.durable_interval = durable_interval
         self._beacon_interval = beacon_interval
         self._end_with_eos = end_with_eos
@@ -281,6 +298,8 @@ class FileSubscription(SubscriptionSource):
         # Open now, not at the first read: a live subscription starts at the tip as it is when
         # the app starts, before anything is published.
         try:
+            if stream.replaying:
+                self._check_replayed_keys()
             self._source = self._open(at_tip=not stream.replaying)
         except StreamFileNotFoundError as exc:
             if os.path.lexists(self.path):
@@ -289,12 +308,27 @@ class FileSubscription(SubscriptionSource):
                 raise StreamFileNotFoundError(
                     f"no such stream file to replay ({label}): check the path", path=self.path
                 ) from exc
+            self.starts = (
+                "waiting for the file to be created, then reading it from its first message"
+            )
             _log.info(
                 "%s: %s does not exist yet; waiting for a writer to create it, then reading "
                 "it from its first message",
                 label,
                 self.path,
             )
+
+    def _check_replayed_keys(self) -> None:
+        """Refuse a replay of a key the file has no message of, unless the app publishes to it:
+        it would end at once having handled nothing (a mistyped key, most often). Costs what
+        :func:`~.keys.check_file_keys` says: beacons, then messages only until the key is seen."""
+        unpublished = [key for key in self._keys if key not in self._transport.published]
+        try:
+            check_file_keys(self.path, unpublished)
+        except NameNotFound as exc:
+            raise StreamKeyNotFoundError(
+                f"{self._label}: cannot replay: {exc}", path=self.path, missing=exc.missing
+            ) from None
 
     def _open(self, *, at_tip: bool) -> FileSource:
         """The source over the file (which must exist), where the subscription starts: at the

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from .._names import NameNotFound
 from ..errors import TrioStreamsError
 
 
@@ -142,3 +143,12 @@ class StreamFileNotFoundError(StreamFileError, FileNotFoundError):
     def __str__(self) -> str:
         # The message naming the path, not OSError's "[Errno None] None: path".
         return str(self.args[0])
+
+
+class StreamKeyNotFoundError(NameNotFound):
+    """A replay names a stream key the file holds no message of (and the app never publishes
+    to): it would end at once having handled nothing. Lists the keys that are there."""
+
+    def __init__(self, message: str, *, path: str, missing: tuple[str, ...]) -> None:
+        super().__init__(message, missing=missing)
+        self.path = path

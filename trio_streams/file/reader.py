@@ -34,6 +34,7 @@ from .errors import (
 from .format import (
     HEADER_SIZE,
     MAX_U64,
+    Beacon,
     Header,
     Message,
     decode_beacon,
@@ -306,16 +307,8 @@ class FileReader:
         # them would cost a probe per beacon and rule nothing out).
         if markers_per_beacon(interval):
             survey = Survey(position, key, shard, size // interval)
-            beacon_bytes = max_beacon_bytes(interval)
-            first_bytes = min(beacon_bytes, _FIRST_BEACON_BYTES)
             while (index := survey.next_probe()) is not None:
-                at = index * interval
-                data = os.pread(self._fd, first_bytes, at)
-                parsed = decode_beacon(data, 0, at, self.path)
-                if parsed is None and len(data) == first_bytes < beacon_bytes:
-                    data = os.pread(self._fd, beacon_bytes, at)  # many markers, or long keys
-                    parsed = decode_beacon(data, 0, at, self.path)
-                survey.observe(index, None if parsed is None else parsed[0])
+                survey.observe(index, self.read_beacon(index))
                 if survey.probes % _PROBES_PER_STEP == 0:
                     yield
             left = survey.left
@@ -360,6 +353,20 @@ class FileReader:
         # With no message of (key, shard) no beacon is left of anything: the scan above read
         # the whole file, so other_shards is every shard the key has.
         self._refuse(position, key, shard, last_seq, other_shards)
+
+    def read_beacon(self, index: int) -> Beacon | None:
+        """The beacon at byte ``index``·interval (``index`` ≥ 1); None if it is not whole yet.
+
+        One ``pread`` of a few hundred bytes, two for a beacon with many markers or long keys."""
+        at = index * self.beacon_interval
+        beacon_bytes = max_beacon_bytes(self.beacon_interval)
+        first_bytes = min(beacon_bytes, _FIRST_BEACON_BYTES)
+        data = os.pread(self._fd, first_bytes, at)
+        parsed = decode_beacon(data, 0, at, self.path)
+        if parsed is None and len(data) == first_bytes < beacon_bytes:
+            data = os.pread(self._fd, beacon_bytes, at)  # many markers, or long keys
+            parsed = decode_beacon(data, 0, at, self.path)
+        return None if parsed is None else parsed[0]
 
     def _refuse(
         self,
