@@ -47,7 +47,7 @@ __all__ = [
 ]
 
 _Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-_log = logging.getLogger("trio_streams.http")
+_log = logging.getLogger("trio_streams.http_endpoints")
 #: What the endpoints answer, as the line saying where they listen names them.
 _PATHS = ("/metrics", "/healthz", "/readyz")
 
