@@ -14,7 +14,7 @@ from tests.redis_servers import RedisServer
 from trio_streams.redis.client import RedisClient
 
 from .scenario import setup
-from .terminal import screen_shows, session, tmux
+from .terminal import screen_shows, session, start_top, tmux
 
 __all__ = ["session"]  # the fixture
 
@@ -23,12 +23,8 @@ async def test_the_live_view_redraws_and_answers_sort_filter_pause_and_quit_keys
     redis_server: RedisServer, redis: RedisClient, session: str
 ) -> None:
     await setup(redis)
-    command = (
-        f"cd {ROOT} && {sys.executable} -m trio_streams.cli top {redis_server.url} "
-        "--interval 0.2 --stuck-after 0; echo EXITED $?; read line"
-    )
-    await trio.to_thread.run_sync(
-        tmux, "new-session", "-d", "-s", session, "-x", "160", "-y", "40", command
+    await start_top(
+        session, redis_server.url, "--interval", "0.2", "--stuck-after", "0", columns=160, rows=40
     )
     screen = await screen_shows(session, "orders/workers/fast")
     assert "orders.dead" in screen and "sort: name" in screen

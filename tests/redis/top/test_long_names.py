@@ -3,16 +3,11 @@ long-named stream and consumers with long names keep the part that tells them ap
 
 from __future__ import annotations
 
-import sys
-
-import trio
-
-from tests.cli.support import ROOT
 from tests.redis_servers import RedisServer
 from trio_streams.redis.client import RedisClient
 from trio_streams.top.view import RedisWatch
 
-from .terminal import screen_shows, session, tmux
+from .terminal import screen_shows, session, start_top
 
 __all__ = ["session"]  # the fixture
 
@@ -100,13 +95,7 @@ async def test_at_80_columns_the_live_view_in_a_terminal_names_every_group(
     redis_server: RedisServer, redis: RedisClient, session: str
 ) -> None:
     await long_names(redis)
-    command = (
-        f"cd {ROOT} && {sys.executable} -m trio_streams.cli top {redis_server.url} "
-        "--interval 0.2; read line"
-    )
-    await trio.to_thread.run_sync(
-        tmux, "new-session", "-d", "-s", session, "-x", "80", "-y", "50", command
-    )
+    await start_top(session, redis_server.url, "--interval", "0.2", columns=80, rows=50)
     screen = await screen_shows(session, "consumers")
     screen = await screen_shows(session, "/shipping-group")
     assert "/billing-group" in screen, screen
