@@ -10,9 +10,12 @@ from pathlib import Path
 import pytest
 
 from tests.cli.support import cli
+from tests.redis.top.terminal import screen_shows, session, start_top
 from tests.redis_servers import ADMIN_PASSWORD, RedisServer
 from tests.redis_servers import redis_server as start_redis_server
 from trio_streams.redis.client import connect
+
+__all__ = ["session"]  # the fixture
 
 
 @pytest.fixture(scope="module")
@@ -83,3 +86,13 @@ def test_a_url_of_another_scheme_given_to_top_masks_its_password() -> None:
     result = cli("top", f"https://me:{ADMIN_PASSWORD}@127.0.0.1:9", "--once")
     assert result.returncode == 2
     assert ADMIN_PASSWORD not in result.stderr and "me:***@" in result.stderr
+
+
+async def test_the_live_view_of_top_shows_the_url_with_its_password_masked(
+    locked_server: RedisServer, session: str
+) -> None:
+    async with connect(secret_url(locked_server)) as client:
+        await client.execute("XADD", "orders", "*", "_payload", "1")
+    await start_top(session, secret_url(locked_server), "--interval", "0.2", columns=80, rows=30)
+    screen = await screen_shows(session, f"{masked_url(locked_server)}: ")
+    assert ADMIN_PASSWORD not in screen, screen
