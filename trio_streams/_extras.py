@@ -5,9 +5,12 @@ command line. Everything else is an extra (``pyproject.toml``): ``redis`` (hired
 parser), ``http`` (hypercorn), ``prometheus``, ``otel``, ``reload`` (watchfiles), ``tui`` (rich)
 and ``pydantic``. Every place that imports one of them goes through this module, so a missing
 one is always the same typed error, :class:`MissingExtra`, raised before an app starts and
-naming the extra and the command that installs it from where trio-streams was installed:
-``pip install -e '/path/to/checkout[redis]'`` for a source tree (editable or not, as it was
-installed), ``pip install 'trio-streams[redis]'`` otherwise.
+naming the extra and the command that installs it into this interpreter from where
+trio-streams was installed: ``'/path/to/venv/bin/python' -m pip install -e
+'/path/to/checkout[redis]'`` for a source tree (editable or not, as it was installed),
+``'/path/to/venv/bin/python' -m pip install 'trio-streams[redis]'`` otherwise. The line names
+``sys.executable`` because a bare ``pip`` on the ``PATH`` may belong to another Python (a
+virtual environment that is not activated).
 
 Cheap to call: a check looks the modules up without importing them, and only building the
 error reads the package's own install metadata. Nothing here is async or cancellable.
@@ -19,6 +22,7 @@ import importlib
 import importlib.util
 import json
 import shlex
+import sys
 import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -132,13 +136,16 @@ def install_command(extra: str) -> str:
 
     From a source tree (the package imported from a checkout, or installed from a local
     directory, as ``direct_url.json`` records) the line names that directory, with ``-e`` when
-    it is an editable install; trio-streams from an index gets ``'trio-streams[extra]'``."""
+    it is an editable install; trio-streams from an index gets ``'trio-streams[extra]'``. The
+    line runs pip through this interpreter (``sys.executable``, quoted for the shell), so it
+    installs where trio-streams runs even from a virtual environment that is not activated."""
+    pip = f"{shlex.quote(sys.executable)} -m pip install"
     source = _source_tree()
     if source is None:
-        return f"pip install {shlex.quote(f'{_DISTRIBUTION}[{extra}]')}"
+        return f"{pip} {shlex.quote(f'{_DISTRIBUTION}[{extra}]')}"
     path, editable = source
     flag = "-e " if editable else ""
-    return f"pip install {flag}{shlex.quote(f'{path}[{extra}]')}"
+    return f"{pip} {flag}{shlex.quote(f'{path}[{extra}]')}"
 
 
 def _source_tree() -> tuple[Path, bool] | None:

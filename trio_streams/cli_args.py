@@ -9,9 +9,10 @@ so the command reads it as before; only the check moves to the parser.
 from __future__ import annotations
 
 import argparse
+import difflib
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 __all__ = [
@@ -30,6 +31,31 @@ class CommandLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` shows the usage)\n")
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        """Parse as argparse does, but refuse what this parser does not know here, with its own
+        name: a misspelled option of ``run`` is ``trio-streams run: error: ...`` with the
+        closest option, not the top-level parser's refusal of every argument it was left."""
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(self._unrecognized(extras))
+        return parsed, extras
+
+    def _unrecognized(self, extras: list[str]) -> str:
+        """``unrecognized arguments: ...``: the unknown options (their values left out), each
+        with the closest option of this parser when one is close; every argument if none is
+        an option."""
+        options = [extra for extra in extras if extra.startswith("-") and extra != "-"]
+        known = list(self._option_string_actions)
+        named = []
+        for option in options or extras:
+            name = option.partition("=")[0]
+            close = difflib.get_close_matches(name, known, n=1) if option in options else []
+            shown = name if option in options else option
+            named.append(f"{shown} (did you mean {close[0]}?)" if close else shown)
+        return f"unrecognized arguments: {' '.join(named)}"
 
 
 def bad_command_line(message: str) -> NoReturn:

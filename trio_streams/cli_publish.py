@@ -95,9 +95,12 @@ def _publish_file(args: argparse.Namespace, items: list[tuple[str, bytes, int | 
 def _publish(args: argparse.Namespace) -> int:
     url = _URL.match(args.target)
     if url is not None:
+        from .redis.client.config import redact_url
+
+        shown = redact_url(args.target)
         raise SystemExit(
-            f"error: cannot publish to {args.target}: {url.group(1)}:// targets are not "
-            "supported yet; give the path of a stream file (.ss)"
+            f"error: cannot publish to {shown}: {url.group(1)}:// targets are not supported yet;"
+            " give the path of a stream file (.ss)"
         )
     items = _items(args)
     return _publish_file(args, items)

@@ -100,6 +100,8 @@ def load_app(target: str, *, factory: bool = False) -> App:
             )
         try:
             value = value()
+        except MissingExtra as exc:  # as from the import: a feature's extra is usage
+            raise AppNotFound(f"--factory: calling {target}() failed: {exc}") from exc
         except Exception as exc:
             raise AppImportFailed(f"--factory: calling {target}() failed: {describe(exc)}") from exc
         if inspect.iscoroutine(value):

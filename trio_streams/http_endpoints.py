@@ -20,8 +20,10 @@ once every subscription is running, and is cancelled with the app's other tasks 
 from __future__ import annotations
 
 import json
+import logging
 import socket
 from collections.abc import Awaitable, Callable, MutableMapping
+from functools import partial
 from types import ModuleType
 from typing import Any
 
@@ -30,6 +32,7 @@ import trio
 from ._extras import MissingExtra, importing
 from .app import App, HealthState
 from .errors import TrioStreamsError
+from .groups import open_nursery
 
 __all__ = [
     "EndpointError",
@@ -44,6 +47,9 @@ __all__ = [
 ]
 
 _Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+_log = logging.getLogger("trio_streams.http_endpoints")
+#: What the endpoints answer, as the line saying where they listen names them.
+_PATHS = ("/metrics", "/healthz", "/readyz")
 
 _ALIVE = frozenset(
     {
@@ -166,17 +172,22 @@ async def serve_endpoints(
     listening socket closes and open connections are dropped. Started (``nursery.start``), it
     answers the addresses it listens on (``http://127.0.0.1:9100``)."""
     where = check_free(host, port)
-    await serve_asgi(endpoints_asgi(app, registry), where, task_status=task_status)
+    await serve_asgi(endpoints_asgi(app, registry), where, announce=True, task_status=task_status)
 
 
 async def serve_asgi(
     asgi: Callable[[Any, Any, Any], Awaitable[None]],
     bind: str,
     *,
+    announce: bool = False,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``asgi`` with Hypercorn's Trio server on ``bind`` (``HOST:PORT``, or
-    ``unix:PATH``), quietly (no access log), until cancelled: then it stops at once."""
+    ``unix:PATH``), quietly (no access log), until cancelled: then it stops at once.
+
+    With ``announce`` (the ``--http`` address a user asked for, not a worker's private
+    socket), one INFO line says where it listens, once the socket is bound: from then on a
+    request is answered."""
     with importing("http", "--http"):
         from hypercorn.config import Config
         from hypercorn.trio import serve
@@ -186,7 +197,11 @@ async def serve_asgi(
     config.accesslog = None
     config.errorlog = None
     config.graceful_timeout = 0.0
-    await serve(asgi, config, task_status=task_status, mode="asgi")
+    async with open_nursery() as nursery:
+        binds: list[str] = await nursery.start(partial(serve, asgi, config, mode="asgi"))
+        if announce:
+            _log.info("--http: listening on %s (%s)", ", ".join(binds), ", ".join(_PATHS))
+        task_status.started(binds)
 
 
 def check_free(host: str, port: int) -> str:

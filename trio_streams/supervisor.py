@@ -43,6 +43,7 @@ import threading
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import final
 
@@ -368,7 +369,9 @@ async def _supervise(
                 from .http_endpoints import serve_asgi
                 from .supervisor_http import app_asgi
 
-                nursery.start_soon(serve_asgi, app_asgi(workers, stopping), http[0])
+                nursery.start_soon(
+                    partial(serve_asgi, app_asgi(workers, stopping), http[0], announce=True)
+                )
             nursery.start_soon(slots)
             nursery.start_soon(watch_signals)
             nursery.start_soon(watch_give_up)

@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from trio_streams import App, Context, MemoryBroker, MemoryStream, Position
+from trio_streams._extras import MissingExtra
 from trio_streams.file import FileBroker, FileStream
 from trio_streams.transport import Transport
 
@@ -145,6 +146,11 @@ def make_nothing() -> int:
 
 def make_broken() -> App:
     raise LookupError("no configuration for this environment")
+
+
+def make_without_extra() -> App:
+    """A factory whose app needs an extra that is not there (as RedisBroker without hiredis)."""
+    raise MissingExtra("http", "the app's endpoint")
 
 
 not_an_app = 42

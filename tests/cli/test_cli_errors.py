@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from tests.redis_servers import free_port
+from trio_streams._extras import install_command
 
-from .support import COMMAND, ROOT, cli, run_command, stderr_lines, stream_file
+from .support import COMMAND, ROOT, cli, one_error_line, run_command, stderr_lines, stream_file
 
 #: Enough output that a pipe nobody reads fills up, so the command is still writing.
 MESSAGES = 20_000
@@ -124,6 +125,17 @@ def test_a_factory_that_raises_is_a_runtime_error_naming_it_with_exit_1() -> Non
         "trio-streams run: --factory: calling tests.cli.apps:make_broken() failed: LookupError: "
         "no configuration for this environment; --log-level debug shows the traceback"
     ]
+
+
+def test_a_factory_refused_for_a_missing_extra_is_a_usage_error_with_exit_2() -> None:
+    result = cli("run", "tests.cli.apps:make_without_extra", "--factory")
+    assert result.returncode == 2, result.stderr
+    [line] = stderr_lines(result)
+    assert line.startswith(
+        "trio-streams run: --factory: calling tests.cli.apps:make_without_extra() failed: "
+        "the app's endpoint needs the 'http' extra"
+    ), line
+    assert line.endswith(install_command("http")), line
 
 
 def test_factory_that_returns_the_app_runs_it() -> None:
@@ -327,3 +339,51 @@ def test_an_error_no_command_expected_is_one_line_with_status_1(
     monkeypatch.setattr(command_line, "_registrars", lambda: [register])
     assert command_line.main(["fail"]) == 1
     assert capsys.readouterr().err == "trio-streams fail: error: LookupError: no such thing\n"
+
+
+@pytest.mark.parametrize(
+    "address", ["http://127.0.0.1:abc", "http://127.0.0.1", "http://127.0.0.1:9/metrics"]
+)
+def test_top_of_an_app_address_that_is_not_host_and_port_is_a_bad_command_line(
+    address: str,
+) -> None:
+    result = cli("top", address, "--once")
+    line = one_error_line(result, 2, "trio-streams top: error: argument URL|FILE: ")
+    assert line.startswith(
+        "trio-streams top: error: argument URL|FILE: expected http://HOST:PORT (the address "
+        f"an app's --http listens on, with no path), got {address!r}"
+    ), line
+
+
+@pytest.mark.parametrize("url", ["https://127.0.0.1:9", "ftp://127.0.0.1/x", "unix:///tmp/s"])
+def test_top_of_a_url_of_another_scheme_says_the_scheme_is_not_supported(url: str) -> None:
+    result = cli("top", url, "--once")
+    line = one_error_line(result, 2, "trio-streams top: error: argument URL|FILE: ")
+    scheme = url.partition("://")[0]
+    assert f"{scheme}:// is not supported" in line and "no such stream file" not in line
+
+
+def test_top_of_an_app_that_is_not_there_is_still_a_runtime_error() -> None:
+    result = cli("top", f"http://127.0.0.1:{free_port()}", "--once", "--interval", "0.01")
+    assert result.returncode == 1
+    assert stderr_lines(result)[0].startswith("error: cannot read http://127.0.0.1:")
+
+
+@pytest.mark.parametrize(
+    ("argv", "prog", "shown"),
+    [
+        (["run", "tests.cli.apps:hooky", "--wrkers", "2"], "trio-streams run",
+         "--wrkers (did you mean --workers?)"),
+        (["top", "x.ss", "--onse"], "trio-streams top", "--onse (did you mean --once?)"),
+        (["file", "repair", "x.ss", "--dryrun"], "trio-streams file repair",
+         "--dryrun (did you mean --dry-run?)"),
+        (["publish", "x.ss", "k", "{}", "--zzzzzz=1"], "trio-streams publish", "--zzzzzz"),
+        (["file", "stat", "x.ss", "extra"], "trio-streams file stat", "extra"),
+    ],
+)  # fmt: skip
+def test_an_unrecognized_argument_is_reported_by_its_subcommand_with_the_closest_option(
+    argv: list[str], prog: str, shown: str
+) -> None:
+    result = cli(*argv)
+    line = one_error_line(result, 2, f"{prog}: error: unrecognized arguments: {shown}")
+    assert line.endswith(f"(`{prog} --help` shows the usage)"), line

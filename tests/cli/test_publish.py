@@ -86,6 +86,13 @@ def test_a_redis_target_is_refused_by_name_for_now(tmp_path: Path) -> None:
     assert "redis:// targets are not supported yet" in result.stderr
 
 
+def test_a_redis_target_refused_by_publish_is_named_with_its_password_masked() -> None:
+    result = cli("publish", "redis://app:s3cret@127.0.0.1:1/0", "orders", "x")
+    assert result.returncode == 1
+    assert "s3cret" not in result.stderr
+    assert result.stderr.startswith("error: cannot publish to redis://app:***@127.0.0.1:1/0: ")
+
+
 def test_publish_without_a_key_says_so_as_a_bad_command_line(tmp_path: Path) -> None:
     result = cli("publish", str(tmp_path / "k.ss"))
     assert result.returncode == 2

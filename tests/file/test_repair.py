@@ -260,3 +260,18 @@ def test_a_corrupt_frame_in_the_middle_is_moved_aside_with_everything_after_it(
     assert plan.offset == frame.offset
     assert plan.messages == 5
     assert "checksum" in plan.reason
+
+
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"], ["--yes"]])
+def test_repair_of_an_empty_file_says_it_is_not_a_stream_file_without_advising_a_repair(
+    tmp_path: Path, dry_run: list[str]
+) -> None:
+    empty = tmp_path / "e.ss"
+    empty.touch()
+    result = repair(str(empty), *dry_run)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"error: {empty}: empty (0 bytes): not a stream file; nothing to repair"
+    ]
+    assert "file repair" not in result.stderr and empty.stat().st_size == 0
+    assert list(tmp_path.iterdir()) == [empty]  # no side file

@@ -32,9 +32,43 @@ def test_every_extra_of_pyproject_is_known_with_the_distributions_it_installs() 
         assert set(EXTRAS[name].distributions) == _requirement_names(requirements), name
 
 
+#: How the command starts: this interpreter's pip, quoted for the shell.
+PIP = f"{shlex.quote(sys.executable)} -m pip install"
+
+
 def test_an_editable_install_from_this_tree_names_the_tree_with_dash_e() -> None:
     # The development environment is ``pip install -e .`` of this checkout.
-    assert install_command("http") == f"pip install -e {shlex.quote(f'{ROOT}[http]')}"
+    assert install_command("http") == f"{PIP} -e {shlex.quote(f'{ROOT}[http]')}"
+
+
+def test_the_command_names_this_installations_interpreter() -> None:
+    words = shlex.split(install_command("redis"))
+    assert words[:4] == [sys.executable, "-m", "pip", "install"]
+
+
+_PRINT_COMMAND = "from trio_streams._extras import install_command; print(install_command('tui'))"
+
+
+def test_an_interpreter_path_with_a_space_is_quoted_for_the_shell(tmp_path: Path) -> None:
+    venv = tmp_path / "my venv"
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)],
+        check=True,
+        timeout=120,
+    )
+    python = str(venv / "bin" / "python")
+    result = subprocess.run(
+        [
+            python,
+            "-c",
+            "from trio_streams._extras import install_command; print(install_command('tui'))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert shlex.split(result.stdout.strip())[:4] == [python, "-m", "pip", "install"]
 
 
 def _command_from_copy(tmp_path: Path, pyproject: str | None) -> str:
@@ -60,20 +94,20 @@ def _command_from_copy(tmp_path: Path, pyproject: str | None) -> str:
 
 
 def test_a_package_from_an_index_names_the_distribution(tmp_path: Path) -> None:
-    assert _command_from_copy(tmp_path, None) == "pip install 'trio-streams[redis]'"
+    assert _command_from_copy(tmp_path, None) == f"{PIP} 'trio-streams[redis]'"
 
 
 def test_a_checkout_of_another_project_is_not_taken_for_this_one(tmp_path: Path) -> None:
     command = _command_from_copy(tmp_path, '[project]\nname = "other"\n')
-    assert command == "pip install 'trio-streams[redis]'"
+    assert command == f"{PIP} 'trio-streams[redis]'"
 
 
 def test_a_checkout_imported_as_it_is_names_itself(tmp_path: Path) -> None:
     directory = tmp_path / "it's here"  # quoted for the shell as a whole
     directory.mkdir()
     command = _command_from_copy(directory, '[project]\nname = "trio-streams"\n')
-    assert command == f"pip install -e {shlex.quote(f'{directory}[redis]')}"
-    assert shlex.split(command) == ["pip", "install", "-e", f"{directory}[redis]"]
+    assert command == f"{PIP} -e {shlex.quote(f'{directory}[redis]')}"
+    assert shlex.split(command)[-3:] == ["install", "-e", f"{directory}[redis]"]
 
 
 def test_a_missing_submodule_of_an_installed_extra_is_not_called_a_missing_extra() -> None:

@@ -75,6 +75,16 @@ APPS = {
         @bus.subscriber(RedisStream("orders"))
         async def handle(body: bytes) -> None: ...
     """,
+    "redis_factory.py": """
+        from trio_streams import App
+        from trio_streams.redis import RedisBroker
+
+
+        def make() -> App:
+            app = App("redis")
+            app.broker(RedisBroker("redis://127.0.0.1:9"))
+            return app
+    """,
     "prometheus_app.py": """
         from trio_streams import App
         from trio_streams.prometheus import PrometheusMiddleware
@@ -132,7 +142,8 @@ def _refused(result: subprocess.CompletedProcess[str], command: str, extra: str)
     assert line.startswith(f"{command}: "), line
     assert f"needs the '{extra}' extra" in line, line
     # Installed from this source tree (not editable): the command names it.
-    assert line.endswith(f"pip install {shlex.quote(f'{ROOT}[{extra}]')}"), line
+    # ... through the pip of the installation's own interpreter, not whichever is on the PATH.
+    assert line.endswith(f"/bin/python -m pip install {shlex.quote(f'{ROOT}[{extra}]')}"), line
     return line
 
 
@@ -167,6 +178,15 @@ def test_a_file_only_app_runs_on_a_plain_install(plain: PlainInstall) -> None:
 def test_a_redis_app_is_refused_in_one_line_naming_the_redis_extra(plain: PlainInstall) -> None:
     line = _refused(plain.run("run", "redis_app:app"), "trio-streams run", "redis")
     assert "RedisBroker" in line and "hiredis" in line
+
+
+def test_a_factory_refused_for_a_missing_extra_exits_2_as_an_import_does(
+    plain: PlainInstall,
+) -> None:
+    line = _refused(
+        plain.run("run", "redis_factory:make", "--factory"), "trio-streams run", "redis"
+    )
+    assert "redis_factory:make()" in line and "RedisBroker" in line
 
 
 @pytest.mark.parametrize(
@@ -242,5 +262,6 @@ def test_the_error_is_typed_and_says_where_it_came_from(plain: PlainInstall) -> 
         "True",
         "redis",
         "hiredis",
-        f"pip install {shlex.quote(f'{ROOT}[redis]')}\n",
+        f"{shlex.quote(str(plain.venv / 'bin' / 'python'))} -m pip install "
+        f"{shlex.quote(f'{ROOT}[redis]')}\n",
     ], result.stderr

@@ -12,6 +12,7 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import pytest
 import trio
 
 from tests.cli.support import cli
@@ -232,3 +233,22 @@ async def test_the_supervisors_endpoint_answers_only_get_and_its_three_paths(
                 while chunk := await stream.receive_some():
                     answer += chunk
         assert answer.startswith(b"HTTP/1.1 405")
+
+
+@pytest.mark.parametrize("workers", [[], ["--workers", "2"]], ids=["one-process", "supervisor"])
+async def test_one_info_line_says_where_the_http_endpoint_listens_once_it_does(
+    redis_server: RedisServer, workers: list[str]
+) -> None:
+    port = free_port()
+    running = supervisor(redis_server.url, APP, *workers, "--http", f"127.0.0.1:{port}")
+    try:
+        line = await running.wait_text(f"--http: listening on http://127.0.0.1:{port}", within=30)
+        assert "INFO" in line and "/metrics, /healthz, /readyz" in line, line
+        assert (await get(f"http://127.0.0.1:{port}", "/healthz"))[0] in (200, 503)
+        await wait_running(running, "metered", 2 if workers else 1)
+        running.signal(signal.SIGTERM)
+        assert await running.wait_exit(within=30) == 0
+    finally:
+        running.stop()
+    said = [line for line in running.lines if "--http: listening on" in line]
+    assert len(said) == 1, running.lines

@@ -458,6 +458,10 @@ def plan_repair(path: str | os.PathLike[str], fd: int | None = None) -> RepairPl
             raise StreamFileError(f"cannot open: {exc.strerror}", path=path) from exc
     try:
         size = os.fstat(fd).st_size
+        if size == 0:  # no header to keep: moving "the unreadable part" aside leaves nothing
+            raise StreamFileError(
+                "empty (0 bytes): not a stream file; nothing to repair", path=path
+            )
         header = decode_header(os.pread(fd, HEADER_SIZE, 0), path)
         decoder = FrameDecoder(
             header.beacon_interval, HEADER_SIZE, internal=True, on_eos="include", path=path

@@ -23,7 +23,7 @@ from ..errors import TrioStreamsError
 from ..file.positions import parse_position
 from ..file.writer import StreamWriter
 from ..groups import open_nursery
-from ..redis.client import RedisClient, connect
+from ..redis.client import RedisClient, connect, redact_url
 from ..redis.wire import text
 from ..top.redis_sample import scan_keys
 from .bounds import BoundError, parse_bounds
@@ -102,7 +102,7 @@ async def _source_kind(client: RedisClient, args: argparse.Namespace) -> str:
         return "stream"  # not there yet: followed from its first entry once it is
     what = "nothing" if kind == "none" else f"a {kind}"
     raise SourceNotFound(
-        f"{args.source!r} at {args.url} is {what}, not a stream or a list "
+        f"{args.source!r} at {redact_url(args.url)} is {what}, not a stream or a list "
         f"(to record a Pub/Sub channel, add --channel){await _keys_there(client, args.source)}"
     )
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -24,7 +25,7 @@ from ..cli_args import redis_url
 from ..errors import ConfigurationError, TrioStreamsError
 from ..file.keys import check_file_keys
 from ..groups import open_nursery
-from ..redis.client import RedisClient, connect
+from ..redis.client import RedisClient, connect, redact_url
 from ..redis.wire import text
 from .file_sample import FileSampler
 from .live import LIVE_VIEW
@@ -80,11 +81,12 @@ async def _top(args: argparse.Namespace) -> int:
         await _show(AppWatch(args.target), args)
         return 0
     if args.target.startswith(_REDIS_SCHEMES):
+        shown = redact_url(args.target)  # the title and errors never show the password
         async with connect(args.target) as client:
-            await _check_streams(client, args.stream, args.target)
+            await _check_streams(client, args.stream, shown)
             watch: Watch = RedisWatch(
                 client,
-                args.target,
+                shown,
                 streams=args.stream,
                 scan_match=args.match,
                 dead_letter_globs=args.dead_letter,
@@ -134,10 +136,37 @@ def _seconds(minimum: float) -> Callable[[str], float]:
     return parse
 
 
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
 def _target(text: str) -> str:
-    """A Redis URL is checked by the parser (a bad one is a bad command line); a file or an
-    app's address is looked at when the view starts."""
-    return redis_url(text) if text.startswith(_REDIS_SCHEMES) else text
+    """A Redis URL and an app's ``http://HOST:PORT`` are checked by the parser (a bad one, or
+    a URL of another scheme, is a bad command line); a file is looked at when the view starts."""
+    if text.startswith(_REDIS_SCHEMES):
+        return redis_url(text)
+    if text.startswith("http://"):
+        return _app_address(text)
+    scheme = _SCHEME.match(text)
+    if scheme is not None:
+        raise argparse.ArgumentTypeError(
+            f"{scheme.group(1)}:// is not supported: top reads a Redis URL (redis://, "
+            "rediss://, redis+cluster://, redis+sentinel://), a stream file, or the "
+            f"http://HOST:PORT of an app's --http; got {redact_url(text)!r}"
+        )
+    return text
+
+
+def _app_address(text: str) -> str:
+    """``http://HOST:PORT`` of an app's ``--http``, with nothing after the port: top reads
+    ``/metrics`` and ``/readyz`` itself."""
+    address = text.removeprefix("http://").removesuffix("/")
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536 or "/" in address or "@" in host:
+        raise argparse.ArgumentTypeError(
+            f"expected http://HOST:PORT (the address an app's --http listens on, with no "
+            f"path), got {redact_url(text)!r}"
+        )
+    return text
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -87,36 +87,40 @@ def _renderable(screen: Screen, state: _State, width: int = 80) -> Any:
         status += "   PAUSED"
     parts.append(Text(status + "   keys: s sort  / filter  p pause  q quit", style="dim"))
     for title, (header, lines) in screen.tables:
-        bands = _bands(header, lines, width)
+        bands, names, fold = _bands(header, lines, width)
         for number, (columns, widths) in enumerate(bands):
             more = f" (columns {number + 1} of {len(bands)})" if len(bands) > 1 else ""
             table = Table(title=title + more, title_justify="left", expand=False, box=None)
             for n in columns:
                 justify: Literal["left", "right"] = "left" if n == 0 else "right"
+                wrap = n == 0 and fold  # names no cut tells apart: whole, over several lines
                 table.add_column(
-                    header[n], justify=justify, no_wrap=True, overflow="ellipsis",
-                    width=widths[n], min_width=widths[n],
+                    header[n], justify=justify, no_wrap=not wrap,
+                    overflow="fold" if wrap else "ellipsis", width=widths[n], min_width=widths[n],
                 )  # fmt: skip
-            for line in lines:
-                table.add_row(*(Text(line[n]) for n in columns))  # names are not markup
+            for name, line in zip(names, lines, strict=True):
+                cells = [name, *(line[n] for n in columns[1:])]
+                table.add_row(*(Text(cell) for cell in cells))  # names are not markup
             parts.append(table)
     return Group(*parts)
 
 
 #: What a column takes besides its cells: one space on each side.
 _PADDING = 2
-#: The widest the name column gets before its names are cut (with an ellipsis).
+#: The widest the name column gets before its names are cut (in the middle, with an ellipsis).
 _NAME_WIDTH = 40
 
 
 def _bands(
     header: list[str], lines: list[list[str]], width: int
-) -> list[tuple[list[int], dict[int, int]]]:
+) -> tuple[list[tuple[list[int], dict[int, int]]], list[str], bool]:
     """The columns to draw, as bands that each fit in ``width``: every column that holds a
     value, at its full width (header and cells are never cut), the name column first in each
     band so a line can be followed across them. Columns with nothing to show (every cell
     empty or ``-``) are left out; a terminal too narrow for even one column besides the names
-    cuts the names first."""
+    cuts the names first. Names too wide are cut in the middle (:func:`_distinct_cuts`), or,
+    when no cut keeps different names apart, shown whole over several lines: the names to
+    draw come with the bands, with whether they fold."""
     shown = [
         n for n in range(1, len(header)) if any(line[n] not in ("", "-") for line in lines)
     ]  # fmt: skip
@@ -127,7 +131,11 @@ def _bands(
         widths[n] = max(widths[n], len(header[n]))
     widest = max((widths[n] for n in shown), default=0)
     room = max(6, width - _PADDING - widest - _PADDING)
-    widths[0] = min(widths[0], _NAME_WIDTH, room)
+    whole = [line[0] for line in lines]
+    column = min(widths[0], _NAME_WIDTH, room)
+    cut = _distinct_cuts(whole, column)
+    names = whole if cut is None else cut
+    widths[0] = max([len(header[0]), *map(len, names)]) if cut is not None else column
     bands: list[tuple[list[int], dict[int, int]]] = []
     band: list[int] = []
     used = widths[0] + _PADDING
@@ -138,7 +146,30 @@ def _bands(
         band.append(n)
         used += widths[n] + _PADDING
     bands.append(([0, *band], widths))
-    return bands
+    return bands, names, cut is None
+
+
+def _cut_middle(name: str, width: int, head: int) -> str:
+    """``name`` in ``width`` characters: its first ``head``, ``…``, and its end."""
+    if len(name) <= width:
+        return name
+    return f"{name[:head]}…{name[len(name) - (width - 1 - head) :]}"
+
+
+def _distinct_cuts(names: list[str], width: int) -> list[str] | None:
+    """``names`` cut in the middle to ``width`` so that names that differ still do (two groups
+    of one long-named stream cut at the same place would otherwise show as one row): a third
+    of the width from the start and the rest from the end, where a group's or a consumer's
+    own name is, else wherever the cut keeps them apart; None when no single cut does."""
+    if width < 2:
+        return None
+    distinct = len(set(names))
+    first = (width - 1) // 3
+    for head in (first, *(h for h in range(width - 1) if h != first)):
+        shown = [_cut_middle(name, width, head) for name in names]
+        if len(set(shown)) == distinct:
+            return shown
+    return None
 
 
 @contextlib.contextmanager

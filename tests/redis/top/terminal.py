@@ -40,3 +40,19 @@ async def screen_shows(session: str, text: str, *, within: float = 20.0) -> str:
             await trio.sleep(delay)
             delay = min(delay * 2, 0.2)
     raise AssertionError(f"the screen never showed {text!r}; it shows:\n{screen}")
+
+
+async def start_top(session: str, target: str, *args: str, columns: int, rows: int) -> None:
+    """``trio-streams top TARGET ARGS`` in a new tmux session ``session`` of ``columns`` x
+    ``rows``; once it exits, ``EXITED STATUS`` shows and the pane waits for a line."""
+    import sys
+
+    from tests.cli.support import ROOT
+
+    command = (
+        f"cd {ROOT} && {sys.executable} -m trio_streams.cli top {target} {' '.join(args)}; "
+        "echo EXITED $?; read line"
+    )
+    await trio.to_thread.run_sync(
+        tmux, "new-session", "-d", "-s", session, "-x", str(columns), "-y", str(rows), command
+    )

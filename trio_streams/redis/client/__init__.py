@@ -24,7 +24,7 @@ from . import shapes
 from .backoff import Backoff
 from .client import Redis, RedisClient
 from .cluster import RedisCluster
-from .config import ClientConfig, ConnectionOptions, make_ssl_context, parse_url
+from .config import ClientConfig, ConnectionOptions, make_ssl_context, parse_url, redact_url
 from .connection import Connection, open_connection
 from .errors import (
     AskError,
@@ -121,5 +121,6 @@ __all__ = [
     "make_ssl_context",
     "open_connection",
     "parse_url",
+    "redact_url",
     "shapes",
 ]
