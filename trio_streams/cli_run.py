@@ -118,6 +118,10 @@ def load_app(target: str, *, factory: bool = False) -> App:
         raise AppNotFound(f"{target} is {type(value).__name__}, not a trio_streams.App{hint}")
     if problem := unregistered_brokers(module):
         raise AppNotFound(problem)
+    try:
+        value.check_installed()
+    except MissingExtra as exc:  # a broker's extra: usage, refused before the app starts
+        raise AppNotFound(f"{target}: {exc}") from exc
     return value
 
 
