@@ -153,6 +153,15 @@ def test_an_app_given_where_a_factory_is_expected_points_at_factory() -> None:
     ]
 
 
+def test_a_class_given_as_the_target_is_named_as_a_class_without_the_factory_hint() -> None:
+    result = cli("run", "tests.cli.apps:Order")
+    assert result.returncode == 2
+    assert stderr_lines(result) == [
+        "trio-streams run: tests.cli.apps:Order is the class Order, not a trio_streams.App: "
+        "name the App instance (module:app)"
+    ]
+
+
 def test_a_json_array_line_given_to_file_write_names_the_line(tmp_path: Path) -> None:
     target = tmp_path / "out.ss"
     good = '{"stream_key": "orders", "seq": 1, "timestamp_ms": 1, "payload": "a"}'
