@@ -236,6 +236,23 @@ async def test_the_supervisors_endpoint_answers_only_get_and_its_three_paths(
 
 
 @pytest.mark.parametrize("workers", [[], ["--workers", "2"]], ids=["one-process", "supervisor"])
+async def test_http_port_0_listens_on_a_free_port_and_the_listening_line_names_it(
+    redis_server: RedisServer, workers: list[str]
+) -> None:
+    running = supervisor(redis_server.url, APP, *workers, "--http", "127.0.0.1:0")
+    try:
+        line = await running.wait_text("--http: listening on http://127.0.0.1:", within=30)
+        port = int(line.split("http://127.0.0.1:", 1)[1].split(" ", 1)[0])
+        assert port != 0, line
+        assert (await get(f"http://127.0.0.1:{port}", "/healthz"))[0] in (200, 503)
+        await wait_running(running, "metered", 2 if workers else 1)
+        running.signal(signal.SIGTERM)
+        assert await running.wait_exit(within=30) == 0
+    finally:
+        running.stop()
+
+
+@pytest.mark.parametrize("workers", [[], ["--workers", "2"]], ids=["one-process", "supervisor"])
 async def test_one_info_line_says_where_the_http_endpoint_listens_once_it_does(
     redis_server: RedisServer, workers: list[str]
 ) -> None:
