@@ -6,6 +6,7 @@ import argparse
 import signal
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -396,3 +397,27 @@ def test_an_unrecognized_argument_is_reported_by_its_subcommand_with_the_closest
     result = cli(*argv)
     line = one_error_line(result, 2, f"{prog}: error: unrecognized arguments: {shown}")
     assert line.endswith(f"(`{prog} --help` shows the usage)"), line
+
+
+def test_python_m_trio_streams_is_the_command() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "trio_streams", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == cli("--version").stdout
+
+
+def test_python_m_trio_streams_exits_2_on_a_bad_command_line_as_the_command_does() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "trio_streams", "nosuchcommand"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
