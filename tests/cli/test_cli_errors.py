@@ -400,24 +400,12 @@ def test_an_unrecognized_argument_is_reported_by_its_subcommand_with_the_closest
 
 
 def test_python_m_trio_streams_is_the_command() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "trio_streams", "--version"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = run_command([sys.executable, "-m", "trio_streams", "--version"])
     assert result.returncode == 0, result.stderr
     assert result.stdout == cli("--version").stdout
 
 
 def test_python_m_trio_streams_exits_2_on_a_bad_command_line_as_the_command_does() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "trio_streams", "nosuchcommand"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = run_command([sys.executable, "-m", "trio_streams", "nosuchcommand"])
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
