@@ -7,6 +7,8 @@ A page's runnable blocks are its files and its commands:
 - a ```` ```console ```` block whose first line, and only that line, starts with ``$ `` is a
   command; the lines after it are what its output must contain (``...`` stands for text that
   varies). A block of several ``$`` lines is a synopsis of commands, not a session to run.
+  Lines after a line ``# stderr ...`` are what it prints on stderr (``# stdout`` labels the
+  others); a page that shows whole output (the tutorial) shows every stderr line, in order.
 
 Blocks without a title are fragments that illustrate a point and are not run. The docs tests
 (``tests/test_docs.py``) run each page's steps in order in a fresh directory; ``nox -s lint``

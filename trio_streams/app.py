@@ -253,6 +253,13 @@ class App:
     def brokers(self) -> list[Broker]:
         return list(self._brokers)
 
+    def check_installed(self) -> None:
+        """Raise :class:`~trio_streams._extras.MissingExtra` when a broker's optional
+        dependency is missing (``RedisBroker`` without hiredis). ``run`` and ``trio-streams
+        run`` call it before the app starts; ``app.test()`` does not: it connects to nothing."""
+        for broker in self._brokers:
+            broker.check_installed()
+
     def on_startup(self, hook: H) -> H:
         """Run before brokers connect (set up ``app.state``). Takes no argument or the app."""
         self._hooks["on_startup"].append(hook)
@@ -363,6 +370,7 @@ class App:
         refuse_run_while_importing(self.name)
         timeout = None if shutdown_timeout is None else check_shutdown_timeout(shutdown_timeout)
         try:
+            self.check_installed()  # a missing extra: refused before anything starts
             with _signals.holding():  # a signal before Trio's receiver is not lost
                 return trio.run(self._run_with_signals, timeout)
         except AppFailed:

@@ -55,6 +55,11 @@ class Broker(Router):
     def connect(self) -> AbstractAsyncContextManager[Transport]:
         """Connect to the real thing; the context closes it."""
 
+    def check_installed(self) -> None:
+        """Refuse, with :class:`~trio_streams._extras.MissingExtra`, a broker whose optional
+        dependency is missing: called before an app connects (``app.run()``, ``trio-streams
+        run``), never under ``app.test()``, which connects to nothing. None by default."""
+
     def check_subscription(self, source: Source, options: Mapping[str, Any]) -> None:
         """Refuse, with ``UnsupportedError``, what this broker's transport cannot do."""
         if self.source_types and not isinstance(source, self.source_types):

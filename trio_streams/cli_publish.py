@@ -1,6 +1,7 @@
 """``trio-streams publish TARGET KEY [PAYLOAD]``: publish messages from the command line.
 
-The payload comes from the argument, ``--file``, or stdin (bytes as they are); ``-H name=value``
+The payload comes from the argument, ``--file``, or stdin (bytes as they are; an empty one only
+with ``--allow-empty``); ``-H name=value``
 adds headers (in the envelope an app's handlers open); ``--ndjson`` reads many messages, one
 JSON object a line in the schema of ``trio-streams file write``. Every message is checked before
 anything is published, and all of them go out in one append: no other writer's message comes
@@ -48,6 +49,15 @@ def _stream_key(text: str) -> str:
 
 
 def _read_payload(args: argparse.Namespace) -> bytes:
+    payload = _payload_given(args)
+    if not payload and not args.allow_empty:
+        bad_command_line("the payload is empty; give one, or --allow-empty to publish it")
+    return payload
+
+
+def _payload_given(args: argparse.Namespace) -> bytes:
+    """The payload from the argument, ``--file`` or stdin. At a terminal, stdin is announced
+    first (one line on stderr), so the command is not taken for hung."""
     if args.payload is not None:
         if args.file is not None:
             bad_command_line("give the payload as an argument or with --file, not both")
@@ -58,6 +68,8 @@ def _read_payload(args: argparse.Namespace) -> bytes:
                 return source.read()
         except OSError as exc:
             raise SystemExit(f"error: cannot read --file {args.file}: {exc.strerror}") from None
+    if sys.stdin.isatty():
+        print("reading the payload from stdin (Ctrl-D to end)", file=sys.stderr, flush=True)
     return sys.stdin.buffer.read()
 
 
@@ -126,6 +138,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         type=_header,
         metavar="NAME=VALUE",
         help="a header of every message (repeatable)",
+    )
+    parser.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="publish an empty payload (refused without it, as a likely mistake)",
     )
     parser.add_argument(
         "--ndjson",

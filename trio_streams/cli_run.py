@@ -113,11 +113,20 @@ def load_app(target: str, *, factory: bool = False) -> App:
             raise AppNotFound(
                 f"--factory: {target}() returned {type(value).__name__}, not a trio_streams.App"
             )
+    elif isinstance(value, type):  # a class is no factory: calling it makes one of its own
+        raise AppNotFound(
+            f"{target} is the class {value.__name__}, not a trio_streams.App: "
+            "name the App instance (module:app)"
+        )
     elif not isinstance(value, App):
         hint = " (is it a factory? add --factory)" if callable(value) else ""
         raise AppNotFound(f"{target} is {type(value).__name__}, not a trio_streams.App{hint}")
     if problem := unregistered_brokers(module):
         raise AppNotFound(problem)
+    try:
+        value.check_installed()
+    except MissingExtra as exc:  # a broker's extra: usage, refused before the app starts
+        raise AppNotFound(f"{target}: {exc}") from exc
     return value
 
 

@@ -49,13 +49,26 @@ _json_loads = msgspec.json.decode
 
 
 class DecodeError(TrioStreamsError):
-    """A payload could not be turned into what the handler asked for."""
+    """A payload, or a header (``header`` names it), could not be turned into what the
+    handler asked for."""
 
-    def __init__(self, reason: str, *, stream: str | None = None) -> None:
+    def __init__(
+        self, reason: str, *, stream: str | None = None, header: str | None = None
+    ) -> None:
         self.reason = reason
         self.stream = stream
+        self.header = header
         where = f" (from {stream!r})" if stream else ""
-        super().__init__(f"cannot decode payload{where}: {reason}")
+        super().__init__(f"cannot {self.what}{where}: {reason}")
+
+    @property
+    def what(self) -> str:
+        """What could not be read: ``decode payload`` or ``read header 'x-count'``."""
+        return "decode payload" if self.header is None else f"read header {self.header!r}"
+
+    def with_hint(self, hint: str) -> DecodeError:
+        """The same error, its reason followed by ``hint`` (how to write such a message)."""
+        return DecodeError(f"{self.reason}; {hint}", stream=self.stream, header=self.header)
 
 
 class _Mismatch(Exception):

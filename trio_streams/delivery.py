@@ -42,6 +42,7 @@ class Delivery:
         "generation",
         "handle",
         "headers",
+        "layout_hint",
         "payload",
         "position",
         "stream",
@@ -69,6 +70,9 @@ class Delivery:
         #: When the message was written (Unix epoch ms), where the transport records it.
         self.timestamp_ms = timestamp_ms
         self.generation = 0
+        #: Set by a transport when the message was not written in its layout (a Redis entry
+        #: without ``_payload``): how to write one, added to a decode error's reason.
+        self.layout_hint: str | None = None
         #: The core has handed it back to the transport (settle, dead letter or unsettled):
         #: it ends once, even when that call is cancelled halfway.
         self.ended = False
@@ -119,6 +123,7 @@ class SequenceDelivery(Delivery):
         self.timestamp_ms = timestamp_ms
         self.generation = 0
         self.ended = False
+        self.layout_hint = None
         #: The message's sequence number on its stream, and its shard (None for shard 0).
         self.seq = seq
         self.shard = shard

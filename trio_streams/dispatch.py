@@ -704,9 +704,13 @@ class Dispatcher:
 
     async def _undecodable(self, delivery: Delivery, exc: DecodeError) -> bool:
         """Run the decode policy; True if a delayed retry now owns the delivery."""
+        if exc.header is None and delivery.layout_hint is not None:
+            exc = exc.with_hint(delivery.layout_hint)  # written without the transport's layout
+        what = "decode" if exc.header is None else f"read header {exc.header!r} of"
         self._log.warning(
-            "%s: cannot decode the message %s: %s",
+            "%s: cannot %s the message %s: %s",
             self._runner.label,
+            what,
             _where(delivery),
             exc.reason,
         )

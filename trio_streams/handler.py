@@ -291,11 +291,13 @@ def _header(header: str, annotation: Any, default: Any, where: str) -> _Extracto
         if raw is None:
             if missing_ok:
                 return fallback
-            raise DecodeError(f"missing header {header!r}", stream=delivery.stream)
+            raise DecodeError(
+                "the message has no such header", stream=delivery.stream, header=header
+            )
         try:
             return convert(raw)
         except ValueError as exc:
-            raise DecodeError(f"header {header!r}: {exc}", stream=delivery.stream) from None
+            raise DecodeError(str(exc), stream=delivery.stream, header=header) from None
 
     return extract
 

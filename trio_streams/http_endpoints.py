@@ -74,9 +74,10 @@ async def prometheus_or_501(send: _Send) -> ModuleType | None:
 
 
 def parse_address(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:9100`` for IPv6) as a pair; ``ValueError`` saying what is wrong."""
+    """``HOST:PORT`` (``[::1]:9100`` for IPv6) as a pair; ``ValueError`` saying what is wrong.
+    Port 0 is any free port: the listening line names the one chosen."""
     host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
         raise ValueError(f"expected HOST:PORT (e.g. 127.0.0.1:9100), got {text!r}")
     return host.strip("[]"), int(port)
 

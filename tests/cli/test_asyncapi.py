@@ -121,4 +121,4 @@ def test_output_to_a_file_and_a_target_that_is_not_an_app(tmp_path: Path) -> Non
     valid(json.loads(out.read_text()))
     result = cli("asyncapi", "tests.cli.asyncapi_apps:Order")
     assert result.returncode == 2
-    assert "is type, not a trio_streams.App" in stderr_lines(result)[0]
+    assert "is the class Order, not a trio_streams.App" in stderr_lines(result)[0]

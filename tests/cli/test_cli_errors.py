@@ -6,6 +6,7 @@ import argparse
 import signal
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -150,6 +151,15 @@ def test_an_app_given_where_a_factory_is_expected_points_at_factory() -> None:
     assert stderr_lines(result) == [
         "trio-streams run: tests.cli.apps:make_app is function, not a trio_streams.App "
         "(is it a factory? add --factory)"
+    ]
+
+
+def test_a_class_given_as_the_target_is_named_as_a_class_without_the_factory_hint() -> None:
+    result = cli("run", "tests.cli.apps:Order")
+    assert result.returncode == 2
+    assert stderr_lines(result) == [
+        "trio-streams run: tests.cli.apps:Order is the class Order, not a trio_streams.App: "
+        "name the App instance (module:app)"
     ]
 
 
@@ -387,3 +397,15 @@ def test_an_unrecognized_argument_is_reported_by_its_subcommand_with_the_closest
     result = cli(*argv)
     line = one_error_line(result, 2, f"{prog}: error: unrecognized arguments: {shown}")
     assert line.endswith(f"(`{prog} --help` shows the usage)"), line
+
+
+def test_python_m_trio_streams_is_the_command() -> None:
+    result = run_command([sys.executable, "-m", "trio_streams", "--version"])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == cli("--version").stdout
+
+
+def test_python_m_trio_streams_exits_2_on_a_bad_command_line_as_the_command_does() -> None:
+    result = run_command([sys.executable, "-m", "trio_streams", "nosuchcommand"])
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr

@@ -5,19 +5,22 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import select
 import signal
 import subprocess
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 
+import pytest
 import trio
 
 from tests.file.many_writers import reencoded
 from trio_streams.file.envelope import open_envelope
 from trio_streams.file.reader import FileReader
 
-from .support import COMMAND, ROOT, cli, stream_file
+from .support import COMMAND, ROOT, cli, stderr_lines, stream_file
 
 
 def _messages(path: Path) -> list[tuple[str, int, bytes, Mapping[str, str]]]:
@@ -209,3 +212,56 @@ def test_an_ndjson_payload_that_is_not_a_string_is_refused_and_nothing_published
         assert "payload must be a string" in result.stderr
         assert "nothing was published" in result.stderr
     assert not target.exists()
+
+
+def test_an_empty_payload_from_stdin_is_refused_with_exit_2_and_nothing_published(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "k.ss"
+    result = cli("publish", str(path), "k", stdin="")
+    assert result.returncode == 2
+    assert stderr_lines(result) == [
+        "error: the payload is empty; give one, or --allow-empty to publish it"
+    ]
+    assert not path.exists()
+
+
+@pytest.mark.parametrize("source", ["argument", "file"])
+def test_an_empty_payload_argument_or_file_is_refused_too(tmp_path: Path, source: str) -> None:
+    empty = tmp_path / "empty"
+    empty.write_bytes(b"")
+    given = [""] if source == "argument" else ["--file", str(empty)]
+    result = cli("publish", str(tmp_path / "k.ss"), "k", *given)
+    assert result.returncode == 2 and "--allow-empty" in result.stderr
+
+
+def test_an_empty_payload_is_published_with_allow_empty(tmp_path: Path) -> None:
+    path = tmp_path / "k.ss"
+    result = cli("publish", str(path), "k", "--allow-empty", stdin="")
+    assert result.returncode == 0, result.stderr
+    assert [m[2] for m in _messages(path)] == [b""]
+
+
+def test_at_a_terminal_publish_says_it_reads_the_payload_from_stdin(tmp_path: Path) -> None:
+    path = tmp_path / "k.ss"
+    controller, terminal = pty.openpty()
+    with subprocess.Popen(
+        [*COMMAND, "publish", str(path), "k"],
+        stdin=terminal,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as process:
+        os.close(terminal)
+        assert process.stderr is not None
+        said, _, _ = select.select([process.stderr], [], [], 30)  # before the read, or never
+        if not said:
+            process.kill()
+        assert said, "nothing on stderr while publish waits for the payload at a terminal"
+        line = process.stderr.readline()
+        assert line == b"reading the payload from stdin (Ctrl-D to end)\n"
+        os.write(controller, b"typed\n\x04")
+        out, rest = process.communicate(timeout=30)
+    os.close(controller)
+    assert process.returncode == 0, rest
+    assert out.startswith(b"k seq:")
+    assert [m[2] for m in _messages(path)] == [b"typed\n"]

@@ -59,18 +59,24 @@ async def test_headers_convert_to_their_annotation() -> None:
     assert args == [Order(1), 3, True, None, "é".encode()]
 
 
-async def test_a_missing_required_header_fails_decoding_and_names_it() -> None:
+async def test_a_missing_required_header_is_reported_as_a_header_it_cannot_read() -> None:
     async def handle(order: Order, count: Annotated[int, Header("x-count")]) -> None: ...
 
-    with pytest.raises(DecodeError, match="missing header 'x-count'"):
+    with pytest.raises(DecodeError) as raised:
         await analyse(handle).arguments(delivery(), None)
+    assert str(raised.value) == (
+        "cannot read header 'x-count' (from 'orders'): the message has no such header"
+    )
+    assert raised.value.header == "x-count"
 
 
-async def test_a_header_that_does_not_convert_fails_decoding() -> None:
+async def test_a_header_that_does_not_convert_is_reported_as_a_header_it_cannot_read() -> None:
     async def handle(order: Order, count: Annotated[int, Header("x-count")]) -> None: ...
 
-    with pytest.raises(DecodeError, match="header 'x-count'"):
+    with pytest.raises(DecodeError) as raised:
         await analyse(handle).arguments(delivery(headers={"x-count": "many"}), None)
+    assert str(raised.value).startswith("cannot read header 'x-count' (from 'orders'): ")
+    assert "payload" not in str(raised.value)
 
 
 async def test_all_headers_position_and_user_extractors() -> None:

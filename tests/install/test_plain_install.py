@@ -75,6 +75,30 @@ APPS = {
         @bus.subscriber(RedisStream("orders"))
         async def handle(body: bytes) -> None: ...
     """,
+    "redis_app_test.py": """
+        import trio
+
+        from trio_streams import App
+        from trio_streams.redis import RedisBroker, RedisStream
+
+        app = App("redis")
+        bus = app.broker(RedisBroker("redis://127.0.0.1:9"))
+        seen: list[bytes] = []
+
+
+        @bus.subscriber(RedisStream("orders"))
+        async def handle(body: bytes) -> None:
+            seen.append(body)
+
+
+        async def main() -> None:
+            async with app.test() as t:
+                await t.publish("orders", b"one")
+            print("handled", seen)
+
+
+        trio.run(main)
+    """,
     "redis_factory.py": """
         from trio_streams import App
         from trio_streams.redis import RedisBroker
@@ -186,7 +210,26 @@ def test_a_factory_refused_for_a_missing_extra_exits_2_as_an_import_does(
     line = _refused(
         plain.run("run", "redis_factory:make", "--factory"), "trio-streams run", "redis"
     )
-    assert "redis_factory:make()" in line and "RedisBroker" in line
+    assert "redis_factory:make" in line and "RedisBroker" in line
+
+
+def test_a_redis_app_is_tested_in_memory_on_a_plain_install(plain: PlainInstall) -> None:
+    result = plain.command(str(plain.venv / "bin" / "python"), "redis_app_test.py")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "handled [b'one']"
+
+
+def test_run_of_a_redis_app_is_refused_in_one_line_before_it_starts(plain: PlainInstall) -> None:
+    result = plain.python(
+        "from redis_app import app\n"
+        "try:\n"
+        "    app.run()\n"
+        "except SystemExit as exc:\n"
+        "    print('exit', exc.code)\n"
+    )
+    assert result.stdout.strip() == "exit 1", result.stderr
+    lines = stderr_lines(result)
+    assert len(lines) == 1 and "RedisBroker needs the 'redis' extra" in lines[0], result.stderr
 
 
 @pytest.mark.parametrize(

@@ -235,14 +235,19 @@ async def test_the_supervisors_endpoint_answers_only_get_and_its_three_paths(
         assert answer.startswith(b"HTTP/1.1 405")
 
 
+@pytest.mark.parametrize("any_port", [False, True], ids=["given-port", "port-0"])
 @pytest.mark.parametrize("workers", [[], ["--workers", "2"]], ids=["one-process", "supervisor"])
 async def test_one_info_line_says_where_the_http_endpoint_listens_once_it_does(
-    redis_server: RedisServer, workers: list[str]
+    redis_server: RedisServer, workers: list[str], any_port: bool
 ) -> None:
-    port = free_port()
-    running = supervisor(redis_server.url, APP, *workers, "--http", f"127.0.0.1:{port}")
+    # Port 0 is any free port: the listening line names the one chosen.
+    given = 0 if any_port else free_port()
+    running = supervisor(redis_server.url, APP, *workers, "--http", f"127.0.0.1:{given}")
     try:
-        line = await running.wait_text(f"--http: listening on http://127.0.0.1:{port}", within=30)
+        shown = "" if any_port else str(given)
+        line = await running.wait_text(f"--http: listening on http://127.0.0.1:{shown}", within=30)
+        port = int(line.split("http://127.0.0.1:", 1)[1].split(" ", 1)[0])
+        assert port != 0 and (any_port or port == given), line
         assert "INFO" in line and "/metrics, /healthz, /readyz" in line, line
         assert (await get(f"http://127.0.0.1:{port}", "/healthz"))[0] in (200, 503)
         await wait_running(running, "metered", 2 if workers else 1)

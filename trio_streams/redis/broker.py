@@ -118,7 +118,6 @@ class RedisBroker(Broker):
         prefix: str = "",
         **defaults: Any,
     ) -> None:
-        require("redis", "RedisBroker")  # without hiredis: refused at declaration, one line
         config = parse_url(url)  # a bad URL fails here, at declaration
         super().__init__(name=name or "redis", prefix=prefix, **defaults)
         self.url = url
@@ -141,6 +140,11 @@ class RedisBroker(Broker):
             self._trim = ("MAXLEN", "=" if exact_trim else "~", maxlen)
         elif minid is not None:
             self._trim = ("MINID", "=" if exact_trim else "~", minid)
+
+    def check_installed(self) -> None:
+        """Without hiredis (the ``redis`` extra) a connection cannot parse a reply: refused
+        here, before the app starts; declaring and ``app.test()`` need no parser."""
+        require("redis", "RedisBroker")
 
     def _on_declared(self, declared: _Declared) -> None:
         source = declared.source

@@ -48,6 +48,7 @@ class EntryDelivery(Delivery):
         self.handle = handle
         self.generation = 0
         self.ended = False
+        self.layout_hint = None
         #: The entry's id, ``<ms>-<seq>``, as the server handed it out.
         self.entry_id = entry_id
         #: The handler runs the entry has had, as counted (:mod:`.attempts`).

@@ -84,6 +84,7 @@ from .wire import (
     decode_fields,
     encode_fields,
     id_before,
+    layout_hint,
     parse_autoclaim,
     parse_consumers,
     parse_pending,
@@ -505,6 +506,7 @@ class GroupSubscription(SubscriptionSource):
             entry_id = raw_id.decode() if type(raw_id) is bytes else text(raw_id)
             if type(fields) is not list:
                 raise ReplyShapeError(f"expected a new entry's fields as a list, got {fields!r}")
+            hint = None
             if len(fields) == 2 and fields[0] == PAYLOAD_FIELD:
                 payload: bytes = bytes(fields[1])
                 headers: dict[str, str] = {}
@@ -512,7 +514,9 @@ class GroupSubscription(SubscriptionSource):
             else:
                 payload, headers = decode_fields(fields)
                 attempt = _attempt(0, headers)
+                hint = None if headers else layout_hint(fields)  # a foreign entry: how to write
             delivery = EntryDelivery(key, entry_id, payload, headers, attempt, entry_id)
+            delivery.layout_hint = hint
             held[entry_id] = delivery
             append(delivery)
         self._window.read([d.handle for d in out])
@@ -541,6 +545,7 @@ class GroupSubscription(SubscriptionSource):
                 key, entry_id, payload, headers, _attempt(counted, headers), entry_id
             )
             delivery.runs = counted
+            delivery.layout_hint = None if headers else layout_hint(entry.fields)
             delivery.suspect = counted > 0
             # Another consumer's (claimed), or this name's from before a start with no journal
             # of its predecessor here: each run goes to Redis before it begins.

@@ -42,6 +42,7 @@ from .wire import (
     encode_fields,
     entry_position,
     id_before,
+    layout_hint,
     parse_entries,
     parse_read,
 )
@@ -152,16 +153,16 @@ class PlainSubscription(SubscriptionSource):
                 continue
             payload, headers = decode_fields(entry.fields)
             position, timestamp_ms = entry_position(entry.id, key)
-            out.append(
-                Delivery(
-                    key,
-                    payload,
-                    headers or _NO_HEADERS,
-                    position=position,
-                    attempt=attempt_from_headers(headers) if headers else 1,
-                    timestamp_ms=timestamp_ms,
-                )
+            delivery = Delivery(
+                key,
+                payload,
+                headers or _NO_HEADERS,
+                position=position,
+                attempt=attempt_from_headers(headers) if headers else 1,
+                timestamp_ms=timestamp_ms,
             )
+            delivery.layout_hint = None if headers else layout_hint(entry.fields)
+            out.append(delivery)
         self._after = entries[-1].id
         return out
 

@@ -34,6 +34,7 @@ from ..positions import MAX_SEQUENCE, Position, PositionKind
 
 __all__ = [
     "HEADER_PREFIX",
+    "LAYOUT_HINT",
     "PAYLOAD_FIELD",
     "Entry",
     "ForeignPayloadError",
@@ -46,6 +47,7 @@ __all__ = [
     "field_item",
     "fields_payload",
     "id_before",
+    "layout_hint",
     "parse_autoclaim",
     "parse_consumers",
     "parse_entries",
@@ -57,6 +59,12 @@ __all__ = [
 
 PAYLOAD_FIELD = b"_payload"
 HEADER_PREFIX = "h:"
+#: Added to the reason a foreign entry (no ``_payload`` field) could not be decoded for.
+LAYOUT_HINT = (
+    "the entry has no '_payload' field, so the handler got its fields as a JSON object "
+    "of strings; write entries as XADD KEY * _payload <json> (headers as h:<name> fields), "
+    "or publish with broker.publish"
+)
 _HEADER_PREFIX_BYTES = HEADER_PREFIX.encode()
 
 
@@ -115,6 +123,12 @@ def decode_fields(fields: Sequence[bytes]) -> tuple[bytes, dict[str, str]]:
     if payload is None:
         return fields_payload(fields), {}
     return payload, headers
+
+
+def layout_hint(fields: Sequence[bytes]) -> str | None:
+    """:data:`LAYOUT_HINT` for an entry with no ``_payload`` field (a foreign entry), else
+    None: a delivery's ``layout_hint``."""
+    return None if PAYLOAD_FIELD in fields[::2] else LAYOUT_HINT
 
 
 def field_item(raw: bytes) -> str | dict[str, str]:
