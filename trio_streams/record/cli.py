@@ -221,6 +221,8 @@ async def _replay_main(args: argparse.Namespace) -> int:
     start = parse_position(args.start) if args.start else None
     summary = ReplaySummary()
     async with connect(args.to) as client:
+        # A login refused is the deployment's error, said before any message is read.
+        await client.execute("PING")
         began = trio.current_time()
 
         async def work() -> None:
@@ -247,10 +249,16 @@ def _replay_line(
     seconds: float,
     stopped: str | None,
 ) -> None:
-    keys = ", ".join(f"{k!r}: {n}" for k, n in sorted(summary.per_key.items()))
+    counts = dict(summary.per_key)
+    if summary.refused_key is not None:
+        counts.setdefault(summary.refused_key, 0)
+    keys = ", ".join(f"{k!r}: {n}" for k, n in sorted(counts.items()))
+    if not keys:  # nothing went anywhere: the keys it was to go to
+        named = [args.stream] if args.stream else sorted(set(args.key or ()))
+        keys = ", ".join(map(repr, named)) if named else "of the file's keys"
     line = (
-        f"replayed {summary.published} messages of {args.file} to {args.as_}"
-        f"{' ' + keys if keys else ''} ({pacing.describe()}) in {seconds:.2f} s, "
+        f"replayed {summary.published} messages of {args.file} to {args.as_} {keys} "
+        f"({pacing.describe()}) in {seconds:.2f} s, "
         f"{_rate(summary.published, seconds)}"
     )
     if summary.retries_left_out:

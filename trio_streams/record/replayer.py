@@ -96,6 +96,8 @@ class ReplaySummary:
     retries_left_out: int = 0
     #: Per destination key, how many messages went there.
     per_key: dict[str, int] = field(default_factory=dict)
+    #: The key a refused message was for (None: none was refused).
+    refused_key: str | None = None
     first_timestamp_ms: int | None = None
     last_timestamp_ms: int | None = None
 
@@ -219,6 +221,7 @@ async def replay_file(
                 summary.last_timestamp_ms = message.timestamp_ms
             if refusal is not None:
                 key, message = pending_keys[refusal.index]
+                summary.refused_key = key
                 on_batch(summary)
                 raise MessageRefused(
                     f"message #{message.seq} of {message.stream_key!r} (at byte "
