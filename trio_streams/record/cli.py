@@ -252,12 +252,18 @@ def _replay_line(
     counts = dict(summary.per_key)
     if summary.refused_key is not None:
         counts.setdefault(summary.refused_key, 0)
-    keys = ", ".join(f"{k!r}: {n}" for k, n in sorted(counts.items()))
+    groups = []
+    for kind in ("stream", "list", "channel"):
+        these = [f"{k!r}: {n}" for k, n in sorted(counts.items()) if summary.kinds[k] == kind]
+        if these:
+            groups.append(f"{kind} {', '.join(these)}")
+    keys = ", ".join(groups)
     if not keys:  # nothing went anywhere: the keys it was to go to
         named = [args.stream] if args.stream else sorted(set(args.key or ()))
-        keys = ", ".join(map(repr, named)) if named else "of the file's keys"
+        keys = ", ".join(map(repr, named)) if named else "the file's keys"
+        keys = f"{args.as_} {keys}" if args.as_ else keys
     line = (
-        f"replayed {summary.published} messages of {args.file} to {args.as_} {keys} "
+        f"replayed {summary.published} messages of {args.file} to {keys} "
         f"({pacing.describe()}) in {seconds:.2f} s, "
         f"{_rate(summary.published, seconds)}"
     )
@@ -385,9 +391,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )  # fmt: skip
     replay.add_argument("--key", action="append", help="only this stream key (repeatable)")
     replay.add_argument(
-        "--as", dest="as_", choices=("stream", "list", "channel"), default="stream",
-        help="stream entries (default), list elements, or channel messages (each on the "
-        "channel it was recorded from)",
+        "--as", dest="as_", choices=("stream", "list", "channel"), default=None,
+        help="every message as a stream entry, a list element, or a channel message (each on "
+        "the channel it was recorded from); default: each as what it was recorded from (a "
+        "channel's message as a channel message, a list's element as a list element, else a "
+        "stream entry)",
     )  # fmt: skip
     replay.add_argument(
         "--from", dest="start", type=file_position, default=None, metavar="POS",

@@ -69,4 +69,4 @@ async def test_the_summary_of_nothing_replayed_names_the_stream_given(
     StreamWriter(path).close()
     status, out, err = await _replay(path, "--to", redis_server.url, "--stream", "copy")
     assert status == 0, err
-    assert out.startswith(f"replayed 0 messages of {path} to stream 'copy' ("), out
+    assert out.startswith(f"replayed 0 messages of {path} to 'copy' ("), out
