@@ -255,6 +255,8 @@ MISTAKES: list[tuple[list[str], int, str]] = [
     (["top", "{down}", "--once", "--interval", "0.01"], 1, "cannot connect"),
     (["top", "redis://h:99999", "--once"], 2, "bad port '99999'"),
     (["top", "{tmp}/no.ss", "--once"], 1, "{tmp}/no.ss: no such stream file"),
+    (["top", "localhost:1", "--once"], 1, "file (a Redis URL starts with redis://)"),
+    (["top", "[::1]:1", "--once"], 1, "file (a Redis URL starts with redis://)"),
     (["top", "{tmp}/ok.ss", "--once", "--interval", "soon"], 2, "argument --interval"),
     (["top", "{tmp}/ok.ss", "--once", "--sort", "size"], 2, "argument --sort"),
     # the command itself
