@@ -18,7 +18,7 @@ import re
 import sys
 from collections.abc import Mapping
 
-from .cli_args import bad_command_line
+from .cli_args import bad_command_line, error_line
 from .file.cli import _beacon_interval, _guarded
 from .file.envelope import open_envelope, seal
 from .file.format import DEFAULT_BEACON_INTERVAL
@@ -57,8 +57,12 @@ def _read_payload(args: argparse.Namespace) -> bytes:
             with open(args.file, "rb") as source:
                 return source.read()
         except OSError as exc:
-            raise SystemExit(f"error: cannot read --file {args.file}: {exc.strerror}") from None
+            raise SystemExit(_unreadable(args.file, exc)) from None
     return sys.stdin.buffer.read()
+
+
+def _unreadable(path: str, exc: OSError) -> str:
+    return error_line(f"cannot read --file {path}: {exc.strerror}")
 
 
 def _items(args: argparse.Namespace) -> list[tuple[str, bytes, int | None]]:
@@ -72,13 +76,13 @@ def _items(args: argparse.Namespace) -> list[tuple[str, bytes, int | None]]:
                 with open(args.file, encoding="utf-8") as source:
                     lines = source.read().splitlines()
             except OSError as exc:
-                raise SystemExit(f"error: cannot read --file {args.file}: {exc.strerror}") from None
+                raise SystemExit(_unreadable(args.file, exc)) from None
         else:
             lines = sys.stdin.read().splitlines()
         try:
             rows = read_publish_input(lines, args.key)
         except InputError as exc:
-            raise SystemExit(f"error: {exc}; nothing was published") from None
+            raise SystemExit(error_line(f"{exc}; nothing was published")) from None
         return [(row.stream_key, _stored(row, common), row.timestamp_ms) for row in rows]
     if args.key is None:
         bad_command_line("KEY is needed (or --ndjson, whose lines name their keys)")
@@ -99,8 +103,10 @@ def _publish(args: argparse.Namespace) -> int:
 
         shown = redact_url(args.target)
         raise SystemExit(
-            f"error: cannot publish to {shown}: {url.group(1)}:// targets are not supported yet;"
-            " give the path of a stream file (.ss)"
+            error_line(
+                f"cannot publish to {shown}: {url.group(1)}:// targets are not supported yet;"
+                " give the path of a stream file (.ss)"
+            )
         )
     items = _items(args)
     return _publish_file(args, items)

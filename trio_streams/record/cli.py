@@ -18,9 +18,10 @@ from typing import Any
 import trio
 
 from .._names import listing
-from ..cli_args import checked_by, file_position, redis_url
+from ..cli_args import checked_by, error_line, file_position, redis_url
 from ..errors import TrioStreamsError
 from ..file.positions import parse_position
+from ..file.reader import FileReader
 from ..file.writer import StreamWriter
 from ..groups import open_nursery
 from ..redis.client import RedisClient, connect, redact_url
@@ -220,6 +221,8 @@ async def _replay_main(args: argparse.Namespace) -> int:
     pacing = _pacing(args)
     start = parse_position(args.start) if args.start else None
     summary = ReplaySummary()
+    with FileReader(args.file):
+        pass  # a missing or foreign file is said before the server is asked anything
     async with connect(args.to) as client:
         # A login refused is the deployment's error, said before any message is read.
         await client.execute("PING")
@@ -283,7 +286,7 @@ def _guarded(main: Callable[[argparse.Namespace], Awaitable[int]]) -> Callable[.
             return int(trio.run(main, args))
         except TrioStreamsError as exc:
             sys.stdout.flush()
-            sys.stderr.write(f"error: {exc}\n")
+            sys.stderr.write(error_line(str(exc)) + "\n")
             hint = exc.hint()
             if hint is not None:
                 sys.stderr.write(f"  {hint}\n")

@@ -21,7 +21,7 @@ import trio
 
 from .._extras import require
 from .._names import check_names
-from ..cli_args import redis_url
+from ..cli_args import error_line, redis_url
 from ..errors import ConfigurationError, TrioStreamsError
 from ..file.errors import StreamFileNotFoundError
 from ..file.keys import check_file_keys
@@ -124,7 +124,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         return int(trio.run(_top, args))
     except TrioStreamsError as exc:
-        sys.stderr.write(f"error: {exc}\n")
+        sys.stderr.write(error_line(str(exc)) + "\n")
         hint = exc.hint()
         if hint is not None:
             sys.stderr.write(f"  {hint}\n")

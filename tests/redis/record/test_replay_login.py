@@ -70,3 +70,18 @@ async def test_the_summary_of_nothing_replayed_names_the_stream_given(
     status, out, err = await _replay(path, "--to", redis_server.url, "--stream", "copy")
     assert status == 0, err
     assert out.startswith(f"replayed 0 messages of {path} to 'copy' ("), out
+
+
+async def test_a_login_error_names_the_command_it_stopped(
+    acl_redis_server: RedisServer, tmp_path: Path
+) -> None:
+    url = f"redis://:wrongpw@{acl_redis_server.host}:{acl_redis_server.port}"
+    path = _recording(tmp_path / "shop.ss")
+    for command, argv in (
+        ("top", ("top", url, "--once")),
+        ("record", ("record", url, "orders", "--to", str(tmp_path / "r.ss"))),
+        ("replay", ("replay", path, "--to", url)),
+    ):
+        result = await trio.to_thread.run_sync(cli, *argv)
+        assert result.returncode == 1, result.stderr
+        assert result.stderr.startswith(f"trio-streams {command}: error: WRONGPASS"), result.stderr
