@@ -22,6 +22,14 @@ async def _record(url: str, path: Path, *more: str) -> tuple[int, str, str]:
     return result.returncode, result.stdout, result.stderr
 
 
+async def _recorded_once(url: str, redis: RedisClient, tmp_path: Path, entries: int) -> Path:
+    """``entries`` entries added to ``orders`` and recorded into a new file: its path."""
+    path = tmp_path / "rec.ss"
+    await add_entries(redis, "orders", entries)
+    assert (await _record(url, path))[0] == 0
+    return path
+
+
 def _ids(path: Path) -> list[str]:
     return [m[4]["x-redis-id"] for m in recorded(path)]
 
@@ -29,9 +37,7 @@ def _ids(path: Path) -> list[str]:
 async def test_recording_twice_resumes_after_the_last_recorded_id(
     redis_server: RedisServer, redis: RedisClient, tmp_path: Path
 ) -> None:
-    path = tmp_path / "rec.ss"
-    await add_entries(redis, "orders", 3)
-    assert (await _record(redis_server.url, path))[0] == 0
+    path = await _recorded_once(redis_server.url, redis, tmp_path, 3)
     status, out, err = await _record(redis_server.url, path)
     assert status == 0, err
     assert "recorded 0 entries" in out and "resumed after 3000-0" in out
@@ -43,27 +49,36 @@ async def test_recording_twice_resumes_after_the_last_recorded_id(
     assert [m[1] for m in recorded(path)] == [1, 2, 3, 4, 5]
 
 
+async def _until_then_from(
+    url: str, redis: RedisClient, path: Path, until: str, start: str
+) -> tuple[str, list[str]]:
+    """Record 4 entries ``--until`` one, then again ``--from`` another: the second summary and
+    the ids in the file."""
+    await add_entries(redis, "orders", 4)
+    assert (await _record(url, path, "--until", until))[0] == 0
+    status, out, err = await _record(url, path, "--from", start)
+    assert status == 0, err
+    return out, _ids(path)
+
+
 async def test_an_explicit_from_skips_the_ids_already_in_the_file(
     redis_server: RedisServer, redis: RedisClient, tmp_path: Path
 ) -> None:
-    path = tmp_path / "rec.ss"
-    await add_entries(redis, "orders", 4)
-    assert (await _record(redis_server.url, path, "--until", "2000-0"))[0] == 0
-    status, out, err = await _record(redis_server.url, path, "--from", "1000-0")
-    assert status == 0, err
+    out, ids = await _until_then_from(
+        redis_server.url, redis, tmp_path / "r.ss", "2000-0", "1000-0"
+    )
     assert "recorded 2 entries" in out and "ids up to 2000-0, already in the file, skipped" in out
-    assert _ids(path) == ["1000-0", "2000-0", "3000-0", "4000-0"]
+    assert ids == ["1000-0", "2000-0", "3000-0", "4000-0"]
 
 
 async def test_an_explicit_from_after_the_recorded_ids_says_nothing_was_skipped(
     redis_server: RedisServer, redis: RedisClient, tmp_path: Path
 ) -> None:
-    path = tmp_path / "rec.ss"
-    await add_entries(redis, "orders", 4)
-    assert (await _record(redis_server.url, path, "--until", "1000-0"))[0] == 0
-    status, out, _ = await _record(redis_server.url, path, "--from", "3000-0")
-    assert status == 0 and "skipped" not in out and "resumed" not in out
-    assert _ids(path) == ["1000-0", "3000-0", "4000-0"]
+    out, ids = await _until_then_from(
+        redis_server.url, redis, tmp_path / "r.ss", "1000-0", "3000-0"
+    )
+    assert "skipped" not in out and "resumed" not in out
+    assert ids == ["1000-0", "3000-0", "4000-0"]
 
 
 async def test_recording_into_a_key_holding_messages_not_recorded_is_refused(
@@ -91,9 +106,7 @@ async def test_recording_into_a_key_holding_messages_not_recorded_is_refused(
 async def test_another_key_of_the_same_file_is_recorded_whole(
     redis_server: RedisServer, redis: RedisClient, tmp_path: Path
 ) -> None:
-    path = tmp_path / "rec.ss"
-    await add_entries(redis, "orders", 2)
-    assert (await _record(redis_server.url, path))[0] == 0
+    path = await _recorded_once(redis_server.url, redis, tmp_path, 2)
     status, out, err = await _record(redis_server.url, path, "--key", "copy")
     assert status == 0, err
     assert "recorded 2 entries" in out and "resumed" not in out
