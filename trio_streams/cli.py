@@ -103,13 +103,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: list[str]) -> int:
     from ._extras import MissingExtra
+    from .cli_args import command_path, set_command
     from .groups import leaves
 
     command = "trio-streams"
+    set_command(command)  # until the arguments say which command this is
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
-        command = f"trio-streams {args.command}" if args.command else command
+        command = command_path(parser, args)
+        set_command(command)
         handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)
         if handler is None:
             parser.print_help()

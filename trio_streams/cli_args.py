@@ -19,10 +19,44 @@ __all__ = [
     "CommandLineParser",
     "bad_command_line",
     "checked_by",
+    "command_path",
+    "error_line",
     "file_position",
     "redis_url",
     "seconds",
+    "set_command",
 ]
+
+#: The command being run, as typed (``trio-streams file decode``): set once its arguments are
+#: parsed, so every error line names it.
+_command = ["trio-streams"]
+
+
+def set_command(path: str) -> None:
+    """Name the command being run (its full subcommand path) in the error lines that follow."""
+    _command[0] = path
+
+
+def command_path(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    """``trio-streams file decode``: the parser's name and each subcommand ``args`` chose."""
+    path = [parser.prog]
+    while True:
+        chosen = [
+            (action, name)
+            for action in parser._actions
+            if isinstance(action, argparse._SubParsersAction)
+            and isinstance(name := getattr(args, action.dest, None), str)
+        ]
+        if not chosen:
+            return " ".join(path)
+        action, name = chosen[0]
+        parser = action.choices[name]
+        path.append(name)
+
+
+def error_line(message: str) -> str:
+    """``trio-streams COMMAND: error: MESSAGE``: how every command's error line begins."""
+    return f"{_command[0]}: error: {message}"
 
 
 class CommandLineParser(argparse.ArgumentParser):
@@ -61,7 +95,7 @@ class CommandLineParser(argparse.ArgumentParser):
 def bad_command_line(message: str) -> NoReturn:
     """Refuse arguments the parser cannot judge alone (options that do not go together, a
     value one check away from the parser): ``error: MESSAGE`` on stderr, status 2."""
-    sys.stderr.write(f"error: {message}\n")
+    sys.stderr.write(error_line(message) + "\n")
     raise SystemExit(2)
 
 

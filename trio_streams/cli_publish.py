@@ -19,7 +19,7 @@ import re
 import sys
 from collections.abc import Mapping
 
-from .cli_args import bad_command_line
+from .cli_args import bad_command_line, error_line
 from .file.cli import _beacon_interval, _guarded
 from .file.envelope import open_envelope, seal
 from .file.format import DEFAULT_BEACON_INTERVAL
@@ -67,10 +67,14 @@ def _payload_given(args: argparse.Namespace) -> bytes:
             with open(args.file, "rb") as source:
                 return source.read()
         except OSError as exc:
-            raise SystemExit(f"error: cannot read --file {args.file}: {exc.strerror}") from None
+            raise SystemExit(_unreadable(args.file, exc)) from None
     if sys.stdin.isatty():
         print("reading the payload from stdin (Ctrl-D to end)", file=sys.stderr, flush=True)
     return sys.stdin.buffer.read()
+
+
+def _unreadable(path: str, exc: OSError) -> str:
+    return error_line(f"cannot read --file {path}: {exc.strerror}")
 
 
 def _items(args: argparse.Namespace) -> list[tuple[str, bytes, int | None]]:
@@ -84,13 +88,13 @@ def _items(args: argparse.Namespace) -> list[tuple[str, bytes, int | None]]:
                 with open(args.file, encoding="utf-8") as source:
                     lines = source.read().splitlines()
             except OSError as exc:
-                raise SystemExit(f"error: cannot read --file {args.file}: {exc.strerror}") from None
+                raise SystemExit(_unreadable(args.file, exc)) from None
         else:
             lines = sys.stdin.read().splitlines()
         try:
             rows = read_publish_input(lines, args.key)
         except InputError as exc:
-            raise SystemExit(f"error: {exc}; nothing was published") from None
+            raise SystemExit(error_line(f"{exc}; nothing was published")) from None
         return [(row.stream_key, _stored(row, common), row.timestamp_ms) for row in rows]
     if args.key is None:
         bad_command_line("KEY is needed (or --ndjson, whose lines name their keys)")
@@ -111,8 +115,11 @@ def _publish(args: argparse.Namespace) -> int:
 
         shown = redact_url(args.target)
         raise SystemExit(
-            f"error: cannot publish to {shown}: {url.group(1)}:// targets are not supported yet;"
-            " give the path of a stream file (.ss)"
+            error_line(
+                f"cannot publish to {shown}: publish writes stream files, not {url.group(1)}://"
+                " targets; give the path of a stream file (.ss), and `trio-streams replay` it"
+                " to Redis"
+            )
         )
     items = _items(args)
     return _publish_file(args, items)

@@ -68,7 +68,9 @@ def test_decode_tail_and_stat_on_a_directory_say_so_and_exit_1(
 ) -> None:
     result = cli("file", command, str(tmp_path))
     assert result.returncode == 1
-    assert stderr_lines(result) == [f"error: {tmp_path}: is a directory, not a stream file"]
+    assert stderr_lines(result) == [
+        f"trio-streams file {command}: error: {tmp_path}: is a directory, not a stream file"
+    ]
 
 
 def test_an_unknown_log_level_is_refused_by_the_parser_with_status_2() -> None:
@@ -170,7 +172,9 @@ def test_a_json_array_line_given_to_file_write_names_the_line(tmp_path: Path) ->
     assert result.returncode == 1
     lines = stderr_lines(result)
     assert len(lines) == 1, lines
-    assert lines[0].startswith("error: line 2: a JSON object belongs here, one message a line")
+    assert lines[0].startswith(
+        "trio-streams file write: error: line 2: a JSON object belongs here, one message a line"
+    )
     assert lines[0].endswith("not an array")
     assert not target.exists()
 
@@ -226,7 +230,7 @@ MISTAKES: list[tuple[list[str], int, str]] = [
     (["publish", "{tmp}/ok.ss"], 2, "KEY is needed"),
     (["publish", "{tmp}/ok.ss", "k", "1", "--file", "{tmp}/ok.ss"], 2, "not both"),
     (["publish", "{tmp}/ok.ss", "k", "1", "--ndjson"], 2, "--ndjson reads the messages"),
-    (["publish", "redis://127.0.0.1:1", "k", "1"], 1, "redis:// targets are not supported"),
+    (["publish", "redis://127.0.0.1:1", "k", "1"], 1, "not redis:// targets"),
     (["publish", "{tmp}/ok.ss", "k", "--beacon-interval", "many"], 2, "not a number of bytes"),
     # asyncapi
     (["asyncapi", "tests.cli.asyncapi_apps:app", "-o", "{tmp}/no/dir/f"], 1, "cannot write"),
@@ -265,6 +269,8 @@ MISTAKES: list[tuple[list[str], int, str]] = [
     (["top", "{down}", "--once", "--interval", "0.01"], 1, "cannot connect"),
     (["top", "redis://h:99999", "--once"], 2, "bad port '99999'"),
     (["top", "{tmp}/no.ss", "--once"], 1, "{tmp}/no.ss: no such stream file"),
+    (["top", "localhost:1", "--once"], 1, "file (a Redis URL starts with redis://)"),
+    (["top", "[::1]:1", "--once"], 1, "file (a Redis URL starts with redis://)"),
     (["top", "{tmp}/ok.ss", "--once", "--interval", "soon"], 2, "argument --interval"),
     (["top", "{tmp}/ok.ss", "--once", "--sort", "size"], 2, "argument --sort"),
     # the command itself
@@ -289,7 +295,28 @@ def test_every_command_refuses_a_mistake_with_one_line_and_the_rules_status(
     errors = [line for line in stderr_lines(result) if not line.startswith(" ")]
     assert len(errors) == 1, result.stderr
     assert filled(says) in errors[0], result.stderr
+    assert errors[0].startswith(f"{command_named(argv)}: "), result.stderr
     assert result.returncode == status, result.stderr
+
+
+def command_named(argv: list[str]) -> str:
+    """The command an error line of ``trio-streams ARGV`` names: its full subcommand path."""
+    if argv[0] == "nosuchcommand":
+        return "trio-streams"
+    path = argv[:2] if argv[0] == "file" and len(argv) > 1 else argv[:1]
+    return " ".join(["trio-streams", *path])
+
+
+def test_an_error_writing_decoded_output_names_file_decode(tmp_path: Path) -> None:
+    stream_file(tmp_path / "big.ss", 3)
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(
+            [*COMMAND, "file", "decode", str(tmp_path / "big.ss")],
+            stdout=full, stderr=subprocess.PIPE, text=True, cwd=ROOT, timeout=60, check=False,
+        )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    [error] = [line for line in result.stderr.splitlines() if not line.startswith(" ")]
+    assert error.startswith("trio-streams file decode: error: "), result.stderr
 
 
 def test_a_path_given_to_run_says_what_to_write_instead() -> None:
@@ -376,7 +403,9 @@ def test_top_of_a_url_of_another_scheme_says_the_scheme_is_not_supported(url: st
 def test_top_of_an_app_that_is_not_there_is_still_a_runtime_error() -> None:
     result = cli("top", f"http://127.0.0.1:{free_port()}", "--once", "--interval", "0.01")
     assert result.returncode == 1
-    assert stderr_lines(result)[0].startswith("error: cannot read http://127.0.0.1:")
+    assert stderr_lines(result)[0].startswith(
+        "trio-streams top: error: cannot read http://127.0.0.1:"
+    )
 
 
 @pytest.mark.parametrize(

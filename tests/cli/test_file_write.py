@@ -35,7 +35,7 @@ def test_a_bad_line_3_writes_nothing_to_a_new_file(tmp_path: Path) -> None:
     target = tmp_path / "new.ss"
     code, errors = write(target, line("orders", 1), line("orders", 2), '{"stream_key": "orders"}')
     assert code == 1
-    assert errors == ["error: line 3: bad message: no 'seq' field"]
+    assert errors == ["trio-streams file write: error: line 3: bad message: no 'seq' field"]
     assert not target.exists()
 
 
@@ -44,7 +44,7 @@ def test_a_bad_line_3_leaves_an_existing_file_as_it_was(tmp_path: Path) -> None:
     before = target.read_bytes()
     code, errors = write(target, line("orders", 3), line("orders", 4), "not json")
     assert code == 1
-    assert errors[0].startswith("error: line 3: not JSON")
+    assert errors[0].startswith("trio-streams file write: error: line 3: not JSON")
     assert target.read_bytes() == before
 
 
@@ -55,7 +55,8 @@ def test_duplicate_sequence_numbers_of_a_stream_are_refused_naming_both_lines(
     code, errors = write(target, line("orders", 1), line("audit", 1), line("orders", 1))
     assert code == 1
     assert errors == [
-        "error: line 3: seq 1 of stream 'orders' repeats seq 1 on line 1: sequence numbers of "
+        "trio-streams file write: error: "
+        "line 3: seq 1 of stream 'orders' repeats seq 1 on line 1: sequence numbers of "
         "a stream must increase"
     ]
     assert not target.exists()
@@ -68,7 +69,8 @@ def test_decreasing_sequence_numbers_of_a_stream_are_refused_naming_both_lines(
     code, errors = write(target, line("orders", 5), line("orders", 7), line("orders", 6))
     assert code == 1
     assert errors == [
-        "error: line 3: seq 6 of stream 'orders' comes after seq 7 on line 2: sequence "
+        "trio-streams file write: error: "
+        "line 3: seq 6 of stream 'orders' comes after seq 7 on line 2: sequence "
         "numbers of a stream must increase"
     ]
     assert not target.exists()
@@ -82,7 +84,8 @@ def test_a_seq_that_does_not_follow_the_files_own_is_refused_and_nothing_is_writ
     code, errors = write(target, line("audit", 1), line("orders", 3))
     assert code == 1
     assert errors == [
-        f"error: line 2: seq 3 of stream 'orders' does not follow seq 3, the last of that "
+        f"trio-streams file write: error: "
+        f"line 2: seq 3 of stream 'orders' does not follow seq 3, the last of that "
         f"stream in {target}: sequence numbers of a stream must increase; nothing was written"
     ]
     assert target.read_bytes() == before
@@ -106,14 +109,19 @@ def test_what_the_format_cannot_hold_is_refused_before_anything_is_written(
 ) -> None:
     target = tmp_path / "new.ss"
     cases = {
-        line("orders/dead", 3): "error: line 3: invalid stream key 'orders/dead'",
-        line("orders", 3, timestamp_ms=-1): "error: line 3: timestamp -1 ms outside",
-        line("orders", 3, shard=-1): "error: line 3: shard -1 or seq 3 outside u64",
+        line("orders/dead", 3): "trio-streams file write: error: "
+        "line 3: invalid stream key 'orders/dead'",
+        line("orders", 3, timestamp_ms=-1): "trio-streams file write: error: "
+        "line 3: timestamp -1 ms outside",
+        line("orders", 3, shard=-1): "trio-streams file write: error: "
+        "line 3: shard -1 or seq 3 outside u64",
         line("orders", 3).replace('"seq": 3', '"seq": "3"'): (
-            "error: line 3: bad message: seq must be an integer"
+            "trio-streams file write: error: line 3: bad message: seq must be an integer"
         ),
-        line("orders", 3, "%%%", encoding="base64"): "error: line 3: bad message",
-        line("orders", 3, encoding="rot13"): "error: line 3: bad message: encoding must be",
+        line("orders", 3, "%%%", encoding="base64"): "trio-streams file write: error: "
+        "line 3: bad message",
+        line("orders", 3, encoding="rot13"): "trio-streams file write: error: "
+        "line 3: bad message: encoding must be",
     }
     for bad, message in cases.items():
         code, errors = write(target, line("orders", 1), line("orders", 2), bad)
@@ -155,7 +163,10 @@ def test_a_header_line_the_format_refuses_is_refused_naming_the_line(tmp_path: P
     )
     code, errors = write(target, header, line("a", 1))
     assert code == 1
-    assert errors == ["error: line 1: bad file_header: beacon interval 0 outside 128..2**32-1"]
+    assert errors == [
+        "trio-streams file write: error: "
+        "line 1: bad file_header: beacon interval 0 outside 128..2**32-1"
+    ]
     assert not target.exists()
 
 
@@ -163,5 +174,7 @@ def test_a_header_option_the_format_refuses_creates_nothing(tmp_path: Path) -> N
     target = tmp_path / "new.ss"
     result = cli("file", "write", str(target), "--created-at-ms", "-5", stdin=line("a", 1))
     assert result.returncode == 1
-    assert stderr_lines(result) == ["error: timestamp -5 ms is before 1970"]
+    assert stderr_lines(result) == [
+        "trio-streams file write: error: timestamp -5 ms is before 1970"
+    ]
     assert not target.exists()

@@ -78,7 +78,7 @@ def test_a_bad_ndjson_line_publishes_nothing(tmp_path: Path) -> None:
     lines = '{"payload": "ok"}\n{"payload": "bad", "stream_key": "no spaces"}\n'
     result = cli("publish", str(path), "orders", "--ndjson", stdin=lines)
     assert result.returncode == 1
-    assert result.stderr.startswith("error: line 2: bad message:")
+    assert result.stderr.startswith("trio-streams publish: error: line 2: bad message:")
     assert "nothing was published" in result.stderr
     assert path.read_bytes() == before
 
@@ -86,14 +86,17 @@ def test_a_bad_ndjson_line_publishes_nothing(tmp_path: Path) -> None:
 def test_a_redis_target_is_refused_by_name_for_now(tmp_path: Path) -> None:
     result = cli("publish", "redis://127.0.0.1:1/0", "orders", "x")
     assert result.returncode == 1
-    assert "redis:// targets are not supported yet" in result.stderr
+    assert "publish writes stream files, not redis:// targets" in result.stderr
+    assert "trio-streams replay" in result.stderr
 
 
 def test_a_redis_target_refused_by_publish_is_named_with_its_password_masked() -> None:
     result = cli("publish", "redis://app:s3cret@127.0.0.1:1/0", "orders", "x")
     assert result.returncode == 1
     assert "s3cret" not in result.stderr
-    assert result.stderr.startswith("error: cannot publish to redis://app:***@127.0.0.1:1/0: ")
+    assert result.stderr.startswith(
+        "trio-streams publish: error: cannot publish to redis://app:***@127.0.0.1:1/0: "
+    )
 
 
 def test_publish_without_a_key_says_so_as_a_bad_command_line(tmp_path: Path) -> None:
@@ -221,7 +224,8 @@ def test_an_empty_payload_from_stdin_is_refused_with_exit_2_and_nothing_publishe
     result = cli("publish", str(path), "k", stdin="")
     assert result.returncode == 2
     assert stderr_lines(result) == [
-        "error: the payload is empty; give one, or --allow-empty to publish it"
+        "trio-streams publish: error: the payload is empty; give one, or --allow-empty to "
+        "publish it"
     ]
     assert not path.exists()
 

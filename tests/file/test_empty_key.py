@@ -52,7 +52,8 @@ def test_publish_ndjson_with_an_empty_key_publishes_nothing(tmp_path: Path) -> N
     )
     assert result.returncode == 1
     assert stderr_lines(result) == [
-        f"error: line 2: bad message: {EMPTY}: a stream key is 1 to 249 characters of "
+        f"trio-streams publish: error: "
+        f"line 2: bad message: {EMPTY}: a stream key is 1 to 249 characters of "
         "[A-Za-z0-9._-]; nothing was published"
     ]
     assert _keys(path) == ["orders"]
@@ -64,7 +65,7 @@ def test_file_write_with_an_empty_key_writes_nothing(tmp_path: Path) -> None:
     result = cli("file", "write", str(path), stdin=json.dumps(line) + "\n")
     assert result.returncode == 1
     [error] = stderr_lines(result)
-    assert error.startswith("error: line 1: invalid stream key ''")
+    assert error.startswith("trio-streams file write: error: line 1: invalid stream key ''")
     assert "Traceback" not in result.stderr
     assert not path.exists() or _keys(path) == []
 

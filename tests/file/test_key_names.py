@@ -34,7 +34,9 @@ def test_decode_of_a_key_the_file_does_not_hold_exits_1_listing_the_keys_there(
     path = _file(tmp_path / "f.ss", "audit", "orders", "orders.dead")
     result = cli("file", "decode", str(path), "--key", "ordres")
     _refused(
-        result, f"error: no stream key 'ordres' in {path}; there: 'orders', 'orders.dead', 'audit'"
+        result,
+        f"trio-streams file decode: error: "
+        f"no stream key 'ordres' in {path}; there: 'orders', 'orders.dead', 'audit'",
     )
 
 
@@ -78,7 +80,10 @@ def test_top_of_a_file_with_a_stream_it_does_not_hold_exits_1_listing_its_keys(
 ) -> None:
     path = _file(tmp_path / "f.ss", "orders", "audit")
     result = cli("top", str(path), "--once", "--interval", "0.01", "--stream", "ordres")
-    _refused(result, f"error: no stream key 'ordres' in {path}; there: 'orders', 'audit'")
+    _refused(
+        result,
+        f"trio-streams top: error: no stream key 'ordres' in {path}; there: 'orders', 'audit'",
+    )
 
 
 def test_top_of_a_file_with_a_stream_shows_that_key_only(tmp_path: Path) -> None:

@@ -271,7 +271,8 @@ def test_repair_of_an_empty_file_says_it_is_not_a_stream_file_without_advising_a
     result = repair(str(empty), *dry_run)
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
-        f"error: {empty}: empty (0 bytes): not a stream file; nothing to repair"
+        f"trio-streams file repair: error: "
+        f"{empty}: empty (0 bytes): not a stream file; nothing to repair"
     ]
-    assert "file repair" not in result.stderr and empty.stat().st_size == 0
+    assert f"file repair {empty}" not in result.stderr and empty.stat().st_size == 0
     assert list(tmp_path.iterdir()) == [empty]  # no side file

@@ -246,7 +246,9 @@ def _judge(
         assert str(path) in str(refusal)
     elif isinstance(refusal, CliRefused):
         assert refusal.code == 1
-        assert refusal.stderr.startswith(f"error: {path} at byte "), refusal.stderr
+        assert refusal.stderr.startswith(f"trio-streams file write: error: {path} at byte "), (
+            refusal.stderr
+        )
     if refusal is not None:
         assert path.read_bytes() == before, f"{how} changed the file it refused"
         return "refused"
@@ -343,7 +345,9 @@ def test_the_cli_write_command_refuses_an_unproven_tail_in_a_real_process(tmp_pa
     )
     assert result.returncode == 1
     stderr = result.stderr.decode()
-    assert stderr.startswith(f"error: {path} at byte {last.offset}: "), stderr
+    assert stderr.startswith(f"trio-streams file write: error: {path} at byte {last.offset}: "), (
+        stderr
+    )
     assert f"trio-streams file repair {path}" in stderr
     assert path.read_bytes() == data
 

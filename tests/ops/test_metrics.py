@@ -143,7 +143,9 @@ async def test_top_names_an_endpoint_that_does_not_answer() -> None:
         check=False,
     )
     assert result.returncode == 1
-    assert result.stderr.decode().startswith("error: cannot read http://127.0.0.1:1/metrics")
+    assert result.stderr.decode().startswith(
+        "trio-streams top: error: cannot read http://127.0.0.1:1/metrics"
+    )
 
 
 async def test_a_prometheus_middleware_on_a_broker_also_reports_the_subscriptions_state() -> None:

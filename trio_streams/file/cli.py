@@ -20,7 +20,7 @@ from typing import Any, TextIO
 
 import trio
 
-from ..cli_args import bad_command_line, file_position, seconds
+from ..cli_args import bad_command_line, error_line, file_position, seconds
 from ..errors import TrioStreamsError
 from ..positions import Position, PositionKind
 from .envelope import open_envelope
@@ -227,7 +227,7 @@ def _write(args: argparse.Namespace) -> int:
     try:
         given = read_input(sys.stdin, beacon_interval=args.beacon_interval)
     except InputError as exc:
-        raise SystemExit(f"error: {exc}") from None
+        raise SystemExit(error_line(str(exc))) from None
     header = given.header
     # Options win over the header line, which wins over the defaults; all only matter when the
     # file is created (an existing file keeps its header).
@@ -244,7 +244,7 @@ def _write(args: argparse.Namespace) -> int:
             Header(file_name or os.path.basename(args.file), created_at_ms or 0, interval)
         )
     except StreamFileError as exc:
-        raise SystemExit(f"error: {exc.reason}") from None
+        raise SystemExit(error_line(exc.reason)) from None
     # The given sequence numbers are checked against the file's, then written: no other
     # writer may append in between.
     writer = StreamWriter(
@@ -258,7 +258,7 @@ def _write(args: argparse.Namespace) -> int:
         check_against(given.rows, writer.last_sequences(), writer.path)
     except InputError as exc:
         writer.close()
-        raise SystemExit(f"error: {exc}; nothing was written") from None
+        raise SystemExit(error_line(f"{exc}; nothing was written")) from None
     try:
         for row in given.rows:
             writer.write_message(row.stream_key, row.shard, row.seq, row.timestamp_ms, row.payload)
@@ -350,7 +350,7 @@ def _guarded(handler: Any) -> Any:
             return int(handler(args))
         except TrioStreamsError as exc:
             sys.stdout.flush()
-            sys.stderr.write(f"error: {exc}\n")
+            sys.stderr.write(error_line(str(exc)) + "\n")
             notes = [str(note) for note in getattr(exc, "__notes__", ())]
             hint = exc.hint()
             if hint is not None and not any(hint in note for note in notes):
@@ -359,7 +359,7 @@ def _guarded(handler: Any) -> Any:
                 sys.stderr.write(f"  {note}\n")
             return 1
         except ValueError as exc:
-            sys.stderr.write(f"error: {exc}\n")
+            sys.stderr.write(error_line(str(exc)) + "\n")
             return 2
 
     return run

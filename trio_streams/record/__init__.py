@@ -17,7 +17,14 @@ mounts its handler on ``FileStream(key).replay()`` sees what it saw on Redis.
 from __future__ import annotations
 
 from .bounds import BoundError, StreamBounds, parse_bounds
-from .headers import CHANNEL_HEADER, FIELDS_HEADER, ID_HEADER, RECORDING_HEADERS, RecordingClash
+from .headers import (
+    CHANNEL_HEADER,
+    FIELDS_HEADER,
+    ID_HEADER,
+    LIST_HEADER,
+    RECORDING_HEADERS,
+    RecordingClash,
+)
 from .pacing import Pacing
 from .recorder import RecordSummary, record_channel, record_list, record_stream
 from .replayer import ReplaySummary, replay_file
@@ -26,6 +33,7 @@ __all__ = [
     "CHANNEL_HEADER",
     "FIELDS_HEADER",
     "ID_HEADER",
+    "LIST_HEADER",
     "RECORDING_HEADERS",
     "BoundError",
     "Pacing",

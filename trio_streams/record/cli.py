@@ -18,15 +18,16 @@ from typing import Any
 import trio
 
 from .._names import listing
-from ..cli_args import checked_by, file_position, redis_url
+from ..cli_args import checked_by, error_line, file_position, redis_url
 from ..errors import TrioStreamsError
 from ..file.positions import parse_position
+from ..file.reader import FileReader
 from ..file.writer import StreamWriter
 from ..groups import open_nursery
 from ..redis.client import RedisClient, connect, redact_url
-from ..redis.wire import text
+from ..redis.wire import split_id, text
 from ..top.redis_sample import scan_keys
-from .bounds import BoundError, parse_bounds
+from .bounds import BoundError, StreamBounds, parse_bounds
 from .headers import ID_HEADER
 from .pacing import Pacing
 from .progress import make_progress
@@ -39,6 +40,7 @@ from .recorder import (
     record_stream,
 )
 from .replayer import MessageRefused, ReplaySummary, replay_file
+from .resume import KeyNotRecorded, id_after, recorded_key
 
 __all__ = ["register"]
 
@@ -71,8 +73,10 @@ def _rate(count: int, seconds: float) -> str:
     return f"{count / seconds:.0f}/s" if seconds > 0 else "-"
 
 
-def _record_line(summary: RecordSummary, path: str, seconds: float, stopped: str | None) -> str:
-    parts = [f"recorded {summary.entries} entries of {summary.source} into {path}"]
+def _record_line(
+    summary: RecordSummary, path: str, seconds: float, stopped: str | None, resumed: str = ""
+) -> str:
+    parts = [f"recorded {summary.entries} entries of {summary.source} into {path}{resumed}"]
     if summary.entries:
         parts.append(f" (key {summary.key!r}, seq {summary.first_seq}..{summary.last_seq}")
         if summary.first_id is not None:
@@ -138,6 +142,9 @@ async def _record_main(args: argparse.Namespace) -> int:
             raise BoundError("a channel has no past: --from and --until are for streams")
         default_key = pattern_file_key(args.source) if kind == "pattern" else args.source
         key = check_file_key(args.key or default_key, f"the {kind} {args.source!r}")
+        resumed = ""
+        if kind == "stream":
+            bounds, resumed = _resumed(bounds, args, key)
         summary = RecordSummary(f"{kind} {args.source!r}", key)
         writer = StreamWriter(args.to)
         progress = make_progress(args.progress)
@@ -170,8 +177,34 @@ async def _record_main(args: argparse.Namespace) -> int:
                 progress.close()
             await writer.aclose()  # flushed and fsynced, whatever stopped the recording
     seconds = trio.current_time() - began
-    sys.stdout.write(_record_line(summary, args.to, seconds, stopped) + "\n")
+    sys.stdout.write(_record_line(summary, args.to, seconds, stopped, resumed) + "\n")
     return 130 if stopped is not None and not summary.backlog_done else 0
+
+
+def _resumed(bounds: StreamBounds, args: argparse.Namespace, key: str) -> tuple[StreamBounds, str]:
+    """The bounds of a recording into ``key`` of ``args.to``, and what the summary says of it.
+
+    Entries already recorded there are not recorded again: without ``--from`` the recording
+    resumes after the last one; an explicit ``--from`` at or before it skips them. A key holding
+    messages that were not recorded is refused unless ``--append``."""
+    held = recorded_key(args.to, key, args.id_header or ID_HEADER)
+    if held.not_recorded and not args.append:
+        raise KeyNotRecorded(
+            f"key {key!r} of {args.to} holds {held.not_recorded} message(s) that were not "
+            f"recorded from Redis (no {args.id_header or ID_HEADER} header)"
+        )
+    last = held.last_id
+    if last is None or bounds.start is None:  # nothing recorded yet, or --from end
+        return bounds, ""
+    after = id_after(last)
+    if args.start is None:
+        return StreamBounds(after, bounds.end), f" (resumed after {last})"
+    if bounds.start == "-" or split_id(bounds.start) < split_id(after):
+        return (
+            StreamBounds(after, bounds.end),
+            f" (ids up to {last}, already in the file, skipped)",
+        )
+    return bounds, ""
 
 
 def _pacing(args: argparse.Namespace) -> Pacing:
@@ -188,7 +221,11 @@ async def _replay_main(args: argparse.Namespace) -> int:
     pacing = _pacing(args)
     start = parse_position(args.start) if args.start else None
     summary = ReplaySummary()
+    with FileReader(args.file):
+        pass  # a missing or foreign file is said before the server is asked anything
     async with connect(args.to) as client:
+        # A login refused is the deployment's error, said before any message is read.
+        await client.execute("PING")
         began = trio.current_time()
 
         async def work() -> None:
@@ -215,10 +252,22 @@ def _replay_line(
     seconds: float,
     stopped: str | None,
 ) -> None:
-    keys = ", ".join(f"{k!r}: {n}" for k, n in sorted(summary.per_key.items()))
+    counts = dict(summary.per_key)
+    if summary.refused_key is not None:
+        counts.setdefault(summary.refused_key, 0)
+    groups = []
+    for kind in ("stream", "list", "channel"):
+        these = [f"{k!r}: {n}" for k, n in sorted(counts.items()) if summary.kinds[k] == kind]
+        if these:
+            groups.append(f"{kind} {', '.join(these)}")
+    keys = ", ".join(groups)
+    if not keys:  # nothing went anywhere: the keys it was to go to
+        named = [args.stream] if args.stream else sorted(set(args.key or ()))
+        keys = ", ".join(map(repr, named)) if named else "the file's keys"
+        keys = f"{args.as_} {keys}" if args.as_ else keys
     line = (
-        f"replayed {summary.published} messages of {args.file} to {args.as_}"
-        f"{' ' + keys if keys else ''} ({pacing.describe()}) in {seconds:.2f} s, "
+        f"replayed {summary.published} messages of {args.file} to {keys} "
+        f"({pacing.describe()}) in {seconds:.2f} s, "
         f"{_rate(summary.published, seconds)}"
     )
     if summary.retries_left_out:
@@ -237,7 +286,7 @@ def _guarded(main: Callable[[argparse.Namespace], Awaitable[int]]) -> Callable[.
             return int(trio.run(main, args))
         except TrioStreamsError as exc:
             sys.stdout.flush()
-            sys.stderr.write(f"error: {exc}\n")
+            sys.stderr.write(error_line(str(exc)) + "\n")
             hint = exc.hint()
             if hint is not None:
                 sys.stderr.write(f"  {hint}\n")
@@ -311,6 +360,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--limit", type=_positive(int), default=None, metavar="N", help="stop after N entries"
     )
     record.add_argument(
+        "--append", action="store_true",
+        help="record into a file key that also holds messages not recorded from Redis (refused "
+        "otherwise)",
+    )  # fmt: skip
+    record.add_argument(
         "--id-header", default=ID_HEADER, metavar="NAME",
         help=f"the header that keeps each entry's id (default {ID_HEADER}; '' for none)",
     )  # fmt: skip
@@ -340,9 +394,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )  # fmt: skip
     replay.add_argument("--key", action="append", help="only this stream key (repeatable)")
     replay.add_argument(
-        "--as", dest="as_", choices=("stream", "list", "channel"), default="stream",
-        help="stream entries (default), list elements, or channel messages (each on the "
-        "channel it was recorded from)",
+        "--as", dest="as_", choices=("stream", "list", "channel"), default=None,
+        help="every message as a stream entry, a list element, or a channel message (each on "
+        "the channel it was recorded from); default: each as what it was recorded from (a "
+        "channel's message as a channel message, a list's element as a list element, else a "
+        "stream entry)",
     )  # fmt: skip
     replay.add_argument(
         "--from", dest="start", type=file_position, default=None, metavar="POS",

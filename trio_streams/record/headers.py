@@ -11,6 +11,10 @@
   would not either.
 - :data:`CHANNEL_HEADER` (``x-redis-channel``): the channel a Pub/Sub message was published on
   (a pattern recording names many).
+- :data:`LIST_HEADER` (``x-redis-list``): the list an element was recorded from.
+
+A replay sends each message back as what it was recorded from (:func:`recorded_as`): a channel
+message, a list element, or else a stream entry.
 
 A replay leaves all of them out unless asked to keep them, so the entries it writes look like
 the ones that were recorded.
@@ -19,6 +23,7 @@ the ones that were recorded.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Literal
 
 from ..errors import TrioStreamsError
 
@@ -26,8 +31,10 @@ __all__ = [
     "CHANNEL_HEADER",
     "FIELDS_HEADER",
     "ID_HEADER",
+    "LIST_HEADER",
     "RECORDING_HEADERS",
     "RecordingClash",
+    "recorded_as",
     "without_recording_headers",
 ]
 
@@ -35,8 +42,19 @@ ID_HEADER = "x-redis-id"
 #: Kept in the file, never handed to a file subscription's handler (it is a storage header).
 FIELDS_HEADER = "x-redis-fields"
 CHANNEL_HEADER = "x-redis-channel"
+LIST_HEADER = "x-redis-list"
 #: Every header a recording may add.
-RECORDING_HEADERS = frozenset({ID_HEADER, FIELDS_HEADER, CHANNEL_HEADER})
+RECORDING_HEADERS = frozenset({ID_HEADER, FIELDS_HEADER, CHANNEL_HEADER, LIST_HEADER})
+
+
+def recorded_as(headers: Mapping[str, str]) -> Literal["stream", "list", "channel"]:
+    """What a recorded message was in Redis, from the headers its recording added: a channel
+    message, a list element, or else a stream entry."""
+    if CHANNEL_HEADER in headers:
+        return "channel"
+    if LIST_HEADER in headers:
+        return "list"
+    return "stream"
 
 
 class RecordingClash(TrioStreamsError):

@@ -53,7 +53,7 @@ from ..redis.wire import (
 )
 from .bounds import StreamBounds
 from .fields import exact_fields
-from .headers import CHANNEL_HEADER, FIELDS_HEADER, ID_HEADER, add_header
+from .headers import CHANNEL_HEADER, FIELDS_HEADER, ID_HEADER, LIST_HEADER, add_header
 
 __all__ = [
     "InvalidFileKey",
@@ -354,7 +354,8 @@ async def record_list(
     """Copy the elements of the list ``list_key``, head (index 0) first, without removing any.
 
     One ``LRANGE 0 -1`` reads a consistent snapshot. Each element's frame is opened into its
-    payload and headers; the messages' timestamp is the time of the snapshot.
+    payload and headers, and :data:`~.headers.LIST_HEADER` names the list (a replay pushes it
+    back to a list); the messages' timestamp is the time of the snapshot.
     """
     file_key = check_file_key(list_key if key is None else key, f"the list {list_key!r}")
     summary = summary or RecordSummary(f"list {list_key!r}", file_key)
@@ -365,6 +366,7 @@ async def record_list(
     stamp = time.time_ns() // 1_000_000
     for n, value in enumerate(values):
         payload, headers = decode_frame(bytes(value))
+        add_header(headers, LIST_HEADER, list_key, f"element {n} of {list_key!r}")
         seq, _, _ = writer.append(file_key, seal(payload, headers), stamp)
         summary.wrote(seq, None, len(payload))
         if n % PAGE == PAGE - 1:

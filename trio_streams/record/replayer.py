@@ -48,6 +48,7 @@ from .headers import (
     FIELDS_HEADER,
     ID_HEADER,
     RECORDING_HEADERS,
+    recorded_as,
     without_recording_headers,
 )
 from .pacing import Pacing
@@ -96,6 +97,10 @@ class ReplaySummary:
     retries_left_out: int = 0
     #: Per destination key, how many messages went there.
     per_key: dict[str, int] = field(default_factory=dict)
+    #: The key a refused message was for (None: none was refused).
+    refused_key: str | None = None
+    #: What each key of ``per_key`` (and ``refused_key``) is: stream, list or channel.
+    kinds: dict[str, Target] = field(default_factory=dict)
     first_timestamp_ms: int | None = None
     last_timestamp_ms: int | None = None
 
@@ -159,7 +164,7 @@ async def replay_file(
     *,
     keys: Collection[str] | None = None,
     rename: str | None = None,
-    target: Target = "stream",
+    target: Target | None = None,
     start: Position | None = None,
     pacing: Pacing = UNPACED,
     keep: Collection[str] = (),
@@ -173,9 +178,11 @@ async def replay_file(
     """Publish the messages of the stream file at ``path`` to ``client``.
 
     ``keys`` picks stream keys (None: all); each goes to the Redis key of its name, or to
-    ``rename``. As channel messages (``target="channel"``), a message recorded from a channel
-    goes back to that channel (:data:`~.headers.CHANNEL_HEADER`: a pattern's recording holds
-    many), unless ``rename`` names one for all. ``start`` seeks first
+    ``rename``. ``target`` None sends each message back as what it was recorded from (its
+    headers say: :func:`~.headers.recorded_as`), else all as ``target``. As channel messages,
+    a message recorded from a channel goes back to that channel
+    (:data:`~.headers.CHANNEL_HEADER`: a pattern's recording holds many), unless ``rename``
+    names one for all. ``start`` seeks first
     (``Position.timestamp(ms)``: as recorded after ``ms``; a sequence or time needs exactly one
     key). ``keep`` names recording headers to send anyway; ``id_header`` is the one the
     recording kept entry ids in (``record --id-header``).
@@ -204,21 +211,24 @@ async def replay_file(
             reader.seek(start)
         began = trio.current_time()
         pending: list[tuple[object, ...]] = []
-        pending_keys: list[tuple[str, Message]] = []
+        pending_keys: list[tuple[str, Target, Message]] = []
 
         async def send() -> None:
             if not pending:
                 return
             refusal = await send_in_order(client, pending)
             confirmed = len(pending) if refusal is None else refusal.index
-            for key, message in pending_keys[:confirmed]:
+            for key, kind, message in pending_keys[:confirmed]:
+                summary.kinds[key] = kind
                 summary.published += 1
                 summary.per_key[key] = summary.per_key.get(key, 0) + 1
                 if summary.first_timestamp_ms is None:
                     summary.first_timestamp_ms = message.timestamp_ms
                 summary.last_timestamp_ms = message.timestamp_ms
             if refusal is not None:
-                key, message = pending_keys[refusal.index]
+                key, kind, message = pending_keys[refusal.index]
+                summary.refused_key = key
+                summary.kinds[key] = kind
                 on_batch(summary)
                 raise MessageRefused(
                     f"message #{message.seq} of {message.stream_key!r} (at byte "
@@ -251,9 +261,10 @@ async def replay_file(
                 if not retries and is_retry_copy(headers):
                     summary.retries_left_out += 1
                     continue
-                key = rename or _destination(target, message, headers)
-                pending.append(_command(target, key, message, payload, headers, drop))
-                pending_keys.append((key, message))
+                kind = target or recorded_as(headers)
+                key = rename or _destination(kind, message, headers)
+                pending.append(_command(kind, key, message, payload, headers, drop))
+                pending_keys.append((key, kind, message))
                 index += 1
                 if len(pending) >= batch:
                     await send()

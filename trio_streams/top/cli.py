@@ -21,8 +21,9 @@ import trio
 
 from .._extras import require
 from .._names import check_names
-from ..cli_args import redis_url
+from ..cli_args import error_line, redis_url
 from ..errors import ConfigurationError, TrioStreamsError
+from ..file.errors import StreamFileNotFoundError
 from ..file.keys import check_file_keys
 from ..groups import open_nursery
 from ..redis.client import RedisClient, connect, redact_url
@@ -36,6 +37,8 @@ from .view import FileWatch, RedisWatch, Screen, Watch
 __all__ = ["register", "screen_text"]
 
 _REDIS_SCHEMES = ("redis://", "rediss://", "redis+", "rediss+")
+#: ``HOST:PORT`` (``[::1]:PORT`` too): a Redis address given without its ``redis://``.
+_HOST_PORT = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):\d{1,5}")
 
 
 def screen_text(screen: Screen) -> str:
@@ -94,6 +97,11 @@ async def _top(args: argparse.Namespace) -> int:
             )
             await _show(watch, args)
         return 0
+    if _HOST_PORT.fullmatch(args.target) and not await trio.Path(args.target).exists():
+        raise StreamFileNotFoundError(
+            "no such stream file (a Redis URL starts with redis://)",
+            path=args.target,
+        )
     with FileSampler(args.target) as sampler:
         check_file_keys(args.target, args.stream)
         await _show(FileWatch(sampler, keys=args.stream), args)
@@ -116,7 +124,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         return int(trio.run(_top, args))
     except TrioStreamsError as exc:
-        sys.stderr.write(f"error: {exc}\n")
+        sys.stderr.write(error_line(str(exc)) + "\n")
         hint = exc.hint()
         if hint is not None:
             sys.stderr.write(f"  {hint}\n")

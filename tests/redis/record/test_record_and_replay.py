@@ -234,8 +234,10 @@ async def test_a_list_is_recorded_head_first_without_taking_anything(
     assert summary.entries == 4
     assert await redis.execute("LLEN", "jobs") == 4
     assert [(m[3], m[4]) for m in recorded(tmp_path / "r.ss")] == [
-        (b"job0", {"try": "0"}), (b"job1", {"try": "1"}), (b"job2", {"try": "2"}),
-        (b"plain value", {}),
+        (b"job0", {"try": "0", "x-redis-list": "jobs"}),
+        (b"job1", {"try": "1", "x-redis-list": "jobs"}),
+        (b"job2", {"try": "2", "x-redis-list": "jobs"}),
+        (b"plain value", {"x-redis-list": "jobs"}),
     ]  # fmt: skip
     await replay_file(tmp_path / "r.ss", redis, rename="jobs2", target="list")
     # Pushed back as frames: a plain value comes back framed, with no headers, as it reads.

@@ -104,7 +104,8 @@ async def test_an_error_while_recording_is_one_line_with_a_hint_and_the_file_kee
     )
     assert result.returncode == 1
     assert result.stderr.splitlines()[-2:] == [
-        "error: entry 9000-0 already carries the header 'x-redis-id' (= '1-0'); recording it "
+        "trio-streams record: error: "
+        "entry 9000-0 already carries the header 'x-redis-id' (= '1-0'); recording it "
         "would replace that with '9000-0'",
         "  name the header that keeps entry ids otherwise with --id-header NAME",
     ]

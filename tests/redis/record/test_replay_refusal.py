@@ -89,7 +89,7 @@ async def test_the_command_line_prints_the_summary_then_the_error_and_exits_1(
     assert result.returncode == 1
     assert result.stdout.startswith("replayed 1 messages of ")
     assert "'ok': 1" in result.stdout and "stopped by a refused message" in result.stdout
-    assert result.stderr.startswith("error: message #1 of 'bad'")
+    assert result.stderr.startswith("trio-streams replay: error: message #1 of 'bad'")
     assert _payloads(await raw_entries(redis, "ok")) == [b"before"]
 
 

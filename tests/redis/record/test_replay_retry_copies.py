@@ -129,7 +129,8 @@ async def test_replay_of_a_key_the_recording_does_not_hold_sends_nothing_and_lis
     )
     assert result.returncode == 1
     assert stderr_lines(result) == [
-        f"error: no stream key 'ordres' in {path}; there: 'orders', 'orders.dead', 'audit'"
+        f"trio-streams replay: error: "
+        f"no stream key 'ordres' in {path}; there: 'orders', 'orders.dead', 'audit'"
     ]
     assert await redis.execute("EXISTS", "orders") == 0  # nothing was sent
 
@@ -146,7 +147,7 @@ async def test_replay_of_a_recording_cut_short_sends_every_complete_message_then
     )
     assert result.returncode == 1
     [error, *_] = stderr_lines(result)
-    assert error.startswith(f"error: {path} at byte {offsets[-1]}: ")
+    assert error.startswith(f"trio-streams replay: error: {path} at byte {offsets[-1]}: ")
     assert "Traceback" not in result.stderr
     assert await redis.execute("XLEN", "orders") == 2
 

@@ -98,7 +98,8 @@ async def test_top_of_a_named_stream_that_does_not_exist_is_an_error_listing_the
     assert result.returncode == 1
     assert result.stdout == ""
     assert result.stderr.splitlines() == [
-        f"error: no streams 'ordres', 'plain' in {redis_server.url}; there: 'orders', "
+        f"trio-streams top: error: "
+        f"no streams 'ordres', 'plain' in {redis_server.url}; there: 'orders', "
         "'orders.dead', 'audit'"
     ]
 
