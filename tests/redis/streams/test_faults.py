@@ -54,11 +54,20 @@ async def test_a_lost_connection_is_a_fault_with_degraded_health_and_resumes_fro
                 if {m for m, _ in seen} == {1, 2, 3, 4, 5}:
                     done.set()
 
-            async with serving(app) as running:
+            async with serving(app) as running, trio.open_nursery() as watching:
+                degraded = trio.Event()
+
+                async def see_degraded() -> None:
+                    # Watching from before the restart: the fault may begin and clear while
+                    # the restart's thread still waits for the new server to answer.
+                    await running.health.wait_value(lambda h: h.state is HealthState.DEGRADED)
+                    degraded.set()
+
+                watching.start_soon(see_degraded)
                 with trio.fail_after(20):
                     await holding.wait()
                     await trio.to_thread.run_sync(server.restart)
-                    await running.health.wait_value(lambda h: h.state is HealthState.DEGRADED)
+                    await degraded.wait()
                     restarted.set()
                     await done.wait()
                     await running.health.wait_value(lambda h: h.state is HealthState.RUNNING)
