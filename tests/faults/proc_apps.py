@@ -7,7 +7,8 @@ settings) and prints, flushed, one line per step a test checks:
   it live, as durable consumer ``billing`` (``PROCS_WORKERS`` workers, default 1); prints
   ``handled <n>`` per message; runs until it is stopped.
 - ``group_consumer``: consumer ``c1`` of group ``g`` of stream ``PROCS_KEY`` at ``PROCS_URL``;
-  ``list_consumer``: the reliable list ``PROCS_KEY`` there, consumer ``c1``. Both print
+  ``list_consumer``: the reliable list ``PROCS_KEY`` there, consumer ``c1`` (a heartbeat of
+  a second, so a successor takes over soon). Both print
   ``begin <n> <attempt>`` as a run begins, then pass a checkpoint, then print ``end <n>``.
 - ``file_publisher``: a task that publishes ``PROCS_COUNT`` messages ``p:<i>`` to key
   ``k<i % 3>`` of ``PROCS_FILE``, printing ``ack <i>`` after each publish returned, then
@@ -73,7 +74,8 @@ def list_consumer() -> App:
     from trio_streams.redis import RedisList
 
     return _redis_consumer(
-        "list-consumer", RedisList(os.environ["PROCS_KEY"], reliable=True, consumer="c1")
+        "list-consumer",
+        RedisList(os.environ["PROCS_KEY"], reliable=True, consumer="c1", heartbeat=1.0),
     )
 
 
