@@ -17,6 +17,7 @@ import subprocess
 import sys
 from collections import defaultdict
 from contextlib import AsyncExitStack
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -114,6 +115,10 @@ def _flushes(lines: list[str]) -> int:
     return sum(line.startswith("ack ") for line in lines)
 
 
+def _flushed(process: AppProcess, flushes: int) -> bool:
+    return _flushes(process.lines()) >= flushes
+
+
 def _writer(*args: str, kill_at: KillPoint | None = None) -> AppProcess:
     return AppProcess("tests.file.many_writers", *args, kill_at=kill_at, cwd=ROOT, timeout=TIMEOUT)
 
@@ -143,16 +148,13 @@ async def _kills(tmp_path: Path, count: int, kills: int) -> None:
                 async with _writer(
                     "write", str(path), name, "100000000", "2", "--batch", "500"
                 ) as w:
-                    await w.wait_until(
-                        lambda w=w, acks=acks: _flushes(w.lines()) >= acks,
-                        what=f"{acks} flushes",
-                    )
+                    await w.wait_until(partial(_flushed, w, acks), what=f"{acks} flushes")
                     w.kill()  # mid-burst, wherever it is
                     await w.wait()
             assert w.returncode == -signal.SIGKILL
             acked[name] = _acked(w.lines())
-        for writer in steady:
-            assert await writer.wait() == 0
+        for process in steady:
+            assert await process.wait() == 0
         with StreamWriter(path) as writer:  # the follower's stop message
             writer.publish("end", b"end")
         assert await follower.wait() == 0
