@@ -73,6 +73,21 @@ class UnexpectedExit(AppProcessError):
     the time given."""
 
 
+class _Captured:
+    """One output stream of the process: every byte, and its complete lines decoded as they
+    come (so a wait that reads them again and again does not decode it all each time)."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.lines: list[str] = []
+        self._partial = b""
+
+    def add(self, chunk: bytes | bytearray) -> None:
+        self.data += chunk
+        *complete, self._partial = (self._partial + chunk).split(b"\n")
+        self.lines.extend(line.decode(errors="replace") for line in complete)
+
+
 @dataclass(frozen=True, slots=True)
 class KillPoint:
     """Where in the child the signal comes; build one with the class methods."""
@@ -180,8 +195,8 @@ class AppProcess:
             self._how = "module"
         #: The process's exit status once it ended (negative: the signal that ended it).
         self.returncode: int | None = None
-        self._stdout = bytearray()
-        self._stderr = bytearray()
+        self._stdout = _Captured()
+        self._stderr = _Captured()
         self._reports: list[str] = []
         self._changed = trio.Event()
         self._process: trio.Process | None = None
@@ -266,8 +281,8 @@ class AppProcess:
         try:
             with raise_lone_errors():  # the block's error leaves as itself, not in a group
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._pump, process.stdout, self._stdout.extend)
-                    nursery.start_soon(self._pump, process.stderr, self._stderr.extend)
+                    nursery.start_soon(self._pump, process.stdout, self._stdout)
+                    nursery.start_soon(self._pump, process.stderr, self._stderr)
                     nursery.start_soon(self._pump_reports, reports)
                     nursery.start_soon(self._reap, process)
                     try:
@@ -300,11 +315,9 @@ class AppProcess:
             os.close(self._hold_fd)
             self._hold_fd = None
 
-    async def _pump(
-        self, stream: trio.abc.ReceiveStream, sink: Callable[[bytes | bytearray], object]
-    ) -> None:
+    async def _pump(self, stream: trio.abc.ReceiveStream, sink: _Captured) -> None:
         while chunk := await stream.receive_some(65536):
-            sink(chunk)
+            sink.add(chunk)
             self._notify()
         self._closed_streams += 1
         self._notify()
@@ -348,17 +361,16 @@ class AppProcess:
     @property
     def stdout(self) -> bytes:
         """All the process wrote to its stdout so far."""
-        return bytes(self._stdout)
+        return bytes(self._stdout.data)
 
     @property
     def stderr(self) -> bytes:
         """All the process wrote to its stderr so far."""
-        return bytes(self._stderr)
+        return bytes(self._stderr.data)
 
     def lines(self) -> list[str]:
         """The complete lines of stdout so far, decoded."""
-        text = self._stdout.decode(errors="replace")
-        return text.split("\n")[:-1]
+        return list(self._stdout.lines)
 
     @property
     def reached_point(self) -> bool:
@@ -382,12 +394,15 @@ class AppProcess:
     async def wait_for_output(self, text: str, *, stream: str = "stdout") -> str:
         """The first complete line of ``stream`` (``stdout`` or ``stderr``) holding ``text``;
         raises :class:`UnexpectedExit` if the process ended, or :attr:`timeout` passed, first."""
-        buffer = {"stdout": self._stdout, "stderr": self._stderr}[stream]
+        lines = {"stdout": self._stdout, "stderr": self._stderr}[stream].lines
+        scanned = 0
 
         def found() -> str | None:
-            for line in buffer.decode(errors="replace").split("\n")[:-1]:
+            nonlocal scanned
+            for line in lines[scanned:]:
                 if text in line:
                     return line
+                scanned += 1
             return None
 
         if await self._until(lambda: found() is not None or self._exited()):
@@ -516,5 +531,5 @@ class AppProcess:
         return error(f"{self.describe()} {self._how_ended()} before {what}{self._stderr_tail()}")
 
     def _stderr_tail(self) -> str:
-        tail = self._stderr[-_TAIL:].decode(errors="replace").strip()
+        tail = self._stderr.data[-_TAIL:].decode(errors="replace").strip()
         return f"; its stderr ends:\n{tail}" if tail else "; its stderr is empty"
