@@ -80,7 +80,7 @@ def list_consumer() -> App:
 
 
 def file_publisher() -> App:
-    app = App("file-publisher", stop_when_finished=False)
+    app = App("file-publisher")  # no subscription: it runs until it is stopped
     broker = app.broker(FileBroker(os.environ["PROCS_FILE"]))
     count = int(os.environ["PROCS_COUNT"])
 
