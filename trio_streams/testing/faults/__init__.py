@@ -3,4 +3,20 @@
 See docs/guides/testing-under-faults.md.
 """
 
-__all__: list[str] = []
+from .processes import (
+    AppProcess,
+    AppProcessError,
+    KillPoint,
+    KillPointMissed,
+    KillPointNotReached,
+    UnexpectedExit,
+)
+
+__all__: list[str] = [
+    "AppProcess",
+    "AppProcessError",
+    "KillPoint",
+    "KillPointMissed",
+    "KillPointNotReached",
+    "UnexpectedExit",
+]
