@@ -329,7 +329,12 @@ class App:
             else check_shutdown_timeout(shutdown_timeout)
         )
         await self.serve_with(
-            RunOptions(connect=connect_broker, shutdown_timeout=timeout), task_status
+            RunOptions(
+                connect=connect_broker,
+                shutdown_timeout=timeout,
+                stop_when_finished=self.stop_when_finished,
+            ),
+            task_status,
         )
 
     def run(self, *, shutdown_timeout: float | None = None) -> bool:

@@ -293,6 +293,31 @@ async def test_an_app_whose_subscriptions_all_ended_stops_by_itself() -> None:
     assert app.health.value.state is HealthState.STOPPED
 
 
+async def test_an_app_made_with_stop_when_finished_false_keeps_running_after_its_replays_end(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    app = App("job", stop_when_finished=False)
+    broker = app.broker(MemoryBroker())
+    broker.hub.append("s", b"1", {})
+    seen: list[int] = []
+    done = trio.Event()
+
+    @broker.subscriber(MemoryStream("s").replay())
+    async def handle(n: int) -> None:
+        seen.append(n)
+        done.set()
+
+    async with trio.open_nursery() as nursery:
+        running = await nursery.start(app.serve)
+        await done.wait()
+        with trio.move_on_after(3600) as waited:
+            await running.wait_stopped()
+        assert waited.cancelled_caught, "the app stopped by itself"
+        assert app.health.value.state is not HealthState.STOPPED
+        running.request_stop()
+    assert seen == [1]
+
+
 async def test_an_app_cannot_run_twice_at_once() -> None:
     app = App("svc")
     app.broker(MemoryBroker())
