@@ -3,4 +3,25 @@
 See docs/guides/testing-under-faults.md.
 """
 
-__all__: list[str] = []
+from .ledger import (
+    MAX_LINE,
+    Ledger,
+    LedgerError,
+    LedgerReport,
+    OrderBreak,
+    RunOutcome,
+    SettleHow,
+)
+from .ledger_middleware import LedgerMiddleware, ledger_middleware
+
+__all__: list[str] = [
+    "MAX_LINE",
+    "Ledger",
+    "LedgerError",
+    "LedgerMiddleware",
+    "LedgerReport",
+    "OrderBreak",
+    "RunOutcome",
+    "SettleHow",
+    "ledger_middleware",
+]
