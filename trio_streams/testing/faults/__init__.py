@@ -13,15 +13,39 @@ from .ledger import (
     SettleHow,
 )
 from .ledger_middleware import LedgerMiddleware, ledger_middleware
+from .plan import (
+    FAULT_KINDS,
+    Fault,
+    FaultKind,
+    FaultSchedule,
+    Match,
+    ProxyConnection,
+    ScheduledFault,
+    issued,
+    named,
+)
+from .proxy import FaultEvent, FaultProxy, ProxyError
 
 __all__: list[str] = [
+    "FAULT_KINDS",
     "MAX_LINE",
+    "Fault",
+    "FaultEvent",
+    "FaultKind",
+    "FaultProxy",
+    "FaultSchedule",
     "Ledger",
     "LedgerError",
     "LedgerMiddleware",
     "LedgerReport",
+    "Match",
     "OrderBreak",
+    "ProxyConnection",
+    "ProxyError",
     "RunOutcome",
+    "ScheduledFault",
     "SettleHow",
+    "issued",
     "ledger_middleware",
+    "named",
 ]
