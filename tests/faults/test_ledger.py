@@ -360,6 +360,35 @@ def test_effect_records_are_counted_when_no_counts_are_given(ledger: Ledger) -> 
     assert ledger.check(effects={1: 1}).effects_twice == {}  # the given counts win
 
 
+# ---- For the atomic window, a handled message whose effect was never applied is lost in
+# substance: its handler returned ack, the transaction carrying its effect never happened.
+
+
+def test_a_handled_message_whose_effect_was_never_applied_is_reported(ledger: Ledger) -> None:
+    for n in (1, 2, 3, 4):
+        ledger.published(n)
+    handled_once(ledger, 1, 2, 3)
+    ledger.run_began(4, 1)
+    ledger.run_ended(4, "drop")  # the handler chose to apply nothing: no effect expected
+    ledger.settled(4, "drop")
+    report = ledger.check(effects={1: 1})
+    assert report.effects_missing == {2, 3} and not report.ok
+    assert "effects never applied            2: 2, 3" in report.block()
+    assert ledger.check(effects={1: 1, 2: 1, 3: 1}).ok
+
+
+def test_a_dead_lettered_or_pending_message_without_its_effect_is_not_missing_it(
+    ledger: Ledger,
+) -> None:
+    for n in (1, 2, 3):
+        ledger.published(n)
+    handled_once(ledger, 1, 2, 3)  # ran, but the acknowledgements never reached the server
+    report = ledger.check(effects={1: 1}, dead_lettered=[2], pending=[3])
+    assert report.effects_missing == set() and report.ok
+    # Without counted effects (none given, no effect records) nothing is checked.
+    assert ledger.check().effects_missing == set()
+
+
 # ---- "At-most-once transports count 'lost' separately, as dropped as the transport allows."
 
 
@@ -395,7 +424,7 @@ def test_the_report_is_one_block_naming_each_finding_and_its_ids(ledger: Ledger)
     handled_once(ledger, *range(1, 11))
     handled_once(ledger, 3)
     ledger.settled(11, "ack")
-    report = ledger.check(effects={5: 2})
+    report = ledger.check(effects={n: 2 if n == 5 else 1 for n in range(1, 11)})
     block = report.block()
     assert str(report) == block
     assert block.splitlines() == [
@@ -425,6 +454,9 @@ def test_a_clean_history_is_ok(ledger: Ledger) -> None:
     report = ledger.check()
     assert isinstance(report, LedgerReport) and report.ok
     assert report.block().endswith("\n  OK")
+    assert repr(report) == "<LedgerReport 2 published, ok=True: nothing wrong>"
+    ledger.published(3)
+    assert repr(ledger.check()) == "<LedgerReport 3 published, ok=False: lost 1>"
 
 
 # ---- "ledger_middleware records every handler run and its outcome without touching handlers."

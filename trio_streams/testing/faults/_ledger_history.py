@@ -150,6 +150,12 @@ class History:
             settled |= published - pending
         missing = published - handled - dead - dropped - held
         counted = effects if effects is not None else dict(self._effects)
+        # Handled (a run returned ack) yet never applied: the ack's transaction never happened.
+        never_applied = (
+            {i for i in handled - dead - held if counted.get(i, 0) == 0}
+            if effects is not None or self._effects
+            else set()
+        )
         seen = set(runs) | set(self._settles) | {i for i, n in counted.items() if n > 0}
         return LedgerReport(
             path=self.path,
@@ -163,6 +169,7 @@ class History:
             duplicates=duplicates,
             order_breaks=self._order_breaks(first_run),
             effects_twice={i: n for i, n in counted.items() if n > 1},
+            effects_missing=never_applied & published,
             dead_lettered=dead,
             dropped=dropped,
             pending=set(held),

@@ -25,7 +25,7 @@ class OrderBreak:
     ahead_of: int | str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class LedgerReport:
     """What became of every published message. Each field is a set (or mapping) of message ids,
     so a test asserts on exactly what it expects (``report.lost == set()``); :attr:`ok` sums
@@ -58,6 +58,9 @@ class LedgerReport:
     order_breaks: list[OrderBreak]
     #: Messages whose effect was applied more than once, with how often.
     effects_twice: dict[_Id, int]
+    #: Handled messages (a run returned ``ack``) whose effect was never applied, not
+    #: dead-lettered and not pending: lost in substance. Checked when effects are counted.
+    effects_missing: set[_Id]
     dead_lettered: set[_Id]
     #: Settled as dropped (the handler's or the failure policy's decision).
     dropped: set[_Id]
@@ -70,7 +73,8 @@ class LedgerReport:
 
     @property
     def ok(self) -> bool:
-        """Nothing lost, settled without a run, run out of order, applied twice or unknown.
+        """Nothing lost, settled without a run, run out of order, applied twice or never,
+        or unknown.
 
         Duplicate runs do not fail it: at-least-once delivery allows them after a crash or a
         cut; a test that promises none asserts ``report.duplicates == {}``."""
@@ -79,6 +83,7 @@ class LedgerReport:
             or self.settled_without_run
             or self.order_breaks
             or self.effects_twice
+            or self.effects_missing
             or self.unknown
         )
 
@@ -125,6 +130,8 @@ class LedgerReport:
             f"  {'effects applied twice':<33}{len(twice)}"
             + (": " + self._ids(twice, lambda i: f"{i} x{twice[i]}") if twice else "")
         )
+        if self.effects_missing:
+            lines.append(self._line("effects never applied", self.effects_missing))
         if self.unknown:
             lines.append(self._line("unknown (never published)", self.unknown))
         lines.append(
@@ -137,12 +144,17 @@ class LedgerReport:
     def __str__(self) -> str:
         return self.block()
 
+    def __repr__(self) -> str:
+        found = ", ".join(self._failures()) or "nothing wrong"
+        return f"<LedgerReport {len(self.published)} published, ok={self.ok}: {found}>"
+
     def _failures(self) -> list[str]:
         found = [
             ("lost", len(self.lost)),
             ("settled without a run", len(self.settled_without_run)),
             ("order breaks", len(self.order_breaks)),
             ("effects applied twice", len(self.effects_twice)),
+            ("effects never applied", len(self.effects_missing)),
             ("unknown", len(self.unknown)),
         ]
         return [f"{what} {count}" for what, count in found if count]
