@@ -566,3 +566,23 @@ def _leaves(exc: BaseException) -> list[BaseException]:
         chained.append(cause)
         cause = cause.__cause__ or cause.__context__
     return chained
+
+
+async def test_the_middleware_records_each_message_of_a_batch_as_a_run(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    app = App("svc", middlewares=[ledger_middleware(ledger, id_of=by_payload)])
+    broker = app.broker(MemoryBroker())
+    batches: list[list[int]] = []
+
+    @broker.subscriber(MemoryStream("jobs"), batch=3, max_wait=0.01)
+    async def work(ns: list[int]) -> None:
+        batches.append(ns)
+
+    async with app.test() as t:
+        for n in (1, 2, 3):
+            ledger.published(n)
+            await broker.publish("jobs", n)
+        await t.settled()
+    report = ledger.check()
+    assert sorted(n for batch in batches for n in batch) == [1, 2, 3]
+    assert report.runs == {1: 1, 2: 1, 3: 1} and report.handled == {1, 2, 3} and report.ok
