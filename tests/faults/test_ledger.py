@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -82,9 +83,12 @@ from trio_streams.testing.faults import Ledger
 path, name, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
 pad = "x" * 3900
 with Ledger(path) as ledger:
+    print("ready", flush=True)
+    sys.stdin.readline()  # all start writing at once
     for n in range(count):
         ledger.published(f"{name}-{n}-{pad}", lane=name)
 """
+COUNT = 1500
 
 
 def test_records_from_several_processes_writing_at_once_are_never_torn(tmp_path: Path) -> None:
@@ -92,22 +96,46 @@ def test_records_from_several_processes_writing_at_once_are_never_torn(tmp_path:
     path = tmp_path / "ledger.jsonl"
     names = [f"p{i}" for i in range(4)]
     procs = [
-        subprocess.Popen([sys.executable, "-c", WRITER, str(path), name, "400"]) for name in names
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(path), name, str(COUNT)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        for name in names
     ]
-    assert [proc.wait(timeout=60) for proc in procs] == [0] * len(names)
+    try:
+        for proc in procs:
+            assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write(b"go\n")
+            proc.stdin.close()
+        assert [proc.wait(timeout=60) for proc in procs] == [0] * len(names)
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+            assert proc.stdout is not None
+            proc.stdout.close()
     lines = path.read_bytes().split(b"\n")
     assert lines[-1] == b""
     seen: dict[str, list[int]] = {name: [] for name in names}
+    writers = []
     for line in lines[:-1]:
         record = json.loads(line)  # a torn or mixed line would not parse
         name, n, pad = str(record["id"]).split("-")
         assert pad == "x" * 3900 and record["lane"] == name
         seen[name].append(int(n))
+        writers.append(name)
     # Every record once, each process's in the order it wrote them.
-    assert seen == {name: list(range(400)) for name in names}
+    assert seen == {name: list(range(COUNT)) for name in names}
+    # They did write at once: the file switches between writers more often than once each.
+    switches = sum(a != b for a, b in pairwise(writers))
+    print(f"switches between writers: {switches}")
+    assert switches > len(names), switches
     with Ledger(path) as reader:
         report = reader.check()
-    assert len(report.published) == 1600 and report.order_breaks == []
+    assert len(report.published) == len(names) * COUNT and report.order_breaks == []
 
 
 # ---- "A line is at most MAX_LINE bytes: a longer record is refused, and nothing is written."
