@@ -144,6 +144,9 @@ class AttemptLedger:
         #: Runs of entries let go unsettled (still pending) that Redis may not have: entry ->
         #: runs. Sent at the next pass.
         self._let_go: dict[str, int] = {}
+        #: Runs lowered by :meth:`uncharge` and not yet sent: entry -> runs. Until sent, they
+        #: override a higher count Redis may still have.
+        self._lowered: dict[str, int] = {}
         #: Entries Redis has a field for (sent, careful, or read back with runs).
         self._in_ledger: set[str] = set()
         #: The journal's last record at the last pass: what is older is sent at this one.
@@ -200,6 +203,15 @@ class AttemptLedger:
         """The runs of ``entry``, let go by this process, that Redis may not have (0: none)."""
         return self._let_go.get(entry, 0)
 
+    def counted(self, entry: str, in_redis: int) -> int:
+        """The runs to charge ``entry`` delivered again, given what Redis has for it: the
+        higher of that and what this process let go, unless a run was uncharged here and Redis
+        has not been told yet."""
+        lowered = self._lowered.get(entry)
+        if lowered is not None:
+            return lowered
+        return max(in_redis, self._let_go.get(entry, 0))
+
     def read_back(self, runs: dict[str, int]) -> None:
         """Entries delivered again with the runs the ledger has for them: their fields are
         removed when they are settled."""
@@ -210,6 +222,21 @@ class AttemptLedger:
         runs: int = getattr(delivery, "runs", 0)
         if runs > getattr(delivery, "sent", 0):
             self._let_go[delivery.handle] = runs
+
+    def uncharge(self, delivery: Delivery) -> None:
+        """``delivery``'s run ended in a settle that a lost connection kept from the server (its
+        flush could not be sent): the entry stays pending and the run is not charged, since it
+        is not the message's doing. Its runs, one fewer, are sent at the next pass, lowering a
+        count Redis may have. A delivery that did not run here (dropped at ``max_attempts``) is
+        only let go. Should the process die first, its journal still holds the run: charged,
+        as before, never a run too few."""
+        if delivery.runs <= delivery.counted_at_read:  # type: ignore[attr-defined]
+            self.let_go(delivery)
+            return
+        runs = delivery.runs - 1  # type: ignore[attr-defined]
+        delivery.runs = runs  # type: ignore[attr-defined]
+        self._let_go[delivery.handle] = runs
+        self._lowered[delivery.handle] = runs
 
     # ---- settling -------------------------------------------------------------------------
 
@@ -225,10 +252,11 @@ class AttemptLedger:
     def settled(self, entries: Iterable[str]) -> None:
         """``entries`` were acknowledged (their ``XACK`` succeeded): nothing more to send."""
         in_ledger, let_go = self._in_ledger, self._let_go
-        if in_ledger or let_go:
+        if in_ledger or let_go or self._lowered:
             for entry in entries:
                 in_ledger.discard(entry)
                 let_go.pop(entry, None)
+                self._lowered.pop(entry, None)
 
     async def forget(self, entries: Sequence[str]) -> None:
         """Remove the fields of ``entries``, settled by a step of their own (a retry copy, a
@@ -372,6 +400,7 @@ class AttemptLedger:
                 delivery.sent = runs  # type: ignore[attr-defined]
             self._in_ledger.update(fields[::2])
             let_go.clear()
+            self._lowered.clear()
         self._cleared()
         if journal is not None:
             journal.mark_sent(covered)

@@ -27,7 +27,16 @@ class EntryDelivery(Delivery):
     """A :class:`Delivery` of the stream entry ``entry_id`` (its ``position`` and
     ``timestamp_ms`` are derived from the id on first use)."""
 
-    __slots__ = ("careful", "entry_id", "finished", "recorded", "runs", "sent", "suspect")
+    __slots__ = (
+        "careful",
+        "counted_at_read",
+        "entry_id",
+        "finished",
+        "recorded",
+        "runs",
+        "sent",
+        "suspect",
+    )
 
     def __init__(
         self,
@@ -53,6 +62,8 @@ class EntryDelivery(Delivery):
         self.entry_id = entry_id
         #: The handler runs the entry has had, as counted (:mod:`.attempts`).
         self.runs = 0
+        #: The runs it was delivered with: more now means it ran in this process.
+        self.counted_at_read = 0
         #: Its runs are written to the ledger before they begin (an entry claimed from another
         #: consumer: :mod:`.attempts`).
         self.careful = False

@@ -539,12 +539,12 @@ class GroupSubscription(SubscriptionSource):
             assert entry.fields is not None
             payload, headers = decode_fields(entry.fields)
             entry_id = entry.id
-            counted = max(runs.get(entry_id, 0), ledger.known_runs(entry_id))
+            counted = ledger.counted(entry_id, runs.get(entry_id, 0))
             counted = min(counted, counts.get(entry_id, 1) - 1)
             delivery = EntryDelivery(
                 key, entry_id, payload, headers, _attempt(counted, headers), entry_id
             )
-            delivery.runs = counted
+            delivery.runs = delivery.counted_at_read = counted
             delivery.layout_hint = None if headers else layout_hint(entry.fields)
             delivery.suspect = counted > 0
             # Another consumer's (claimed), or this name's from before a start with no journal
@@ -701,7 +701,8 @@ class GroupSubscription(SubscriptionSource):
         try:
             replies = await send_items(self._client, items)
         except RedisError as exc:
-            self._release(plan.tokens, pending=True)
+            # A lost connection is not the messages' doing: their runs are not charged.
+            self._release(plan.tokens, pending=True, uncharge=_lost(exc))
             raise SourceFault(
                 "flush",
                 f"flush of {len(plan.tokens)} acknowledgements and {len(plan.segments)} "
@@ -718,14 +719,17 @@ class GroupSubscription(SubscriptionSource):
         if self._ledger is not None:
             self._ledger.settled(plan.tokens)
 
-    def _release(self, ids: Sequence[str], *, pending: bool) -> None:
+    def _release(self, ids: Sequence[str], *, pending: bool, uncharge: bool = False) -> None:
         """``ids`` are no longer held; ``pending``: their settle failed, so they stay pending
-        and their runs must reach Redis."""
+        and their runs must reach Redis (``uncharge``: less the runs whose settle was lost)."""
         held, ledger = self._held, self._ledger
         for entry_id in ids:
             delivery = held.pop(entry_id, None)
             if pending and delivery is not None and ledger is not None:
-                ledger.let_go(delivery)
+                if uncharge:
+                    ledger.uncharge(delivery)
+                else:
+                    ledger.let_go(delivery)
 
     def _note_acked(self, ids: Sequence[str]) -> None:
         """``ids`` were acknowledged: a pending read under way must not deliver them again."""

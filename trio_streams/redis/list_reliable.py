@@ -72,7 +72,7 @@ from ..transport import DeadLetter, SourceFault, Unsettled
 from .attempts import SHIP_EVERY
 from .client import RedisClient
 from .client.connection import Connection
-from .client.errors import RedisConnectionError, RedisError, ReplyError
+from .client.errors import ReadOnlyError, RedisConnectionError, RedisError, ReplyError
 from .frames import REDELIVERED_HEADER
 from .journal import RunJournal, journal_epoch, journal_group, open_journal
 from .list_base import ListSubscriptionBase, lost, wrong_type
@@ -684,7 +684,12 @@ class ReliableListSubscription(ListSubscriptionBase):
         try:
             replies = await send_items(self._client, items)
         except RedisError as exc:
+            # A lost connection is not the entries' doing: the runs whose removal it lost are
+            # not charged (docs/guides/outcomes.md, "An attempt is a handler run").
+            lost = isinstance(exc, RedisConnectionError | ReadOnlyError)
             for token in plan.tokens:
+                if lost and self._runs.get(token, 0) > 0:
+                    self._add_runs(token, -1)
                 self._release(token, removed=False)
             self._rescan = True  # the reader takes them back from the processing list
             raise SourceFault(
