@@ -237,6 +237,24 @@ def test_with_durability_interval_without_keep_synced_the_first_write_an_interva
     assert syncs.count == 2  # closing syncs the rest
 
 
+async def test_with_durability_interval_and_keep_synced_running_publishing_never_waits_for_a_sync(
+    tmp_path: Path, syncs: Syncs, clock: Clock, autojump_clock: trio.testing.MockClock
+) -> None:
+    path = existing(tmp_path / "f.ss", syncs)
+    writer = StreamWriter(path, durability="interval", sync_interval=5)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(writer.keep_synced)
+        await trio.testing.wait_all_tasks_blocked()
+        for _ in range(3):
+            clock.now += 60  # long past the interval: without keep_synced, this write syncs
+            await writer.apublish("k", b"x")
+            writer.publish("k", b"y")
+            assert syncs.count == 0
+        nursery.cancel_scope.cancel()
+    await writer.aclose()
+    assert syncs.count == 1
+
+
 async def test_keep_synced_is_cancelled_at_once_while_it_waits(
     tmp_path: Path, syncs: Syncs, autojump_clock: trio.testing.MockClock
 ) -> None:

@@ -132,9 +132,10 @@ class StreamWriter:
     - ``"publish"``: every write-out — each :meth:`publish`, each batch of :meth:`publish_many`
       (one sync per batch), each :meth:`flush` — is on disk before the call returns.
     - ``"interval"`` (the default): what is written out is on disk at most ``sync_interval``
-      seconds (default 1) later, while :meth:`keep_synced` runs in a nursery (a ``FileBroker``
-      runs it); without it, the first write-out at least ``sync_interval`` seconds after the last
-      sync syncs, and :meth:`close` does.
+      seconds (default 1) later, plus the time a sync under way takes, while :meth:`keep_synced`
+      runs in a nursery (a ``FileBroker`` runs it; publishing then never waits for a sync);
+      without it, the first write-out at least ``sync_interval`` seconds after the last sync
+      syncs, and :meth:`close` does.
     - ``"close"``: only :meth:`close` syncs.
 
     A bad setting raises :class:`~trio_streams.file.durability.DurabilitySettingError` naming
@@ -165,6 +166,8 @@ class StreamWriter:
         self._last_sync = time.monotonic()
         #: Set when a write leaves bytes unsynced, for :meth:`keep_synced` (None: none waits).
         self._dirty: trio.Event | None = None
+        #: How many :meth:`keep_synced` run: while one does, writes leave the syncing to it.
+        self._keepers = 0
         #: This writer created the file: its first sync also syncs the directory.
         self._created = False
         try:
@@ -593,8 +596,8 @@ class StreamWriter:
             return False
         if self.durability == "publish":
             return True
-        if time.monotonic() - self._last_sync >= self.sync_interval:
-            return True
+        if not self._keepers:
+            return time.monotonic() - self._last_sync >= self.sync_interval
         dirty = self._dirty
         if dirty is not None:
             dirty.set()  # keep_synced syncs it within the interval
@@ -656,20 +659,25 @@ class StreamWriter:
         """Sync what is written out at most :attr:`sync_interval` seconds after it, until
         cancelled; run it in a nursery that the writer outlives (cancel it before closing).
 
-        It waits on an event while everything is synced (never polls), then sleeps the
-        interval and syncs in a worker thread. Cancellation ends it at once, except during a
-        sync, which it lets finish. With a ``durability`` other than ``"interval"`` it has
-        nothing to do (``"publish"`` syncs every write-out) but wait."""
-        while not self._closed:
-            if not self._unsynced or self.durability != "interval":
-                dirty = self._dirty
-                if dirty is None or dirty.is_set():
-                    self._dirty = dirty = trio.Event()
-                await dirty.wait()
-                continue
-            await trio.sleep(self.sync_interval)
-            if self._unsynced and not self._closed:
-                await self.afsync()
+        While it runs, publishing never waits for a sync. It waits on an event while everything
+        is synced (never polls), then sleeps the interval and syncs in a worker thread (a write
+        made during that sync is synced one interval later). Cancellation ends it at once,
+        except during a sync, which it lets finish. With a ``durability`` other than
+        ``"interval"`` it has nothing to do (``"publish"`` syncs every write-out) but wait."""
+        self._keepers += 1
+        try:
+            while not self._closed:
+                if not self._unsynced or self.durability != "interval":
+                    dirty = self._dirty
+                    if dirty is None or dirty.is_set():
+                        self._dirty = dirty = trio.Event()
+                    await dirty.wait()
+                    continue
+                await trio.sleep(self.sync_interval)
+                if self._unsynced and not self._closed:
+                    await self.afsync()
+        finally:
+            self._keepers -= 1
 
     # -- closing ---------------------------------------------------------------------------------
 
