@@ -52,7 +52,7 @@ NO_BEACONS = (1 << 32) - 1
 def write_file(path: Path, count: int) -> int:
     if path.exists():
         path.unlink()
-    writer = StreamWriter(path)
+    writer = StreamWriter(path, durability="close")  # as the peer: one sync, at the end
     append = writer.append
     for i in range(count):
         append("bench", PAYLOAD, T0 + i)
@@ -82,7 +82,7 @@ def bare_write(path: Path, count: int) -> int:
 
 def _child(path: str, count: int) -> None:
     """One of the writer processes: open, say so, wait for the start, write ``count``."""
-    writer = StreamWriter(path)
+    writer = StreamWriter(path, durability="close")  # as the peer: one sync, at the end
     append = writer.append
     print("ready", flush=True)
     sys.stdin.readline()
