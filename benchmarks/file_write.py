@@ -9,11 +9,21 @@ aim (400k msgs/s) and the upstream Rust writer's figure, as references.
 Then many writers: 1, 2 and 4 writer processes append the same total to one file (one key, so
 every flush of one finds the others' appends and catches up on them), started together; their
 aggregate rate (messages over the wall time from the start signal to the last close) against the
-single in-process writer above. Last, the CRC16/CDMA2000 candidates on 1M 100-byte payloads.
+single in-process writer above. Then the CRC16/CDMA2000 candidates on 1M 100-byte payloads.
+
+Last, the cost of each durability setting (``--durability-only`` runs just this): messages
+published one receipt at a time (``publish``, blocking; ``apublish`` under Trio, as a
+``FileBroker`` publishes, its syncs in a worker thread) and in batches of 100 (``publish_many``),
+for 3 s a run (``--durability-seconds``) from opening a new file to closing it (so "close" pays
+its one sync, and "interval" its syncs, about one a second). The settings take turns within each
+round (interleaved); the median of the rounds is printed with its ratio to "close" of the same
+run. ``--dir`` puts these files on the disk to measure (default: the system's temporary
+directory).
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import subprocess
@@ -25,8 +35,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _common import PAYLOAD, REFERENCE_WRITER, median_rate, parse_args, reference, row
+import trio
+from _common import MESSAGES, PAYLOAD, REFERENCE_WRITER, median_rate, reference, row
 
+from trio_streams.file.durability import Durability
 from trio_streams.file.format import Header, encode_frame, encode_header, encode_key
 from trio_streams.file.reader import FileReader
 from trio_streams.file.writer import StreamWriter
@@ -40,7 +52,7 @@ NO_BEACONS = (1 << 32) - 1
 def write_file(path: Path, count: int) -> int:
     if path.exists():
         path.unlink()
-    writer = StreamWriter(path)
+    writer = StreamWriter(path, durability="close")  # as the peer: one sync, at the end
     append = writer.append
     for i in range(count):
         append("bench", PAYLOAD, T0 + i)
@@ -70,7 +82,7 @@ def bare_write(path: Path, count: int) -> int:
 
 def _child(path: str, count: int) -> None:
     """One of the writer processes: open, say so, wait for the start, write ``count``."""
-    writer = StreamWriter(path)
+    writer = StreamWriter(path, durability="close")  # as the peer: one sync, at the end
     append = writer.append
     print("ready", flush=True)
     sys.stdin.readline()
@@ -177,11 +189,120 @@ def crc_candidates(count: int) -> None:
         print(f"  {name:<28} {per_call * 1e9:8.0f} ns   x{per_call / best:6.1f}")
 
 
+#: The settings compared, the peer first.
+SETTINGS: tuple[tuple[Durability, float | None], ...] = (
+    ("close", None),
+    ("interval", 1.0),
+    ("publish", None),
+)
+BATCH = 100
+
+
+def _publish_one_by_one(
+    path: Path, seconds: float, durability: Durability, every: float | None
+) -> int:
+    with StreamWriter(path, durability=durability, sync_interval=every) as writer:
+        publish, count, until = writer.publish, 0, time.perf_counter() + seconds
+        while time.perf_counter() < until:
+            for _ in range(BATCH):
+                publish("bench", PAYLOAD, T0 + count)
+                count += 1
+    return count
+
+
+def _apublish_one_by_one(
+    path: Path, seconds: float, durability: Durability, every: float | None
+) -> int:
+    async def run() -> int:
+        writer = StreamWriter(path, durability=durability, sync_interval=every)
+        count, until = 0, time.perf_counter() + seconds
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(writer.keep_synced)
+            while time.perf_counter() < until:
+                for _ in range(BATCH):
+                    await writer.apublish("bench", PAYLOAD, T0 + count)
+                    count += 1
+            nursery.cancel_scope.cancel()
+        await writer.aclose()
+        return count
+
+    return trio.run(run)
+
+
+def _publish_batches(
+    path: Path, seconds: float, durability: Durability, every: float | None
+) -> int:
+    with StreamWriter(path, durability=durability, sync_interval=every) as writer:
+        count, until = 0, time.perf_counter() + seconds
+        while time.perf_counter() < until:
+            writer.publish_many([("bench", PAYLOAD, T0 + count + i) for i in range(BATCH)])
+            count += BATCH
+    return count
+
+
+def durability_costs(directory: str | None, seconds: float, repeats: int) -> None:
+    """Each setting's rate in each workload: interleaved rounds, medians, ratio to "close"."""
+    workloads = {
+        "publish (one receipt each)": _publish_one_by_one,
+        "apublish under Trio (as FileBroker)": _apublish_one_by_one,
+        f"publish_many (batches of {BATCH})": _publish_batches,
+    }
+    with tempfile.TemporaryDirectory(dir=directory) as tmp:
+        print(f"\ndurability: files in {tmp} ({_filesystem(tmp)}); runs of {seconds:g} s from "
+              f"open to close; median of {repeats} interleaved rounds, x = vs \"close\" of "
+              "the same run")  # fmt: skip
+        for name, run in workloads.items():
+            rates: dict[str, list[float]] = {setting: [] for setting, _ in SETTINGS}
+            for _ in range(repeats):
+                for setting, every in SETTINGS:
+                    path = Path(tmp) / f"{setting}.ss"
+                    path.unlink(missing_ok=True)
+                    start = time.perf_counter()
+                    done = run(path, seconds, setting, every)
+                    rates[setting].append(done / (time.perf_counter() - start))
+            peer = statistics.median(rates["close"])
+            print(f"{name}:")
+            for setting, every in SETTINGS:
+                label = f"  {setting}" + (f" ({every:g} s)" if every else "")
+                print(row(label, statistics.median(rates[setting]), peer=peer, peer_name="close"))
+
+
+def _filesystem(path: str) -> str:
+    """The type of the file system holding ``path`` (Linux), as ``df`` names it."""
+    try:
+        mounts = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return "file system unknown"
+    best = ("", "unknown")
+    real = os.path.realpath(path)
+    for line in mounts:
+        fields = line.split()
+        point = fields[1]
+        if (real == point or real.startswith(point.rstrip("/") + "/")) and len(point) >= len(
+            best[0]
+        ):
+            best = (point, fields[2])
+    return f"{best[1]} on {best[0]}"
+
+
+def _parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--messages", type=int, default=MESSAGES)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--durability-seconds", type=float, default=3.0)
+    parser.add_argument("--durability-only", action="store_true")
+    parser.add_argument("--dir", default=None, help="where the durability runs write")
+    return parser.parse_args()
+
+
 def main() -> None:
     if sys.argv[1:2] == ["--child"]:
         _child(sys.argv[2], int(sys.argv[3]))
         return
-    args = parse_args(__doc__)
+    args = _parse_args()
+    if args.durability_only:
+        durability_costs(args.dir, args.durability_seconds, args.repeats)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         path, bare = Path(tmp) / "bench.ss", Path(tmp) / "bare.ss"
         peer, peer_rates = median_rate(lambda: bare_write(bare, args.messages), args.repeats)
@@ -197,6 +318,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         many_writers(tmp, args.messages, min(args.repeats, 3))
     crc_candidates(args.messages)
+    durability_costs(args.dir, args.durability_seconds, args.repeats)
 
 
 if __name__ == "__main__":

@@ -4,11 +4,12 @@ The pieces, from the bottom up: :mod:`.format` (pure codec and CRC), :mod:`.deco
 :mod:`.encoder` (sans-io cores), :mod:`.survey` (beacon search), :mod:`.reader` (synchronous
 reads, rewinds and seeks over one open file), :mod:`.watch` (one inotify watch per file per
 process), :mod:`.follower` (the Trio source), :mod:`.writer` (appends, any number of writers,
-serialized by :mod:`.lock` and kept exact by :mod:`.catchup`) and :mod:`.publisher` (publishing
-from a script).
+serialized by :mod:`.lock`, kept exact by :mod:`.catchup` and synced as :mod:`.durability`
+says) and :mod:`.publisher` (publishing from a script).
 """
 
 from .broker import FileBroker
+from .durability import Durability, DurabilitySettingError
 from .durable import DurableLockedError, DurableStateError
 from .envelope import EnvelopeError
 from .errors import (
@@ -35,6 +36,8 @@ from .writer import Receipt, StreamWriter
 
 __all__ = [
     "ChecksumError",
+    "Durability",
+    "DurabilitySettingError",
     "DurableLockedError",
     "DurableStateError",
     "EnvelopeError",

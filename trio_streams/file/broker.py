@@ -2,7 +2,9 @@
 
 - **Publishing** appends through the process's one writer of the file (``writers.acquire``),
   taken at the first publish and kept until the app stops, and writes the message out at once,
-  so followers in this process and others see it as soon as ``publish`` returns. Other
+  so followers in this process and others see it as soon as ``publish`` returns; it reaches the
+  disk as the broker's ``durability`` says (:mod:`.durability`; with ``"interval"`` the
+  transport runs the writer's background sync in its nursery until the app stops). Other
   processes (and other apps of this one) may write the same file meanwhile: each append takes
   the file's lock for just that append and continues after what the others wrote (see
   :mod:`.writer`), so sequence numbers stay dense per stream whoever writes.
@@ -37,6 +39,7 @@ from ..broker import Broker
 from ..delivery import Delivery, SequenceDelivery, attempt_from_headers, retry_headers
 from ..destinations import Destination
 from ..errors import ConfigurationError
+from ..groups import open_nursery
 from ..host import SubscriptionHost
 from ..outcome import Outcome, OutcomeKind
 from ..positions import Position, PositionKind
@@ -48,6 +51,7 @@ from ..transport import (
     read_count_option,
     settles_with,
 )
+from .durability import DEFAULT_DURABILITY, Durability, check_durability
 from .durable import (
     PERSIST_EVERY,
     PERSIST_INTERVAL,
@@ -90,6 +94,19 @@ class FileBroker(Broker):
     stops, so replays of the file end there. ``durable_interval`` is how often, at most, a
     resumable consumer stores its position while it moves (seconds; see :mod:`.durable`).
 
+    ``durability`` is what a publish promises if the machine loses power (a killed process loses
+    nothing published, whatever the setting):
+
+    - ``"publish"``: ``publish`` returns once the message is on disk (one sync per publish).
+    - ``"interval"`` (the default): a published message is on disk at most ``sync_interval``
+      seconds (default 1) after ``publish`` returned; a background task of the connection syncs,
+      never more often than that, and only after writes.
+    - ``"close"``: only the app's stop syncs.
+
+    A bad setting raises :class:`~trio_streams.file.durability.DurabilitySettingError` (a
+    ``ConfigurationError``) naming the parameter. Brokers and publishers of one file in one
+    process share its writer, which keeps the strongest setting any of them asked for.
+
     Subscriber option: ``count`` — messages taken per read (default 64).
     """
 
@@ -104,6 +121,8 @@ class FileBroker(Broker):
         end_with_eos: bool = False,
         beacon_interval: int = DEFAULT_BEACON_INTERVAL,
         durable_interval: float = PERSIST_INTERVAL,
+        durability: Durability = DEFAULT_DURABILITY,
+        sync_interval: float | None = None,
         name: str | None = None,
         prefix: str = "",
         **defaults: Any,
@@ -118,6 +137,7 @@ class FileBroker(Broker):
         if not 0 <= durable_interval < float("inf"):
             raise ConfigurationError(f"durable_interval must be >= 0 s, got {durable_interval!r}")
         self.durable_interval = float(durable_interval)
+        self.durability, self.sync_interval = check_durability(durability, sync_interval)
 
     def check_subscription(self, source: Source, options: Mapping[str, Any]) -> None:
         super().check_subscription(source, options)
@@ -135,18 +155,22 @@ class FileBroker(Broker):
         await trio.lowlevel.checkpoint()
         if self.existing_only:
             _check_exists(self.path)
-        transport = FileTransport(
-            self.path,
-            published=self.published_keys(),
-            beacon_interval=self.beacon_interval,
-            end_with_eos=self.end_with_eos,
-            durable_interval=self.durable_interval,
-        )
-        try:
-            yield transport
-        finally:
-            with trio.CancelScope(shield=True):
-                await transport.aclose()
+        async with open_nursery() as nursery:
+            transport = FileTransport(
+                self.path,
+                published=self.published_keys(),
+                beacon_interval=self.beacon_interval,
+                end_with_eos=self.end_with_eos,
+                durable_interval=self.durable_interval,
+                durability=self.durability,
+                sync_interval=self.sync_interval,
+                nursery=nursery,
+            )
+            try:
+                yield transport
+            finally:
+                with trio.CancelScope(shield=True):
+                    await transport.aclose()
 
     def published_keys(self) -> frozenset[str]:
         """The keys this broker's app publishes to: its publishers' and its dead letters'.
@@ -183,7 +207,13 @@ def _check_count(options: Mapping[str, Any]) -> int:
 
 
 class FileTransport(Transport):
-    """A connected ``FileBroker``: the shared writer (once needed) and the open subscriptions."""
+    """A connected ``FileBroker``: the shared writer (once needed) and the open subscriptions.
+
+    With ``durability="interval"`` and a ``nursery``, opening the writer starts its background
+    sync there (:meth:`~.writer.StreamWriter.keep_synced`); :meth:`aclose` stops it, waiting
+    for a sync under way, before closing the writer. Without a nursery, the writer syncs at its
+    first write-out ``sync_interval`` seconds after the last sync, and at close.
+    """
 
     def __init__(
         self,
@@ -193,8 +223,17 @@ class FileTransport(Transport):
         beacon_interval: int = DEFAULT_BEACON_INTERVAL,
         end_with_eos: bool = False,
         durable_interval: float = PERSIST_INTERVAL,
+        durability: Durability = DEFAULT_DURABILITY,
+        sync_interval: float | None = None,
+        nursery: trio.Nursery | None = None,
     ) -> None:
         self.path = path
+        self.durability, self.sync_interval = check_durability(
+            durability, sync_interval if durability == "interval" else None
+        )
+        self._nursery = nursery
+        #: The background sync's scope, and its end (None: not started).
+        self._syncing: tuple[trio.CancelScope, trio.Event] | None = None
         #: Keys the app publishes to: a replay of one is not refused for finding it empty.
         self.published = frozenset(published)
         self.durable_interval = durable_interval
@@ -236,8 +275,25 @@ class FileTransport(Transport):
     def _open_writer(self) -> WriterHandle:
         if self._closed:
             raise trio.ClosedResourceError(f"the connection to {self.path} is closed")
-        self._writer = writers.acquire(self.path, beacon_interval=self._beacon_interval)
+        self._writer = writers.acquire(
+            self.path,
+            beacon_interval=self._beacon_interval,
+            durability=self.durability,
+            sync_interval=self.sync_interval if self.durability == "interval" else None,
+        )
+        if self.durability == "interval" and self._nursery is not None:
+            scope, done = self._syncing = trio.CancelScope(), trio.Event()
+            self._nursery.start_soon(self._keep_synced, self._writer, scope, done)
         return self._writer
+
+    @staticmethod
+    async def _keep_synced(writer: WriterHandle, scope: trio.CancelScope, done: trio.Event) -> None:
+        """The writer's background sync, until :meth:`aclose` cancels ``scope``."""
+        try:
+            with scope:
+                await writer.keep_synced()
+        finally:
+            done.set()
 
     # ---- subscribing -------------------------------------------------------------------------
 
@@ -258,6 +314,11 @@ class FileTransport(Transport):
         self._closed = True
         for subscription in list(self._subscriptions):
             await subscription.aclose()
+        syncing, self._syncing = self._syncing, None
+        if syncing is not None:
+            scope, done = syncing
+            scope.cancel()
+            await done.wait()  # a sync under way finishes before the writer closes
         writer, self._writer = self._writer, None
         if writer is not None:
             await writer.aclose(eos=self._end_with_eos)

@@ -9,8 +9,9 @@ Messages are encoded as an app's ``broker.publish`` encodes them (bytes as they 
 UTF-8, anything else as JSON; headers in the same envelope), so the app's handlers read them as
 if the app had published them. Each ``publish`` appends and writes the message out before it
 returns, while any number of apps and other publishers write the same file (see
-:mod:`.writer`); the :class:`~trio_streams.file.writer.Receipt` says where it went. Closing
-fsyncs. The publisher shares the process's writer of the file with the apps of this process.
+:mod:`.writer`); the :class:`~trio_streams.file.writer.Receipt` says where it went. When it
+reaches the disk is the publisher's ``durability`` (:mod:`.durability`); closing syncs what is
+left. The publisher shares the process's writer of the file with the apps of this process.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 from ..codec import encode
 from ._closing import AsyncClosing
+from .durability import DEFAULT_DURABILITY, Durability, check_durability
 from .envelope import seal
 from .errors import StreamFileNotFoundError, WriterClosedError
 from .format import DEFAULT_BEACON_INTERVAL
@@ -39,6 +41,12 @@ class FilePublisher(AsyncClosing):
     case a missing file is a :class:`~trio_streams.file.errors.StreamFileNotFoundError`. With
     ``end_with_eos`` closing writes an end-of-stream message (the next writer to append
     overwrites it).
+
+    ``durability`` is the writer's (see :class:`~trio_streams.file.writer.StreamWriter`):
+    ``"publish"`` returns each receipt once its message is on disk (one sync per
+    ``publish_many``); ``"interval"`` (the default) syncs at most ``sync_interval`` seconds
+    after a publish while :meth:`keep_synced` runs in a nursery, else at the first publish that
+    long after the last sync, and at close; ``"close"`` only at close.
     """
 
     def __init__(
@@ -49,15 +57,21 @@ class FilePublisher(AsyncClosing):
         existing_only: bool = False,
         end_with_eos: bool = False,
         registry: WriterRegistry | None = None,
+        durability: Durability = DEFAULT_DURABILITY,
+        sync_interval: float | None = None,
     ) -> None:
         self.path = os.fspath(path)
+        check_durability(durability, sync_interval)
         if existing_only and not os.path.exists(self.path):
             raise StreamFileNotFoundError(
                 "no such stream file, and the publisher has existing_only=True", path=self.path
             )
         self._end_with_eos = end_with_eos
         self._handle: WriterHandle | None = (registry or writers).acquire(
-            self.path, beacon_interval=beacon_interval
+            self.path,
+            beacon_interval=beacon_interval,
+            durability=durability,
+            sync_interval=sync_interval,
         )
         self._keys: set[str] = set()
 
@@ -100,6 +114,13 @@ class FilePublisher(AsyncClosing):
         writer = self._writer()
         items = [(key, self._payload(key, message, headers), None) for message in messages]
         return await writer.apublish_many(items)
+
+    async def keep_synced(self) -> None:
+        """Sync what this process published to the file at most ``sync_interval`` seconds after
+        it, until cancelled (see :meth:`StreamWriter.keep_synced
+        <trio_streams.file.writer.StreamWriter.keep_synced>`): run it in a nursery and cancel it
+        before closing the publisher."""
+        await self._writer().keep_synced()
 
     async def aclose(self) -> None:
         """Write what is left, fsync and let go of the file (shielded)."""

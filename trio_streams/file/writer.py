@@ -2,7 +2,10 @@
 
 :class:`StreamWriter` encodes messages with a :class:`~trio_streams.file.encoder.FrameEncoder`
 into memory and writes them out on :meth:`StreamWriter.flush` (or once 1 MiB has built up).
-Followers see a message as soon as it is flushed; only :meth:`StreamWriter.close` fsyncs.
+Followers see a message as soon as it is flushed. When it reaches the disk is the writer's
+``durability`` (:mod:`.durability`): synced before each write-out returns (``"publish"``), at most
+``sync_interval`` seconds after it (``"interval"``, the default) or at :meth:`StreamWriter.close`
+only (``"close"``).
 
 **Many writers.** Appends are serialized by the file's exclusive ``flock``
 (:class:`~trio_streams.file.lock.FileLock`), held only for the append itself: take the lock,
@@ -55,6 +58,14 @@ import trio
 from ..positions import Position
 from ._closing import AsyncClosing
 from .catchup import catch_up
+from .durability import (
+    DEFAULT_DURABILITY,
+    Durability,
+    check_durability,
+    stronger,
+    sync_data,
+    sync_directory,
+)
 from .encoder import FrameEncoder
 from .errors import (
     FileRemovedError,
@@ -115,6 +126,21 @@ class StreamWriter:
     an existing file keeps its header. ``exclusive=True`` holds the file's lock until
     :meth:`close` (see the module docs).
 
+    ``durability`` says what a receipt promises if the machine loses power (a killed process
+    loses nothing written out, whatever the setting):
+
+    - ``"publish"``: every write-out — each :meth:`publish`, each batch of :meth:`publish_many`
+      (one sync per batch), each :meth:`flush` — is on disk before the call returns.
+    - ``"interval"`` (the default): what is written out is on disk at most ``sync_interval``
+      seconds (default 1) later, plus the time a sync under way takes, while :meth:`keep_synced`
+      runs in a nursery (a ``FileBroker`` runs it; publishing then never waits for a sync);
+      without it, the first write-out at least ``sync_interval`` seconds after the last sync
+      syncs, and :meth:`close` does.
+    - ``"close"``: only :meth:`close` syncs.
+
+    A bad setting raises :class:`~trio_streams.file.durability.DurabilitySettingError` naming
+    the parameter.
+
     Opening counts the existing file, under the lock if it is free (so a damaged tail is
     reported at once), else what other writers finished and the rest at the first flush; it
     waits for the lock only while another writer creates the file. Not thread-safe: use a
@@ -129,8 +155,21 @@ class StreamWriter:
         created_at_ms: int | None = None,
         file_name: str | None = None,
         exclusive: bool = False,
+        durability: Durability = DEFAULT_DURABILITY,
+        sync_interval: float | None = None,
     ) -> None:
         self.path = os.fspath(path)
+        self.durability, self.sync_interval = check_durability(durability, sync_interval)
+        #: Bytes were written since the last sync (they may not be on disk).
+        self._unsynced = False
+        #: When the last sync began (``time.monotonic``).
+        self._last_sync = time.monotonic()
+        #: Set when a write leaves bytes unsynced, for :meth:`keep_synced` (None: none waits).
+        self._dirty: trio.Event | None = None
+        #: How many :meth:`keep_synced` run: while one does, writes leave the syncing to it.
+        self._keepers = 0
+        #: This writer created the file: its first sync also syncs the directory.
+        self._created = False
         try:
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as exc:
@@ -173,6 +212,7 @@ class StreamWriter:
                         beacon_interval,
                     )
                     self._write_at(encode_header(self.header), 0)
+                    self._created = self._unsynced = True
                     self._encoder = FrameEncoder(beacon_interval, HEADER_SIZE, path=self.path)
                 else:
                     self.header = decode_header(os.pread(self._fd, HEADER_SIZE, 0), self.path)
@@ -321,7 +361,8 @@ class StreamWriter:
     # -- writing out (under the lock) ------------------------------------------------------------
 
     def flush(self) -> None:
-        """Write out everything buffered, so followers see it. Does not fsync.
+        """Write out everything buffered, so followers see it, and sync it as ``durability``
+        says (with ``"publish"``, it is on disk when this returns).
 
         Waits (blocking this thread) while another writer appends. If the write itself fails,
         what was buffered is dropped (part of it may have reached the file).
@@ -339,10 +380,12 @@ class StreamWriter:
             self._flush_locked()
         finally:
             self._lock.release()
+        self._synced_if_due()
 
     async def aflush(self) -> None:
-        """As :meth:`flush`, waiting for the lock in a worker thread (cancellable: a cancelled
-        call wrote nothing, and what was buffered stays buffered)."""
+        """As :meth:`flush`, waiting for the lock and syncing in worker threads (cancellable
+        while it waits for the lock: a cancelled call wrote nothing, and what was buffered
+        stays buffered; once written, the sync completes, shielded)."""
         if self._closed:
             raise WriterClosedError("flush of a closed writer", path=self.path)
         if not self.buffered:
@@ -354,45 +397,54 @@ class StreamWriter:
             self._flush_locked()
         finally:
             self._lock.release()
+        await self._asynced_if_due()
 
     def publish(self, key: str, payload: bytes, timestamp_ms: int | None = None) -> Receipt:
         """Append one message of ``key`` and write it out now, with anything buffered before it;
-        returns its final :class:`Receipt`. Blocks this thread while another writer appends."""
+        returns its final :class:`Receipt` (with ``durability="publish"``, once the message is
+        on disk). Blocks this thread while another writer appends, and while it syncs."""
         return self.publish_many([(key, payload, timestamp_ms)])[0]
 
     def publish_many(self, items: Iterable[Item]) -> list[Receipt]:
         """Append ``(key, payload, timestamp_ms or None)`` items and write them out now, in one
         append under the lock; returns their final receipts. A bad item (key, timestamp, size)
-        raises before anything is written."""
+        raises before anything is written. One sync for the batch, as ``durability`` says."""
         checked = self._check(items)
         self._prepare()
         self._acquire()
         try:
-            return self._publish_locked(checked)
+            receipts = self._publish_locked(checked)
         finally:
             self._lock.release()
+        self._synced_if_due()
+        return receipts
 
     async def apublish(self, key: str, payload: bytes, timestamp_ms: int | None = None) -> Receipt:
-        """As :meth:`publish`, waiting for the lock in a worker thread. Cancellable while it
-        waits; a cancelled call appended nothing."""
+        """As :meth:`publish`, waiting for the lock and syncing in worker threads. Cancellable
+        while it waits for the lock; a cancelled call appended nothing. Once written, the sync
+        completes (shielded) and the receipt is returned."""
         item = self._check_one(key, payload, timestamp_ms)
         self._prepare()
         await self._acquire_async()
         try:
-            return self._publish_locked([item])[0]
+            receipt = self._publish_locked([item])[0]
         finally:
             self._lock.release()
+        await self._asynced_if_due()
+        return receipt
 
     async def apublish_many(self, items: Iterable[Item]) -> list[Receipt]:
-        """As :meth:`publish_many`, waiting for the lock in a worker thread (cancellable; a
-        cancelled call appended nothing)."""
+        """As :meth:`publish_many`, waiting for the lock and syncing in worker threads
+        (cancellable while it waits for the lock; a cancelled call appended nothing)."""
         checked = self._check(items)
         self._prepare()
         await self._acquire_async()
         try:
-            return self._publish_locked(checked)
+            receipts = self._publish_locked(checked)
         finally:
             self._lock.release()
+        await self._asynced_if_due()
+        return receipts
 
     def _check(self, items: Iterable[Item]) -> list[tuple[str, bytes, int]]:
         return [self._check_one(key, payload, ts) for key, payload, ts in items]
@@ -506,6 +558,7 @@ class StreamWriter:
             if self._overwrite_at is not None:
                 os.ftruncate(self._fd, self._overwrite_at)
                 self._overwrite_at = None
+            self._unsynced = True  # even a write that fails may have reached the file
             self._write_at(data, encoder.committed_offset)
         except BaseException:
             encoder.discard()
@@ -525,6 +578,107 @@ class StreamWriter:
             view = view[written:]
             offset += written
 
+    # -- syncing (see :mod:`.durability`) --------------------------------------------------------
+
+    def require(self, durability: Durability, sync_interval: float | None = None) -> None:
+        """Keep at least this promise too: the writer takes the stronger setting of its own and
+        this one (``"publish"`` over ``"interval"`` over ``"close"``, the shorter interval).
+        Publishers of one file in one process share a writer, and none gets less than it
+        asked for."""
+        wanted = check_durability(durability, sync_interval)
+        self.durability, self.sync_interval = stronger(
+            (self.durability, self.sync_interval), wanted
+        )
+
+    def _due(self) -> bool:
+        """Whether what was just written out is to be synced now (see ``durability``)."""
+        if not self._unsynced or self.durability == "close":
+            return False
+        if self.durability == "publish":
+            return True
+        if not self._keepers:
+            return time.monotonic() - self._last_sync >= self.sync_interval
+        dirty = self._dirty
+        if dirty is not None:
+            dirty.set()  # keep_synced syncs it within the interval
+        return False
+
+    def _synced_if_due(self) -> None:
+        if self._due():
+            self.fsync()
+
+    async def _asynced_if_due(self) -> None:
+        if self._due():
+            with trio.CancelScope(shield=True):  # written: the receipt waits for the disk
+                await self.afsync()
+
+    def fsync(self) -> None:
+        """Make everything written out so far durable now (blocking; see :mod:`.durability`),
+        whatever the setting; raises :class:`~trio_streams.file.errors.StreamFileError` if the
+        system cannot (what was written may then be lost by a power loss)."""
+        if self._closed:
+            raise WriterClosedError("sync of a closed writer", path=self.path)
+        started = self._sync_begins()
+        try:
+            sync_data(self._fd)
+            if self._created:
+                sync_directory(self.path)
+        except OSError as exc:
+            self._sync_failed(exc)
+        self._sync_done(started)
+
+    async def afsync(self) -> None:
+        """As :meth:`fsync`, in a worker thread. Not cancellable while the sync runs (the thread
+        is waited for), so the descriptor outlives it."""
+        if self._closed:
+            raise WriterClosedError("sync of a closed writer", path=self.path)
+        started = self._sync_begins()
+        fd, created = self._fd, self._created
+        try:
+            await trio.to_thread.run_sync(sync_data, fd)
+            if created:
+                await trio.to_thread.run_sync(sync_directory, self.path)
+        except OSError as exc:
+            self._sync_failed(exc)
+        self._sync_done(started)
+
+    def _sync_begins(self) -> float:
+        # Writes from here on may miss this sync: they leave the writer unsynced again.
+        self._unsynced = False
+        return time.monotonic()
+
+    def _sync_done(self, started: float) -> None:
+        self._last_sync = started
+        self._created = False
+
+    def _sync_failed(self, exc: OSError) -> None:
+        self._unsynced = True
+        raise StreamFileError(f"sync to disk failed: {exc}", path=self.path) from exc
+
+    async def keep_synced(self) -> None:
+        """Sync what is written out at most :attr:`sync_interval` seconds after it, until
+        cancelled; run it in a nursery that the writer outlives (cancel it before closing).
+
+        While it runs, publishing never waits for a sync. It waits on an event while everything
+        is synced (never polls), then sleeps the interval and syncs in a worker thread (a write
+        made during that sync is synced one interval later). Cancellation ends it at once,
+        except during a sync, which it lets finish. With a ``durability`` other than
+        ``"interval"`` it has nothing to do (``"publish"`` syncs every write-out) but wait."""
+        self._keepers += 1
+        try:
+            while not self._closed:
+                if not self._unsynced or self.durability != "interval":
+                    dirty = self._dirty
+                    if dirty is None or dirty.is_set():
+                        self._dirty = dirty = trio.Event()
+                    await dirty.wait()
+                    continue
+                await trio.sleep(self.sync_interval)
+                if self._unsynced and not self._closed:
+                    await self.afsync()
+        finally:
+            self._keepers -= 1
+
     # -- closing ---------------------------------------------------------------------------------
 
     @property
@@ -532,7 +686,8 @@ class StreamWriter:
         return self._closed
 
     def close(self, *, eos: bool = False, eos_timestamp_ms: int | None = None) -> None:
-        """Optionally write end-of-stream, flush, fsync and close (blocking)."""
+        """Optionally write end-of-stream, flush, sync what this writer wrote and not yet synced,
+        and close (blocking)."""
         if self._closed:
             return
         try:
@@ -540,7 +695,8 @@ class StreamWriter:
                 self.write_eos(eos_timestamp_ms)
             if self.buffered:
                 self.flush()
-            os.fsync(self._fd)
+            if self._unsynced:
+                self.fsync()
         finally:
             self._release()
 
@@ -556,7 +712,8 @@ class StreamWriter:
                     self.write_eos(eos_timestamp_ms)
                 if self.buffered:
                     await self.aflush()
-                await trio.to_thread.run_sync(os.fsync, self._fd)
+                if self._unsynced:
+                    await self.afsync()
             finally:
                 self._release()
 
@@ -604,6 +761,10 @@ class WriterHandle(AsyncClosing):
     def flush(self) -> None:
         """See :meth:`StreamWriter.flush`."""
         self.writer.flush()
+
+    async def keep_synced(self) -> None:
+        """See :meth:`StreamWriter.keep_synced` (cancel it before closing the last share)."""
+        await self.writer.keep_synced()
 
     async def apublish(self, key: str, payload: bytes, timestamp_ms: int | None = None) -> Receipt:
         """See :meth:`StreamWriter.apublish`."""
@@ -654,7 +815,8 @@ class WriterRegistry:
         """A handle on the writer of ``path``, opening it (with ``options``) if it is not open.
 
         ``options`` are :class:`StreamWriter`'s keyword arguments; they are ignored when the
-        writer is already open.
+        writer is already open, except ``durability`` and ``sync_interval``: the writer keeps
+        the stronger promise of its own and these (:meth:`StreamWriter.require`).
         """
         key = os.path.realpath(path)
         writer = self._writers.get(key)
@@ -662,6 +824,8 @@ class WriterRegistry:
             writer = StreamWriter(key, **options)
             self._writers[key] = writer
             self._refs[key] = 0
+        elif "durability" in options:
+            writer.require(options["durability"], options.get("sync_interval"))
         self._refs[key] += 1
         return WriterHandle(self, writer)
 

@@ -146,7 +146,8 @@ async def _record_main(args: argparse.Namespace) -> int:
         if kind == "stream":
             bounds, resumed = _resumed(bounds, args, key)
         summary = RecordSummary(f"{kind} {args.source!r}", key)
-        writer = StreamWriter(args.to)
+        # Pages are flushed from the event loop: only the close syncs, in a worker thread.
+        writer = StreamWriter(args.to, durability="close")
         progress = make_progress(args.progress)
         on_page = progress if progress is not None else (lambda s: None)
         began = trio.current_time()
