@@ -69,7 +69,7 @@ async def test_a_run_whose_flush_was_cut_is_not_charged_an_attempt(
 
         async def settled() -> bool:
             if kind == "stream":
-                return (await redis.execute("XPENDING", "{s}", "g"))[0] == 0
+                return bool((await redis.execute("XPENDING", "{s}", "g"))[0] == 0)
             keys = [b"{s}", *await redis.execute("KEYS", "{s}:processing:*")]
             held = [await redis.execute("LLEN", k) for k in keys]
             return ledger.check().handled == {1} and sum(held) == 0
