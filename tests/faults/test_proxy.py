@@ -259,10 +259,10 @@ async def test_drip_delivers_replies_whole_a_few_bytes_at_a_time(
     async with await trio.open_tcp_stream(proxy.host, proxy.port) as raw:
         proxy.drip(chunk=7, every=0.001)
         await raw.send_all(b"GET k\r\n")
-        chunks = []
+        chunks: list[bytes] = []
         with trio.fail_after(STEP):
             while sum(map(len, chunks)) < 57:
-                chunks.append(await raw.receive_some())
+                chunks.append(bytes(await raw.receive_some()))
     assert b"".join(chunks) == b"$50\r\n" + b"v" * 50 + b"\r\n"
     assert max(map(len, chunks)) <= 7
     assert proxy.injected["drip"] == 1

@@ -147,7 +147,8 @@ async def test_an_app_under_a_seeded_cut_storm_loses_no_message(
         await wait_handled(handled, published, 30)
 
         async def all_acknowledged() -> bool:
-            return (await direct.execute("XPENDING", "s", "g"))[0] == 0
+            summary = await direct.execute("XPENDING", "s", "g")
+            return bool(summary[0] == 0)
 
         await eventually(all_acknowledged, within=STEP, what="every message acknowledged")
     assert set(handled) == published  # nothing lost, nothing invented

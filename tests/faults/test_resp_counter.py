@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
-import hiredis
 import pytest
 
 from trio_streams.testing.faults.resp import KEPT_BYTES, CommandCounter, RespError
 
-COMMANDS = [
+
+def pack(command: tuple[str | bytes, ...]) -> bytes:
+    """A command as every client library sends it: an array of bulk strings."""
+    parts = [b"*%d\r\n" % len(command)]
+    for argument in command:
+        data = argument.encode() if isinstance(argument, str) else argument
+        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(parts)
+
+
+COMMANDS: list[tuple[str | bytes, ...]] = [
     ("HELLO", "3", "SETNAME", "worker-7"),
     ("CLIENT", "SETNAME", "reader"),
     ("XREADGROUP", "GROUP", "g", "c", "BLOCK", "50", "STREAMS", "s", ">"),
     ("SET", "k", b"\r\n*2\r\n$3\r\n" * 500),
     ("PING",),
 ]
-WIRE = b"".join(hiredis.pack_command(c) for c in COMMANDS)
+WIRE = b"".join(pack(c) for c in COMMANDS)
 
 
 def ends_of(chunks: list[bytes]) -> tuple[list[int], list[str]]:
@@ -32,7 +41,7 @@ def test_each_command_is_found_with_the_offset_just_past_its_last_byte() -> None
     ends, names = ends_of([WIRE])
     expected, at = [], 0
     for command in COMMANDS:
-        at += len(hiredis.pack_command(command))
+        at += len(pack(command))
         expected.append(at)
     assert ends == expected
     assert names == ["HELLO", "CLIENT", "XREADGROUP", "SET", "PING"]
@@ -62,7 +71,7 @@ def test_inline_commands_count_too() -> None:
 
 def test_a_long_argument_is_skipped_not_kept() -> None:
     counter = CommandCounter()
-    [command] = counter.feed(hiredis.pack_command(("SET", "k", b"v" * 1_000_000)))
+    [command] = counter.feed(pack(("SET", "k", b"v" * 1_000_000)))
     assert command.arguments[2] == b"v" * KEPT_BYTES
 
 
