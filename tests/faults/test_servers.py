@@ -18,7 +18,7 @@ def test_a_server_used_as_a_context_runs_inside_and_leaves_nothing_behind() -> N
         assert server.command("CONFIG", "GET", "save") == [b"save", b""]
         directory = server.directory
         assert directory.is_dir()
-    assert not server.running
+    assert server.process is not None and server.process.poll() is not None  # killed
     assert not directory.exists()
 
 
