@@ -309,3 +309,16 @@ async def test_a_connection_named_in_its_url_is_matched_by_name(proxy: FaultProx
 async def test_the_proxy_serves_once(proxy: FaultProxy) -> None:
     with pytest.raises(ProxyError, match="twice"):
         await proxy.serve()
+
+
+async def test_a_server_that_is_down_resets_clients_and_is_served_again_once_back(
+    server: RedisServer, proxy: FaultProxy
+) -> None:
+    server.kill()
+    async with connect(f"{proxy.url}?connect_timeout=1") as redis:
+        with trio.fail_after(STEP), pytest.raises(RedisError):
+            await redis.execute("PING")
+        await trio.to_thread.run_sync(server.start)
+        with trio.fail_after(STEP):
+            assert await redis.execute("PING") == b"PONG"
+    assert sum(proxy.injected.values()) == 0  # the server's outage is not a fault it injected

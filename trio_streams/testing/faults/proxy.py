@@ -49,6 +49,8 @@ __all__ = ["CHUNK", "FaultEvent", "FaultProxy", "ProxyError"]
 
 #: The most bytes a pump reads (and so holds) at a time.
 CHUNK = 64 * 1024
+#: How many distinct command names a connection's ``issued`` keeps (Redis has fewer).
+MAX_ISSUED = 1024
 #: How many injections :attr:`FaultProxy.history` keeps (the oldest are dropped).
 HISTORY = 100_000
 
@@ -373,7 +375,11 @@ class FaultProxy:
     # -- connections ---------------------------------------------------------------------------
 
     async def _handle(self, client: trio.SocketStream) -> None:
-        peer = client.socket.getpeername()
+        try:
+            peer = client.socket.getpeername()
+        except OSError:  # the client left before it was served
+            _close(client, reset=False)
+            return
         connection = ProxyConnection(self._next_index, (str(peer[0]), int(peer[1])))
         self._next_index += 1
         link = _Link(connection, client)
@@ -435,6 +441,8 @@ class FaultProxy:
     async def _forward(
         self, link: _Link, direction: Direction, target: trio.SocketStream, data: bytes
     ) -> None:
+        if link.ending is not None:
+            await trio.sleep_forever()  # the pump ending the connection cancels this one
         connection = link.connection
         commands: deque[SeenCommand] = deque()
         if direction == "to_server" and link.counter is not None:
@@ -455,6 +463,8 @@ class FaultProxy:
                 return
         at = 0
         while at < len(data):
+            if link.ending is not None:
+                await trio.sleep_forever()  # the pump ending the connection cancels this one
             stop = commands[0].end if commands else len(data)
             budget = self._bytes_budget(link)
             if budget is not None:
@@ -480,7 +490,7 @@ class FaultProxy:
 
     def _note(self, connection: ProxyConnection, command: SeenCommand) -> None:
         connection.commands += 1
-        if command.name:
+        if command.name and len(connection.issued) < MAX_ISSUED:
             connection.issued.add(command.name)
         client_name = command.client_name
         if client_name is not None:
