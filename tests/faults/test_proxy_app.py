@@ -153,3 +153,30 @@ async def test_an_app_under_a_seeded_cut_storm_loses_no_message(
         await eventually(all_acknowledged, within=STEP, what="every message acknowledged")
     assert set(handled) == published  # nothing lost, nothing invented
     assert sum(proxy.injected.values()) > 10
+
+
+@pytest.mark.soak
+@pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_an_app_under_every_kind_of_fault_loses_no_message(
+    server: RedisServer, proxy: FaultProxy, seed: int
+) -> None:
+    handled: list[int] = []
+    app, _ = app_on(f"{proxy.url}?command_timeout=1&connect_timeout=1", handled)
+    published = set(range(1000))
+    storm = FaultSchedule(seed=seed, every=0.05, duration=4)  # every kind, blackholes too
+    async with serving(app), connect(server.url) as direct:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(proxy.run_schedule, storm)
+            for n in sorted(published):
+                await direct.execute("XADD", "s", "*", *encode_fields(json.dumps(n).encode(), {}))
+                if n % 50 == 0:
+                    await trio.sleep(0.2)
+        await wait_handled(handled, published, 60)
+
+        async def all_acknowledged() -> bool:
+            summary = await direct.execute("XPENDING", "s", "g")
+            return bool(summary[0] == 0)
+
+        await eventually(all_acknowledged, within=STEP, what="every message acknowledged")
+    assert set(handled) == published
+    assert len(proxy.injected) >= 6  # most kinds were injected

@@ -89,6 +89,10 @@ class _Link:
         self.ending: _Ending | None = None
         self.counter: CommandCounter | None = CommandCounter()
 
+    def is_ending(self) -> bool:
+        """Whether a pump decided to end this connection (its last piece may be in flight)."""
+        return self.ending is not None
+
     def end(self, how: _Ending) -> None:
         if self.ending is None:
             self.ending = how
@@ -463,7 +467,7 @@ class FaultProxy:
                 return
         at = 0
         while at < len(data):
-            if link.ending is not None:
+            if link.is_ending():
                 await trio.sleep_forever()  # the pump ending the connection cancels this one
             stop = commands[0].end if commands else len(data)
             budget = self._bytes_budget(link)
