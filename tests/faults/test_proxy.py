@@ -322,3 +322,34 @@ async def test_a_server_that_is_down_resets_clients_and_is_served_again_once_bac
         with trio.fail_after(STEP):
             assert await redis.execute("PING") == b"PONG"
     assert sum(proxy.injected.values()) == 0  # the server's outage is not a fault it injected
+
+
+async def test_a_blackholed_client_is_held_back_by_the_proxy_not_buffered(
+    proxy: FaultProxy,
+) -> None:
+    async with await trio.open_tcp_stream(proxy.host, proxy.port) as raw:
+        await raw.send_all(b"PING\r\n")
+        assert await raw.receive_some() == b"+PONG\r\n"
+        proxy.blackhole()
+        big = b"SET k " + b"x" * (64 * 1024 * 1024) + b"\r\n"
+        with trio.move_on_after(0.5) as sending:
+            await raw.send_all(big)  # the proxy stops reading: the kernel's buffers fill up
+        assert sending.cancelled_caught
+        [seen] = proxy.connections
+        assert seen.bytes_to_server < 8 * 1024 * 1024  # what went through before the hole
+
+
+async def test_history_lists_each_injection_in_order(proxy: FaultProxy) -> None:
+    for _ in range(2):
+        async with connect(proxy.url) as redis:
+            await redis.execute("PING")
+            proxy.cut()
+    proxy.refuse_new()
+    async with connect(proxy.url) as redis:
+        with trio.fail_after(STEP), pytest.raises(RedisError):
+            await redis.execute("PING")
+    assert [(e.kind, e.connection) for e in proxy.history] == [
+        ("cut", 0),
+        ("cut", 1),
+        ("refuse_new", 2),
+    ]

@@ -175,3 +175,26 @@ async def test_an_app_under_every_kind_of_fault_loses_no_message(
         await eventually(all_acknowledged, within=STEP, what="every message acknowledged")
     assert set(handled) == published
     assert len(proxy.injected) >= 6  # most kinds were injected
+
+
+async def test_an_app_stops_within_its_timeouts_in_the_middle_of_a_seeded_storm(
+    proxy: FaultProxy,
+) -> None:
+    handled: list[int] = []
+    url = f"{proxy.url}?command_timeout=1&connect_timeout=1"
+    app, broker = app_on(url, handled, shutdown_timeout=1)
+    storm = FaultSchedule(seed=9, every=0.02, duration=30)  # outlasts the stop
+    async with trio.open_nursery() as nursery:
+        running = await nursery.start(app.serve)
+        await broker.publish("s", 0)
+        await wait_handled(handled, {0}, STEP)
+        nursery.start_soon(proxy.run_schedule, storm)
+
+        async def storming() -> bool:
+            return sum(proxy.injected.values()) >= 5
+
+        await eventually(storming, within=STEP, what="5 faults injected")
+        with trio.fail_after(1 + 1 + 10):  # the drain, a command timeout, the close bound
+            await running.aclose()
+        nursery.cancel_scope.cancel()
+    assert proxy.faults == []  # the cancelled schedule healed what it held
