@@ -203,6 +203,8 @@ class FaultProxy:
         await self._stopped.wait()
 
     async def __aenter__(self) -> Self:
+        """Serve in a nursery of the proxy's own, until the block ends (which closes every
+        connection through it); a failure of the proxy cancels the block."""
         stack = AsyncExitStack()
         nursery = await stack.enter_async_context(trio.open_nursery())
         try:
@@ -349,9 +351,7 @@ class FaultProxy:
             for index, link in self._links.items():
                 fault.baseline[index] = (link.connection.bytes, link.connection.commands)
         self._faults.append(fault)
-        self._notify()
-        # A cut_after(bytes/commands) already reached (a count of what is in flight) fires at
-        # the next chunk; a blackhole holds at the next chunk boundary.
+        self._notify()  # a blackhole holds each open connection at its next chunk
         return fault
 
     def _remove(self, fault: Fault) -> None:
