@@ -38,6 +38,8 @@ _log = logging.getLogger("trio_streams.redis")
 LEASE_TTL = 6.0
 #: Beyond a renewal period, how long a consumer watches a held lease for a renewal (s).
 _RENEWAL_SLACK = 0.25
+#: Seconds a stop waits for the server to delete a lease; past it, the lease expires by itself.
+_RELEASE_TIMEOUT = 2.0
 #: The most slots a process outside a supervisor looks at for a free name.
 _MAX_SLOTS = 64
 
@@ -180,8 +182,18 @@ class ConsumerLease:
             await trio.lowlevel.checkpoint()
             return
         _held_here.discard(self._key)
-        with trio.CancelScope(shield=True):
+        # Shielded so a stop's cancellation does not cut it short, but bounded: a server that
+        # never answers (and a client without a command timeout) must not hold the stop forever.
+        with trio.move_on_after(_RELEASE_TIMEOUT, shield=True) as releasing:
             try:
                 await self._client.execute("EVAL", _RELEASE, 1, self._key, self._token)
             except RedisError as exc:
                 _log.debug("%s: could not release lease %r: %s", self._label, self._key, exc)
+        if releasing.cancelled_caught:
+            _log.debug(
+                "%s: releasing lease %r got no answer within %ss; it expires within %ss",
+                self._label,
+                self._key,
+                _RELEASE_TIMEOUT,
+                LEASE_TTL,
+            )

@@ -49,6 +49,8 @@ __all__ = ["CHUNK", "FaultEvent", "FaultProxy", "ProxyError"]
 
 #: The most bytes a pump reads (and so holds) at a time.
 CHUNK = 64 * 1024
+#: How many distinct command names a connection's ``issued`` keeps (Redis has fewer).
+MAX_ISSUED = 1024
 #: How many injections :attr:`FaultProxy.history` keeps (the oldest are dropped).
 HISTORY = 100_000
 
@@ -86,6 +88,10 @@ class _Link:
         self.scope = trio.CancelScope()
         self.ending: _Ending | None = None
         self.counter: CommandCounter | None = CommandCounter()
+
+    def is_ending(self) -> bool:
+        """Whether a pump decided to end this connection (its last piece may be in flight)."""
+        return self.ending is not None
 
     def end(self, how: _Ending) -> None:
         if self.ending is None:
@@ -197,6 +203,8 @@ class FaultProxy:
         await self._stopped.wait()
 
     async def __aenter__(self) -> Self:
+        """Serve in a nursery of the proxy's own, until the block ends (which closes every
+        connection through it); a failure of the proxy cancels the block."""
         stack = AsyncExitStack()
         nursery = await stack.enter_async_context(trio.open_nursery())
         try:
@@ -343,9 +351,7 @@ class FaultProxy:
             for index, link in self._links.items():
                 fault.baseline[index] = (link.connection.bytes, link.connection.commands)
         self._faults.append(fault)
-        self._notify()
-        # A cut_after(bytes/commands) already reached (a count of what is in flight) fires at
-        # the next chunk; a blackhole holds at the next chunk boundary.
+        self._notify()  # a blackhole holds each open connection at its next chunk
         return fault
 
     def _remove(self, fault: Fault) -> None:
@@ -373,7 +379,11 @@ class FaultProxy:
     # -- connections ---------------------------------------------------------------------------
 
     async def _handle(self, client: trio.SocketStream) -> None:
-        peer = client.socket.getpeername()
+        try:
+            peer = client.socket.getpeername()
+        except OSError:  # the client left before it was served
+            _close(client, reset=False)
+            return
         connection = ProxyConnection(self._next_index, (str(peer[0]), int(peer[1])))
         self._next_index += 1
         link = _Link(connection, client)
@@ -435,6 +445,8 @@ class FaultProxy:
     async def _forward(
         self, link: _Link, direction: Direction, target: trio.SocketStream, data: bytes
     ) -> None:
+        if link.ending is not None:
+            await trio.sleep_forever()  # the pump ending the connection cancels this one
         connection = link.connection
         commands: deque[SeenCommand] = deque()
         if direction == "to_server" and link.counter is not None:
@@ -455,6 +467,8 @@ class FaultProxy:
                 return
         at = 0
         while at < len(data):
+            if link.is_ending():
+                await trio.sleep_forever()  # the pump ending the connection cancels this one
             stop = commands[0].end if commands else len(data)
             budget = self._bytes_budget(link)
             if budget is not None:
@@ -480,7 +494,7 @@ class FaultProxy:
 
     def _note(self, connection: ProxyConnection, command: SeenCommand) -> None:
         connection.commands += 1
-        if command.name:
+        if command.name and len(connection.issued) < MAX_ISSUED:
             connection.issued.add(command.name)
         client_name = command.client_name
         if client_name is not None:
