@@ -3,4 +3,24 @@
 See docs/guides/testing-under-faults.md.
 """
 
-__all__: list[str] = []
+from .files import (
+    FRAME_FIELDS,
+    FrameField,
+    FrameLocation,
+    cut_copies,
+    damage_frame_header,
+    flip_bit,
+    frame_offsets,
+    zero_range,
+)
+
+__all__: list[str] = [
+    "FRAME_FIELDS",
+    "FrameField",
+    "FrameLocation",
+    "cut_copies",
+    "damage_frame_header",
+    "flip_bit",
+    "frame_offsets",
+    "zero_range",
+]
