@@ -88,7 +88,7 @@ def frame_offsets(path: Pathish) -> list[FrameLocation]:
         positions = _frame_byte_offsets(data, message.offset, size, interval)
         k = len(key)
         spans: dict[FrameField, range] = {
-            "key_length": range(0, 1),
+            "key_length": range(1),
             "key": range(1, 1 + k),
             "shard": range(1 + k, 9 + k),
             "seq": range(9 + k, 17 + k),
@@ -215,4 +215,3 @@ def damage_frame_header(
     offset = offsets[byte]
     copy = flip_bit(path, offset, bit, into=into)
     return copy.replace(_copy_name(Path(path), into, f"frame-{frame_index}-{field}"))
-
