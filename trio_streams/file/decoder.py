@@ -54,6 +54,8 @@ _new_message = tuple.__new__
 _EOS_KEY = INTERNAL_KEY.encode()
 #: Bytes of a frame before its payload, beyond the key: key length, shard, seq, ts, size.
 _HEAD_FIXED = 1 + FRAME_FIXED.size
+#: The last seq of a stream (shard 0) before its first message: no seq follows it.
+_NO_SEQ = -2
 #: Beacons met while gathering a split frame: (offset, beacon, frame bytes still to gather).
 _Met = list[tuple[int, Beacon, int]]
 
@@ -93,7 +95,7 @@ class FrameDecoder:
         self._buf = b""
         self._pos = 0
         self._next_beacon = first_beacon_at_or_after(offset, beacon_interval)
-        #: Per key bytes: [name, wanted, internal, last seq in shard 0 (None: none seen)].
+        #: Per key bytes: [name, wanted, internal, last seq in shard 0 (_NO_SEQ: none seen)].
         self._key_info: dict[bytes, list[Any]] = {}
         #: Last seq per (key bytes, shard) of shards other than 0.
         self._shard_seqs: dict[tuple[bytes, int], int] = {}
@@ -175,7 +177,7 @@ class FrameDecoder:
 
     def known_streams(self) -> dict[tuple[str, int], int]:
         """The last sequence number decoded of each stream (key, shard), internal ones aside."""
-        out = {(info[0], 0): info[3] for info in self._key_info.values() if info[3] is not None}
+        out = {(info[0], 0): info[3] for info in self._key_info.values() if info[3] != _NO_SEQ}
         for (kb, shard), seq in self._shard_seqs.items():
             out[(kb.decode("ascii"), shard)] = seq
         return out
@@ -291,35 +293,18 @@ class FrameDecoder:
                         offset=off,
                     )
                 computed = crc16(payload)
-                if computed != received:
-                    raise ChecksumError(
-                        received=received, computed=computed, path=self.path, offset=off
-                    )
-                if last_byte != 13:
-                    raise FrameEndError(
-                        f"frame of {head_len + plen + 3} bytes (as its size field says) ends "
-                        f"with byte {last_byte:#04x}, not 0x0d",
-                        path=self.path,
-                        offset=off,
-                    )
-                # Sequence numbers of a stream follow each other (the first one seen is taken
-                # as it is); the fast path is shard 0 and the next number.
-                if shard or info[3] is None or seq != info[3] + 1:
-                    self._check_sequence(info, kb, shard, seq, off)
-                gm = 0
-                last_beacon = None
-                if met is not None:
-                    # Beacons inside the frame count it (a writer updates them first).
-                    for _, beacon, _ in met:
-                        if beacon.markers:
-                            self._check_markers(beacon, off, (kb, shard, seq))
-                        gm += len(beacon.markers)
-                    last_beacon = (met[-1][0] // interval, met[-1][1])
-                if shard:
-                    if not info[2]:
-                        self._shard_seqs[(kb, shard)] = seq
+                if computed != received or last_byte != 13:
+                    raise self._frame_error(received, computed, last_byte, plen, head_len, off)
+                if met is None:
+                    # A stream's sequence numbers follow each other; the common case is shard
+                    # 0 and the next number (before a stream's first message info[3] is -2).
+                    if shard or seq != info[3] + 1:
+                        self._follow(info, kb, shard, seq, off)
+                    else:
+                        info[3] = seq
+                    gm = 0
                 else:
-                    info[3] = seq
+                    gm = self._follow_split(info, kb, shard, seq, off, met)
                 if info[2] and payload == EOS_PAYLOAD and self._on_eos != "include":
                     eos = _new_message(Message, (info[0], shard, seq, ts, payload, off))
                     if self._on_eos == "hold":
@@ -333,8 +318,6 @@ class FrameDecoder:
                     break
                 if info[1]:
                     append(_new_message(Message, (info[0], shard, seq, ts, payload, off)))
-                if last_beacon is not None:
-                    self.last_beacon = last_beacon
                 p, off, nb = np, noff, nnb
                 mk += gm
         except StreamFormatError:
@@ -358,9 +341,44 @@ class FrameDecoder:
         name = kb.decode("ascii")
         internal = kb == _EOS_KEY
         wanted = self._internal if internal else (self._keys is None or name in self._keys)
-        info: list[Any] = [name, wanted, internal, None]
+        info: list[Any] = [name, wanted, internal, _NO_SEQ]
         self._key_info[bytes(kb)] = info
         return info
+
+    def _frame_error(
+        self, received: int, computed: int, last_byte: int, plen: int, head_len: int, off: int
+    ) -> StreamFormatError:
+        if computed != received:
+            return ChecksumError(received=received, computed=computed, path=self.path, offset=off)
+        return FrameEndError(
+            f"frame of {head_len + plen + 3} bytes (as its size field says) ends with byte "
+            f"{last_byte:#04x}, not 0x0d",
+            path=self.path,
+            offset=off,
+        )
+
+    def _follow(self, info: list[Any], kb: bytes, shard: int, seq: int, off: int) -> None:
+        """Check ``seq`` against its stream's last one (:meth:`_check_sequence`), then note it."""
+        self._check_sequence(info, kb, shard, seq, off)
+        if shard == 0:
+            info[3] = seq
+        elif not info[2]:
+            self._shard_seqs[(bytes(kb), shard)] = seq
+
+    def _follow_split(
+        self, info: list[Any], kb: bytes, shard: int, seq: int, off: int, met: _Met
+    ) -> int:
+        """:meth:`_follow` for a frame split by the beacons ``met``, whose markers count it (a
+        writer updates them first); returns how many markers they hold."""
+        self._check_sequence(info, kb, shard, seq, off)
+        markers = 0
+        for _, beacon, _ in met:
+            if beacon.markers:
+                self._check_markers(beacon, off, (kb, shard, seq))
+            markers += len(beacon.markers)
+        self._follow(info, kb, shard, seq, off)
+        self.last_beacon = (met[-1][0] // self.beacon_interval, met[-1][1])
+        return markers
 
     def _check_sequence(self, info: list[Any], kb: bytes, shard: int, seq: int, off: int) -> None:
         """Raise :class:`SequenceError` unless ``seq`` follows its stream's last one (or is the
@@ -368,6 +386,8 @@ class FrameDecoder:
         if info[2]:
             return
         last = info[3] if shard == 0 else self._shard_seqs.get((bytes(kb), shard))
+        if last == _NO_SEQ:
+            last = None
         if seq == last + 1 if last is not None else (seq <= 1 or not self._whole_file):
             return
         stream = repr(info[0]) + ("" if shard == 0 else f" shard {shard}")
@@ -389,7 +409,7 @@ class FrameDecoder:
         if shard:
             return self._shard_seqs.get((kb, shard))
         info = self._key_info.get(kb)
-        return None if info is None else info[3]
+        return None if info is None or info[3] == _NO_SEQ else int(info[3])
 
     def _check_markers(
         self, beacon: Beacon, frame_offset: int, current: tuple[bytes, int, int] | None
