@@ -376,7 +376,10 @@ class FrameDecoder:
             if beacon.markers:
                 self._check_markers(beacon, off, (kb, shard, seq))
             markers += len(beacon.markers)
-        self._follow(info, kb, shard, seq, off)
+        if shard == 0:
+            info[3] = seq
+        elif not info[2]:
+            self._shard_seqs[(bytes(kb), shard)] = seq
         self.last_beacon = (met[-1][0] // self.beacon_interval, met[-1][1])
         return markers
 
