@@ -78,19 +78,3 @@ class Census:
             lines.append(f"  {kind:<22} {self.counts[kind]:>6}")
         lines.append(f"  {'copies':<22} {sum(self.counts.values()):>6}")
         return "\n".join(lines)
-
-
-def flip_census(source: Path, scratch: Path, bits: range = range(8)) -> Census:
-    """Read a copy of ``source`` per byte and bit with that bit flipped; count by kind."""
-    original = read_all(source)[0]
-    data = source.read_bytes()
-    census = Census()
-    copy = scratch / source.name
-    for offset in range(len(data)):
-        for bit in bits:
-            damaged = bytearray(data)
-            damaged[offset] ^= 1 << bit
-            copy.write_bytes(bytes(damaged))
-            kind, error = classify(original, copy)
-            census.add(kind, offset, bit, error)
-    return census
