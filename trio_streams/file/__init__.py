@@ -13,10 +13,13 @@ from .durability import Durability, DurabilitySettingError
 from .durable import DurableLockedError, DurableStateError
 from .envelope import EnvelopeError
 from .errors import (
+    BeaconError,
     ChecksumError,
     FileRemovedError,
+    FrameEndError,
     SeekError,
     SeekOutOfRangeError,
+    SequenceError,
     StreamFileError,
     StreamFileNotFoundError,
     StreamFormatError,
@@ -35,6 +38,7 @@ from .sources import FileStream
 from .writer import Receipt, StreamWriter
 
 __all__ = [
+    "BeaconError",
     "ChecksumError",
     "Durability",
     "DurabilitySettingError",
@@ -48,11 +52,13 @@ __all__ = [
     "FileRemovedError",
     "FileSource",
     "FileStream",
+    "FrameEndError",
     "Header",
     "Message",
     "Receipt",
     "SeekError",
     "SeekOutOfRangeError",
+    "SequenceError",
     "StreamFileError",
     "StreamFileNotFoundError",
     "StreamFormatError",
