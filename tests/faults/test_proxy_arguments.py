@@ -78,13 +78,18 @@ async def test_a_predicate_that_raises_surfaces_from_the_proxy_naming_the_predic
     def broken(connection: ProxyConnection) -> bool:
         raise ZeroDivisionError("a bug in the test")
 
-    with pytest.raises(ProxyError, match="broken.*blackhole.*ZeroDivisionError") as caught:
-        with trio.fail_after(STEP):
-            async with FaultProxy.in_front_of(server) as proxy, connect(proxy.url) as redis:
-                await redis.execute("PING")
-                proxy.blackhole(match=broken)
-                await redis.execute("PING")  # cancelled by the proxy's failure
-                await trio.sleep_forever()
+    async def use() -> None:
+        async with FaultProxy.in_front_of(server) as proxy, connect(proxy.url) as redis:
+            await redis.execute("PING")
+            proxy.blackhole(match=broken)
+            await redis.execute("PING")  # cancelled by the proxy's failure
+            await trio.sleep_forever()
+
+    with (
+        trio.fail_after(STEP),
+        pytest.raises(ProxyError, match=r"broken.*blackhole.*Zero") as caught,
+    ):
+        await use()
     assert isinstance(caught.value.__cause__, ZeroDivisionError)
 
 
@@ -96,7 +101,7 @@ async def test_a_predicate_that_raises_when_the_fault_is_called_raises_from_the_
 
     async with connect(proxy.url) as redis:
         await redis.execute("PING")
-        with pytest.raises(ProxyError, match="broken.*cut.*KeyError") as caught:
+        with pytest.raises(ProxyError, match=r"broken.*cut.*KeyError") as caught:
             proxy.cut(match=broken)
         assert isinstance(caught.value.__cause__, KeyError)
 
@@ -104,10 +109,12 @@ async def test_a_predicate_that_raises_when_the_fault_is_called_raises_from_the_
 async def test_a_refusing_predicate_that_raises_surfaces_from_the_proxy(
     server: RedisServer,
 ) -> None:
-    with pytest.raises(ProxyError, match="refuse_new.*ZeroDivisionError"):
-        with trio.fail_after(STEP):
-            async with FaultProxy.in_front_of(server) as proxy:
-                proxy.refuse_new(match=lambda connection: 1 / 0 > 0)
-                async with connect(proxy.url) as redis:
-                    await redis.execute("PING")
-                await trio.sleep_forever()
+    async def use() -> None:
+        async with FaultProxy.in_front_of(server) as proxy:
+            proxy.refuse_new(match=lambda connection: 1 / 0 > 0)
+            async with connect(proxy.url) as redis:
+                await redis.execute("PING")
+            await trio.sleep_forever()
+
+    with trio.fail_after(STEP), pytest.raises(ProxyError, match=r"refuse_new.*ZeroDivision"):
+        await use()
