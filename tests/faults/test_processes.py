@@ -457,3 +457,22 @@ async def test_killed_between_a_settle_and_its_flush_the_message_is_never_lost(
         assert runs[1] == [1, 1]  # delivered again and handled again: a duplicate
     assert _ended(first + second) == set(range(1, 7))  # never lost
     assert await _outstanding(redis, kind) == 0
+
+
+@pytest.mark.parametrize("kind", ["group_consumer", "list_consumer"])
+async def test_with_the_pipeline_a_settle_killed_before_its_flush_runs_again_on_this_machine(
+    redis_server: RedisServer, redis: RedisClient, kind: str
+) -> None:
+    await _load(redis, kind, 6)
+    env = {"PROCS_URL": redis_server.url, "PROCS_KEY": "jobs", "PROCS_PIPELINE": "1"}
+    async with app(kind, kill_at=KillPoint.between_settle_and_flush(1), env=env) as p:
+        assert await p.killed() == -signal.SIGKILL
+    first = p.lines()
+    assert _ended(first) == {1}
+    # The handler's segment was in the flush that never went out: the journal does not say
+    # the run finished, so the successor on the same machine runs the message again.
+    second = (await _finish(redis_server, kind, 6, first, {"PROCS_PIPELINE": "1"})).lines()
+    runs = _runs(first + second)
+    assert runs[1] == [1, 2]  # run again, the killed run counted as an attempt
+    assert _ended(first + second) == set(range(1, 7))  # never lost
+    assert await _outstanding(redis, kind) == 0
