@@ -105,7 +105,8 @@ class Ledger:
 
     def run_began(self, id: Id, attempt: int = 1) -> None:
         """A handler run of ``id`` begins (its ``attempt``, 1 the first time). Write it before
-        the handler's first line: a run the process dies in is then on record."""
+        the handler's first line: a run the process dies in is then on record. ``attempt`` is
+        an int >= 1 (not a bool): ``TypeError`` or ``ValueError`` otherwise, nothing written."""
         _check_id(id, self.path)
         _check_attempt(attempt, self.path)
         self._write({"t": "run", "id": id, "a": attempt})
@@ -177,7 +178,9 @@ class Ledger:
         - ``at_most_once``: the transport may lose messages by design (Pub/Sub, simple lists):
           what would be lost is counted apart, as dropped as the transport allows.
 
-        Reads only what was appended since the last check, so a test may poll it.
+        Reads only what was appended since the last check, so a test may poll it. A line that
+        is not a record this ledger writes (written by something else) raises
+        :class:`LedgerError` naming the file and the line, at this check and every later one.
         """
         self._history.read_new()
         return self._history.report(

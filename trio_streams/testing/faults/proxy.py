@@ -117,6 +117,11 @@ class FaultProxy:
     - :meth:`refuse_new` — reset new connections as soon as they are accepted;
     - :meth:`drip` — send replies a few bytes at a time.
 
+    Each fault checks its arguments when it is called (counts are ints >= 1, times finite
+    seconds >= 0, ``match`` a callable) and raises :class:`ProxyError` naming a bad one, so no
+    connection ever meets it. A predicate that raises stops the proxy with a
+    :class:`ProxyError` (see :meth:`serve`).
+
     Standing faults return a :class:`Fault` whose ``heal()`` ends it; :meth:`heal` ends all.
     :attr:`injected` counts injections by kind (a fault counts once per connection it hits).
     ``seed`` drives every choice the proxy makes (where a reply is cut by
