@@ -9,7 +9,8 @@ settings) and prints, flushed, one line per step a test checks:
 - ``group_consumer``: consumer ``c1`` of group ``g`` of stream ``PROCS_KEY`` at ``PROCS_URL``;
   ``list_consumer``: the reliable list ``PROCS_KEY`` there, consumer ``c1`` (a heartbeat of
   a second, so a successor takes over soon). Both print
-  ``begin <n> <attempt>`` as a run begins, then pass a checkpoint, then print ``end <n>``.
+  ``begin <n> <attempt>`` as a run begins, then pass a checkpoint, then print ``end <n>``;
+  with ``PROCS_PIPELINE=1`` they subscribe with ``pipeline=True``.
 - ``file_publisher``: a task that publishes ``PROCS_COUNT`` messages ``p:<i>`` to key
   ``k<i % 3>`` of ``PROCS_FILE``, printing ``ack <i>`` after each publish returned, then
   ``done``.
@@ -52,7 +53,9 @@ def _redis_consumer(name: str, source: object) -> App:
     app = App(name)
     broker = app.broker(RedisBroker(os.environ["PROCS_URL"]))
 
-    @broker.subscriber(source, block=50, max_attempts=5)  # type: ignore[arg-type]
+    pipeline = os.environ.get("PROCS_PIPELINE") == "1"
+
+    @broker.subscriber(source, block=50, max_attempts=5, pipeline=pipeline)  # type: ignore[arg-type]
     async def handle(n: int, ctx: Context) -> None:
         _print(f"begin {n} {ctx.attempt}")
         await trio.lowlevel.checkpoint()

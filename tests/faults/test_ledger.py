@@ -160,6 +160,57 @@ def test_an_id_is_an_int_or_a_str(ledger: Ledger) -> None:
     assert not ledger.path.read_bytes()
 
 
+@pytest.mark.parametrize("bad", ["x", "2", 1.5, None, True, False])
+def test_an_attempt_that_is_not_an_int_is_a_type_error_when_recorded(
+    ledger: Ledger, bad: object
+) -> None:
+    with pytest.raises(TypeError, match=f"attempt is an int >= 1.*not {bad!r}"):
+        ledger.run_began(1, bad)  # type: ignore[arg-type]
+    if bad is not None:  # run_ended's attempt=None means the latest run
+        with pytest.raises(TypeError, match="attempt"):
+            ledger.run_ended(1, "ack", attempt=bad)  # type: ignore[arg-type]
+    assert not ledger.path.read_bytes()
+    ledger.check()  # the ledger stays readable
+
+
+@pytest.mark.parametrize("bad", [0, -1])
+def test_an_attempt_below_one_is_a_value_error_when_recorded(ledger: Ledger, bad: int) -> None:
+    with pytest.raises(ValueError, match=f"attempt is an int >= 1.*not {bad}"):
+        ledger.run_began(1, bad)
+    with pytest.raises(ValueError, match="attempt"):
+        ledger.run_ended(1, "ack", attempt=bad)
+    assert not ledger.path.read_bytes()
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"t":"run","id":1,"a":"x","pid":1}',
+        b'{"t":"run","id":1,"a":null,"pid":1}',
+        b'{"t":"run","id":1,"a":1.5,"pid":1}',
+        b'{"t":"run","id":1,"a":0,"pid":1}',
+        b'{"t":"run","id":1,"a":1,"pid":"me"}',
+        b'{"t":"ended","id":1,"o":"ack","a":"2","pid":1}',
+        b'{"t":"ended","id":1,"o":7,"pid":1}',
+        b'{"t":"settled","id":1,"how":null,"pid":1}',
+        b'{"t":"published","id":true,"pid":1}',
+        b'{"t":"published","id":[1],"pid":1}',
+        b'{"t":"published","id":1,"lane":{},"pid":1}',
+    ],
+)
+def test_a_line_another_writer_left_that_check_cannot_read_is_a_ledger_error_naming_it(
+    ledger: Ledger, line: bytes
+) -> None:
+    ledger.published(1)
+    with ledger.path.open("ab") as file:
+        file.write(line + b"\n")
+    ledger.published(2)
+    for reader in (ledger, Ledger(ledger.path)):  # every process, and every later check
+        for _ in range(2):
+            with pytest.raises(LedgerError, match=rf"{ledger.path}, line 2: not a record"):
+                reader.check()
+
+
 def test_a_closed_ledger_refuses_records(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "l")
     ledger.close()

@@ -8,6 +8,7 @@ the next process recovers it — nothing lost, nothing garbled, an attempt count
 from __future__ import annotations
 
 import fcntl
+import math
 import signal
 from collections import defaultdict
 from collections.abc import AsyncIterator, Iterator
@@ -19,6 +20,7 @@ from tests.file.apps import write_numbers
 from tests.redis_servers import RedisServer
 from tests.redis_servers import redis_server as start_redis_server
 from trio_streams.file import TruncatedError
+from trio_streams.file.format import HEADER_SIZE
 from trio_streams.file.reader import FileReader
 from trio_streams.file.writer import StreamWriter
 from trio_streams.redis.client import RedisClient, connect
@@ -237,6 +239,64 @@ def test_bad_arguments_are_refused_at_once() -> None:
     assert str(KillPoint.between_settle_and_flush()) == "between_settle_and_flush(1)"
 
 
+async def test_during_append_counts_only_writes_of_frames_never_a_new_files_header(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "new.ss"  # no file yet: the writer writes its header first
+    script = tmp_path / "writer.py"
+    script.write_text(
+        "import sys\nfrom trio_streams.file.writer import StreamWriter\n"
+        "with StreamWriter(sys.argv[1]) as w:\n"
+        "    for i in range(10):\n"
+        "        w.publish('k', b'm%d' % i)\n"
+        "        print('ack', i, flush=True)\n"
+    )
+    async with AppProcess(script, path, kill_at=KillPoint.during_append(1)) as p:
+        assert await p.killed() == -signal.SIGKILL
+    assert not [line for line in p.lines() if line.startswith("ack ")]  # the 1st publish cut
+    payloads, cut = read(path)
+    assert payloads == []
+    assert cut is not None  # a whole header, then part of the first frame
+    assert path.stat().st_size > HEADER_SIZE
+
+
+@pytest.mark.parametrize(
+    "option", [["--workers=2"], ["--workers", "2"], ["--work=2"], ["--reload"], ["--rel"]]
+)
+def test_every_spelling_of_workers_or_reload_is_refused_with_a_kill_point(
+    option: list[str],
+) -> None:
+    with pytest.raises(ValueError, match="--workers and --reload"):
+        AppProcess("m:app", *option, kill_at=KillPoint.after_deliveries(3))
+    AppProcess("m:app", *option)  # without a kill point, nothing to arm: allowed
+
+
+def test_a_kill_point_is_a_kill_point_not_its_name() -> None:
+    with pytest.raises(TypeError, match=r"kill_at is a KillPoint.*'inside_handler'"):
+        AppProcess("m:app", kill_at="inside_handler")  # type: ignore[arg-type]
+
+
+def test_a_path_is_taken_as_a_target_and_a_bad_target_is_refused_naming_it() -> None:
+    assert AppProcess(Path("x.py")).describe() == "python x.py"
+    assert AppProcess(Path("pkg/mod")).describe() == "python -m pkg/mod"
+    for bad in ("", "  ", ":app", "m:"):
+        with pytest.raises(ValueError, match=f"target is .*not {bad!r}"):
+            AppProcess(bad)
+    with pytest.raises(TypeError, match=r"target is .*not 3"):
+        AppProcess(3)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -1, 0])
+def test_a_timeout_that_is_not_finite_and_positive_is_refused(bad: float) -> None:
+    with pytest.raises(ValueError, match=f"timeout must be finite and > 0 seconds, not {bad}"):
+        AppProcess("m:app", timeout=bad)
+
+
+def test_a_timeout_that_is_not_a_number_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="timeout is a number of seconds, not '5'"):
+        AppProcess("m:app", timeout="5")  # type: ignore[arg-type]
+
+
 def test_every_internal_the_kill_points_wrap_still_exists() -> None:
     check_internals()  # fails naming the one renamed
     assert {path for _, path, _ in INTERNALS} >= {
@@ -395,5 +455,24 @@ async def test_killed_between_a_settle_and_its_flush_the_message_is_never_lost(
         assert runs[1] == [1]
     else:
         assert runs[1] == [1, 1]  # delivered again and handled again: a duplicate
+    assert _ended(first + second) == set(range(1, 7))  # never lost
+    assert await _outstanding(redis, kind) == 0
+
+
+@pytest.mark.parametrize("kind", ["group_consumer", "list_consumer"])
+async def test_with_the_pipeline_a_settle_killed_before_its_flush_runs_again_on_this_machine(
+    redis_server: RedisServer, redis: RedisClient, kind: str
+) -> None:
+    await _load(redis, kind, 6)
+    env = {"PROCS_URL": redis_server.url, "PROCS_KEY": "jobs", "PROCS_PIPELINE": "1"}
+    async with app(kind, kill_at=KillPoint.between_settle_and_flush(1), env=env) as p:
+        assert await p.killed() == -signal.SIGKILL
+    first = p.lines()
+    assert _ended(first) == {1}
+    # The handler's segment was in the flush that never went out: the journal does not say
+    # the run finished, so the successor on the same machine runs the message again.
+    second = (await _finish(redis_server, kind, 6, first, {"PROCS_PIPELINE": "1"})).lines()
+    runs = _runs(first + second)
+    assert runs[1] == [1, 2]  # run again, the killed run counted as an attempt
     assert _ended(first + second) == set(range(1, 7))  # never lost
     assert await _outstanding(redis, kind) == 0

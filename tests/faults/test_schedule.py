@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import trio
 
 from trio_streams.redis.client import RedisError, connect
 from trio_streams.testing.faults import FAULT_KINDS, FaultProxy, FaultSchedule
+from trio_streams.testing.faults.plan import MAX_SCHEDULE_STEPS
 
 
 def test_the_same_seed_gives_the_same_sequence_of_faults() -> None:
@@ -52,3 +55,37 @@ async def test_run_schedule_applies_the_plan_in_order_and_heals_each_fault(
     assert proxy.faults == []  # every standing fault healed
     assert sum(proxy.injected.values()) > 0
     assert set(proxy.injected) <= set(FAULT_KINDS)
+
+
+@pytest.mark.parametrize(
+    ("fields", "name"),
+    [
+        ({"every": math.nan}, "every"),
+        ({"every": math.inf}, "every"),
+        ({"duration": math.nan}, "duration"),
+        ({"duration": math.inf}, "duration"),
+        ({"duration": -1}, "duration"),
+        ({"hold": -1}, "hold"),
+        ({"hold": math.nan}, "hold"),
+        ({"hold": math.inf}, "hold"),
+    ],
+)
+def test_a_schedules_times_are_checked_at_construction_so_plan_never_fails(
+    fields: dict[str, float], name: str
+) -> None:
+    with pytest.raises(ValueError, match=f"{name}="):
+        FaultSchedule(**fields)  # type: ignore[arg-type]
+
+
+def test_a_schedules_times_that_are_not_numbers_are_a_type_error_naming_them() -> None:
+    with pytest.raises(TypeError, match="every is a number of seconds, not '1'"):
+        FaultSchedule(every="1")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="hold"):
+        FaultSchedule(hold=True)
+
+
+def test_a_schedule_of_more_steps_than_the_bound_is_refused_naming_it() -> None:
+    with pytest.raises(ValueError, match="MAX_SCHEDULE_STEPS"):
+        FaultSchedule(every=1e-9, duration=1000)
+    at_bound = FaultSchedule(every=1, duration=MAX_SCHEDULE_STEPS)
+    assert at_bound.every == 1  # the bound itself is allowed (not planned here: a million)

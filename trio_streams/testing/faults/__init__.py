@@ -25,6 +25,7 @@ from .ledger import (
 from .ledger_middleware import LedgerMiddleware, ledger_middleware
 from .plan import (
     FAULT_KINDS,
+    MAX_SCHEDULE_STEPS,
     Fault,
     FaultKind,
     FaultSchedule,
@@ -48,6 +49,7 @@ __all__: list[str] = [
     "FAULT_KINDS",
     "FRAME_FIELDS",
     "MAX_LINE",
+    "MAX_SCHEDULE_STEPS",
     "AppProcess",
     "AppProcessError",
     "Fault",

@@ -16,8 +16,9 @@ The point is armed from inside, so it is hit exactly, never by a timer:
 - ``between_settle_and_flush:N`` — the N-th acknowledgement (ack or drop) that enters a Redis
   pipeline window (a group's or a reliable list's: ``Window.consumed``) fires it, once it is in
   the window and before any flush could send it.
-- ``during_append:N`` — the N-th write of a stream-file writer (``StreamWriter._write_at``, where
-  the writer holds the file's lock): half of the bytes are written, then it fires.
+- ``during_append:N`` — the N-th write of frames by a stream-file writer
+  (``StreamWriter._write_at``, where the writer holds the file's lock; a new file's header, at
+  offset 0, is not counted): half of the bytes are written, then it fires.
 
 Firing writes ``reached KIND N`` to the report descriptor, waits for a byte on the hold
 descriptor if there is one (the whole process stands still meanwhile: the parent looks at what it
@@ -229,13 +230,15 @@ def _arm_window(arm: _Arm) -> None:
 
 
 def _arm_writer(arm: _Arm) -> None:
+    from trio_streams.file.format import HEADER_SIZE
     from trio_streams.file.writer import StreamWriter
 
     write_at = StreamWriter._write_at
 
     @functools.wraps(write_at)
     def armed_write_at(self: StreamWriter, data: bytes, offset: int) -> None:
-        if not arm.hit("during_append"):
+        # A new file's header (at offset 0) is not a write of frames: it is not counted.
+        if offset < HEADER_SIZE or not arm.hit("during_append"):
             write_at(self, data, offset)
             return
         part = max(1, len(data) // 2) if len(data) > 1 else 0

@@ -53,9 +53,15 @@ class History:
     _open: dict[tuple[int, Id], list[_Run]] = field(default_factory=dict)
     _settles: dict[Id, list[str]] = field(default_factory=dict)
     _effects: Counter[Id] = field(default_factory=Counter)
+    #: The error of the first line that could not be read: every later read raises it again.
+    _broken: LedgerError | None = None
 
     def read_new(self) -> None:
-        """Fold in the whole lines appended since the last read."""
+        """Fold in the whole lines appended since the last read; :class:`LedgerError` naming
+        the line for one that is not a record this ledger writes (and again at every later
+        read: what follows it cannot be taken for the whole history)."""
+        if self._broken is not None:
+            raise self._broken
         try:
             with self.path.open("rb") as file:
                 file.seek(self._offset)
@@ -69,7 +75,11 @@ class History:
             return
         for raw in complete.split(b"\n"):
             self._lines += 1
-            self._fold(self._parse(raw))
+            try:
+                self._fold(self._parse(raw))
+            except LedgerError as error:
+                self._broken = error
+                raise
 
     def _parse(self, raw: bytes) -> dict[str, Any]:
         try:
@@ -80,6 +90,11 @@ class History:
             ) from exc
         if not isinstance(record, dict) or "t" not in record or "id" not in record:
             raise LedgerError(f"ledger {self.path}, line {self._lines}: not a record: {raw[:80]!r}")
+        problem = _field_problem(record)
+        if problem is not None:
+            raise LedgerError(
+                f"ledger {self.path}, line {self._lines}: not a record ({problem}): {raw[:80]!r}"
+            )
         return record
 
     def _fold(self, record: dict[str, Any]) -> None:
@@ -196,3 +211,39 @@ class History:
                 else:
                     latest = (began, ident)
         return breaks
+
+
+def is_id(value: object) -> bool:
+    """Whether ``value`` may be a message's id or a lane: an int or a str, not a bool."""
+    return isinstance(value, int | str) and not isinstance(value, bool)
+
+
+def is_attempt(value: object) -> bool:
+    """Whether ``value`` is an attempt number: an int >= 1, not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _field_problem(record: dict[str, Any]) -> str | None:
+    """What is wrong with a record's fields, or None if it is one the ledger writes."""
+    kind = record["t"]
+    if not is_id(record["id"]):
+        return f"its id {record['id']!r} is not an int or a str"
+    pid = record.get("pid", 0)
+    if isinstance(pid, bool) or not isinstance(pid, int):
+        return f"its pid {pid!r} is not an int"
+    if kind == "published":
+        lane = record.get("lane")
+        if lane is not None and not is_id(lane):
+            return f"its lane {lane!r} is not an int or a str"
+    elif kind == "run":
+        if not is_attempt(record.get("a", 1)):
+            return f"its attempt {record.get('a')!r} is not an int >= 1"
+    elif kind == "ended":
+        attempt = record.get("a")
+        if attempt is not None and not is_attempt(attempt):
+            return f"its attempt {attempt!r} is not an int >= 1"
+        if not isinstance(record.get("o"), str):
+            return f"its outcome {record.get('o')!r} is not a str"
+    elif kind == "settled" and not isinstance(record.get("how"), str):
+        return f"its settle {record.get('how')!r} is not a str"
+    return None

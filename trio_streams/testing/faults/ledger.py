@@ -47,7 +47,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final, Literal
 
-from ._ledger_history import History, Id, Lane, LedgerError
+from ._ledger_history import History, Id, Lane, LedgerError, is_attempt
 from .ledger_report import LedgerReport, OrderBreak
 
 __all__ = [
@@ -105,14 +105,18 @@ class Ledger:
 
     def run_began(self, id: Id, attempt: int = 1) -> None:
         """A handler run of ``id`` begins (its ``attempt``, 1 the first time). Write it before
-        the handler's first line: a run the process dies in is then on record."""
+        the handler's first line: a run the process dies in is then on record. ``attempt`` is
+        an int >= 1 (not a bool): ``TypeError`` or ``ValueError`` otherwise, nothing written."""
         _check_id(id, self.path)
+        _check_attempt(attempt, self.path)
         self._write({"t": "run", "id": id, "a": attempt})
 
     def run_ended(self, id: Id, outcome: RunOutcome, *, attempt: int | None = None) -> None:
         """The latest run of ``id`` this process began (of ``attempt``, when given) ended with
         ``outcome``; ``"not-run"`` takes that run back: the handler was not called."""
         _check_id(id, self.path)
+        if attempt is not None:
+            _check_attempt(attempt, self.path)
         if outcome not in _OUTCOMES:
             raise ValueError(f"{self.path}: a run ends with one of {sorted(_OUTCOMES)}")
         self._write({"t": "ended", "id": id, "o": outcome, "a": attempt})
@@ -174,7 +178,9 @@ class Ledger:
         - ``at_most_once``: the transport may lose messages by design (Pub/Sub, simple lists):
           what would be lost is counted apart, as dropped as the transport allows.
 
-        Reads only what was appended since the last check, so a test may poll it.
+        Reads only what was appended since the last check, so a test may poll it. A line that
+        is not a record this ledger writes (written by something else) raises
+        :class:`LedgerError` naming the file and the line, at this check and every later one.
         """
         self._history.read_new()
         return self._history.report(
@@ -216,3 +222,10 @@ def _check_id(value: object, path: Path, *, what: str = "id") -> None:
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise TypeError(f"ledger {path}: a{'n' if what == 'id' else ''} {what} is an int or a "
                         f"str, not {type(value).__name__}")  # fmt: skip
+
+
+def _check_attempt(value: object, path: Path) -> None:
+    if not is_attempt(value):
+        raise (ValueError if isinstance(value, int) and not isinstance(value, bool) else TypeError)(
+            f"ledger {path}: attempt is an int >= 1 (1 the first run), not {value!r}"
+        )

@@ -8,25 +8,36 @@ of :class:`ScheduledFault` every time.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import TYPE_CHECKING, Final, Literal, get_args
+
+from ...errors import TrioStreamsError
 
 if TYPE_CHECKING:
     from .proxy import FaultProxy
 
 __all__ = [
     "FAULT_KINDS",
+    "MAX_SCHEDULE_STEPS",
     "Fault",
     "FaultKind",
     "FaultSchedule",
     "Match",
     "ProxyConnection",
+    "ProxyError",
     "ScheduledFault",
     "issued",
     "named",
 ]
+
+
+class ProxyError(TrioStreamsError):
+    """The proxy was used in a way it cannot serve (not started, started twice, bad arguments,
+    a ``match=`` predicate that raised); the message says which."""
+
 
 #: Every kind of fault the proxy injects; :attr:`FaultProxy.injected` counts by these names.
 FaultKind = Literal[
@@ -107,7 +118,10 @@ class Fault:
     healed: bool = False
 
     def matches(self, connection: ProxyConnection) -> bool:
-        return self.match is None or bool(self.match(connection))
+        """Whether this fault applies to ``connection``. A predicate that raises is a bug of the
+        test, not a fault: it comes out as :class:`ProxyError` naming the predicate, the fault
+        and the connection, with the predicate's error as its cause."""
+        return self.match is None or call_match(self.match, self.kind, connection)
 
     def heal(self) -> None:
         """End this fault: held connections flow again, new ones are served."""
@@ -141,10 +155,18 @@ DEFAULT_SCHEDULE_KINDS: tuple[FaultKind, ...] = (
 )
 
 
+#: The most steps a :class:`FaultSchedule` may plan (``duration / every``).
+MAX_SCHEDULE_STEPS: Final = 1_000_000
+
+
 @dataclass(frozen=True)
 class FaultSchedule:
     """A seeded mix of faults: one every ``every`` seconds for ``duration`` seconds, each of a
     kind drawn from ``kinds`` and held ``hold`` seconds (default: half of ``every``).
+
+    Every time is a finite number of seconds >= 0 (``every`` > 0), and ``duration / every``
+    at most :data:`MAX_SCHEDULE_STEPS`; construction raises ``ValueError`` (``TypeError`` for
+    what is not a number) naming the field otherwise, so :meth:`plan` never fails.
 
     The same seed gives the same :meth:`plan` (kinds, times and parameters), so a failure seen
     under one seed can be run again.
@@ -157,10 +179,26 @@ class FaultSchedule:
     hold: float | None = None
 
     def __post_init__(self) -> None:
-        if self.every <= 0 or self.duration < 0:
+        for name in ("every", "duration", "hold"):
+            value = getattr(self, name)
+            if name == "hold" and value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise TypeError(f"FaultSchedule: {name} is a number of seconds, not {value!r}")
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(
+                    f"FaultSchedule: {name} must be finite and >= 0 seconds (got {name}={value!r})"
+                )
+        if self.every <= 0:
             raise ValueError(
                 f"FaultSchedule: every must be > 0 and duration >= 0 "
                 f"(got every={self.every}, duration={self.duration})"
+            )
+        steps = self.duration / self.every
+        if steps > MAX_SCHEDULE_STEPS:
+            raise ValueError(
+                f"FaultSchedule: duration={self.duration} every={self.every} makes {steps:.3g} "
+                f"steps, over MAX_SCHEDULE_STEPS ({MAX_SCHEDULE_STEPS}): a longer every?"
             )
         unknown = set(self.kinds) - set(FAULT_KINDS)
         if not self.kinds or unknown:
@@ -191,3 +229,42 @@ def _params(kind: FaultKind, rng: random.Random) -> tuple[tuple[str, float], ...
     if kind == "drip":
         return (("chunk", rng.randint(1, 64)), ("every", rng.uniform(0.0005, 0.005)))
     return ()
+
+
+def check_count(where: str, name: str, value: object) -> int:
+    """``value`` as a count of at least 1 (an int, not a bool), else :class:`ProxyError` naming
+    ``name`` and the value."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ProxyError(f"{where}: {name} must be an int >= 1, not {value!r}")
+    if value < 1:
+        raise ProxyError(f"{where}: {name} must be >= 1 (got {value!r})")
+    return value
+
+
+def check_seconds(where: str, name: str, value: object) -> float:
+    """``value`` as a finite number of seconds >= 0 (an int or a float, not a bool), else
+    :class:`ProxyError` naming ``name`` and the value."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ProxyError(f"{where}: {name} must be a number of seconds, not {value!r}")
+    if not math.isfinite(value) or value < 0:
+        raise ProxyError(f"{where}: {name} must be finite and >= 0 seconds (got {value!r})")
+    return float(value)
+
+
+def check_match(where: str, match: object) -> Match | None:
+    """``match`` as a predicate (a callable) or None, else :class:`ProxyError`."""
+    if match is not None and not callable(match):
+        raise ProxyError(f"{where}: match= must be a predicate on a connection, not {match!r}")
+    return match
+
+
+def call_match(match: Match, kind: FaultKind, connection: ProxyConnection) -> bool:
+    """``match(connection)``; an error it raises comes out as :class:`ProxyError` naming the
+    predicate, the fault's ``kind`` and the connection, with the error as its cause."""
+    try:
+        return bool(match(connection))
+    except Exception as exc:
+        raise ProxyError(
+            f"FaultProxy: the match= predicate {match!r} of a {kind} fault raised "
+            f"{type(exc).__name__} on connection {connection.index}: {exc}"
+        ) from exc

@@ -20,6 +20,7 @@ point) if it never came, or :class:`KillPointMissed` if the process ended first.
 
 from __future__ import annotations
 
+import math
 import os
 import signal as signals
 import subprocess
@@ -71,6 +72,31 @@ class KillPointMissed(AppProcessError):
 class UnexpectedExit(AppProcessError):
     """The process ended otherwise than expected: not of the signal it was sent, or not within
     the time given."""
+
+
+def _check_target(target: object) -> str:
+    """``target`` as a string (a path is taken as a script's or module's path), else a
+    ``TypeError``/``ValueError`` naming it."""
+    if isinstance(target, os.PathLike):
+        target = os.fspath(target)
+    if not isinstance(target, str):
+        raise TypeError(
+            f"AppProcess: target is 'module:app', a script's path or a module's name, "
+            f"not {target!r}"
+        )
+    if not target.strip() or target.startswith(":") or target.endswith(":"):
+        raise ValueError(
+            f"AppProcess: target is 'module:app', a script's path or a module's name, "
+            f"not {target!r}"
+        )
+    return target
+
+
+def _runs_elsewhere(arg: str) -> bool:
+    """Whether ``arg`` is ``--workers`` or ``--reload`` (or ``--workers=N``, or a prefix the
+    command line takes for one), which run the app in processes of their own."""
+    name = arg.split("=", 1)[0]
+    return len(name) > 2 and any(option.startswith(name) for option in ("--workers", "--reload"))
 
 
 class _Captured:
@@ -133,7 +159,8 @@ class KillPoint:
     @classmethod
     def during_append(cls, n: int = 1) -> KillPoint:
         """In the ``n``-th write of a stream-file writer of the process (a publish, a flush),
-        holding the file's lock, with half of the write's bytes in the file."""
+        holding the file's lock, with half of the write's bytes in the file. Only writes of
+        frames count: a new file's header is not one."""
         return cls("during_append", n)
 
     def __str__(self) -> str:
@@ -159,7 +186,7 @@ class AppProcess:
 
     def __init__(
         self,
-        target: str,
+        target: str | os.PathLike[str],
         *args: str | os.PathLike[str] | int | float,
         kill_at: KillPoint | None = None,
         signal: int = signals.SIGKILL,
@@ -168,6 +195,16 @@ class AppProcess:
         hold: bool = False,
         timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
+        target = _check_target(target)
+        if kill_at is not None and not isinstance(kill_at, KillPoint):
+            raise TypeError(
+                f"AppProcess: kill_at is a KillPoint (KillPoint.inside_handler(1), ...) or None, "
+                f"not {kill_at!r}"
+            )
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+            raise TypeError(f"AppProcess: timeout is a number of seconds, not {timeout!r}")
+        if not math.isfinite(timeout) or timeout <= 0:
+            raise ValueError(f"AppProcess: timeout must be finite and > 0 seconds, not {timeout!r}")
         if hold and kill_at is None:
             raise ValueError(
                 "AppProcess: hold=True holds the process at its kill_at point: give one"
@@ -184,7 +221,7 @@ class AppProcess:
         self.timeout = timeout
         if ":" in target:
             self._how = "run"
-            if kill_at is not None and {"--workers", "--reload"} & set(self.args):
+            if kill_at is not None and any(map(_runs_elsewhere, self.args)):
                 raise ValueError(
                     "AppProcess: --workers and --reload run the app in processes of their own, "
                     "where no kill point is armed: leave them out"

@@ -34,14 +34,19 @@ from typing import Any, Literal, Protocol, Self
 
 import trio
 
-from ...errors import TrioStreamsError
+from ...groups import raise_lone_errors
 from .plan import (
     Fault,
     FaultKind,
     FaultSchedule,
     Match,
     ProxyConnection,
+    ProxyError,
     ScheduledFault,
+    call_match,
+    check_count,
+    check_match,
+    check_seconds,
 )
 from .resp import CommandCounter, RespError, SeenCommand
 
@@ -56,11 +61,6 @@ HISTORY = 100_000
 
 Direction = Literal["to_server", "to_client"]
 _Ending = Literal["cut", "reset", "closed"]
-
-
-class ProxyError(TrioStreamsError):
-    """The proxy was used in a way it cannot serve (not started, started twice, bad arguments);
-    the message says which."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +117,11 @@ class FaultProxy:
     - :meth:`refuse_new` — reset new connections as soon as they are accepted;
     - :meth:`drip` — send replies a few bytes at a time.
 
+    Each fault checks its arguments when it is called (counts are ints >= 1, times finite
+    seconds >= 0, ``match`` a callable) and raises :class:`ProxyError` naming a bad one, so no
+    connection ever meets it. A predicate that raises stops the proxy with a
+    :class:`ProxyError` (see :meth:`serve`).
+
     Standing faults return a :class:`Fault` whose ``heal()`` ends it; :meth:`heal` ends all.
     :attr:`injected` counts injections by kind (a fault counts once per connection it hits).
     ``seed`` drives every choice the proxy makes (where a reply is cut by
@@ -139,6 +144,9 @@ class FaultProxy:
         self._serving: trio.CancelScope | None = None
         self._stopped = trio.Event()
         self._stack: AsyncExitStack | None = None
+        self._failure: ProxyError | None = None
+        #: The scope of the ``async with proxy`` block, cancelled by a failure of the proxy.
+        self._block: trio.CancelScope | None = None
         #: Faults injected, by kind.
         self.injected: Counter[str] = Counter()
         #: Every injection in order (the last :data:`HISTORY`).
@@ -180,7 +188,11 @@ class FaultProxy:
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Listen and forward until cancelled or :meth:`aclose`; ``started`` once listening.
 
-        Cancelling it closes the listener and every connection through the proxy."""
+        Cancelling it closes the listener and every connection through the proxy. A ``match=``
+        predicate that raises stops the proxy: the connection it was asked about is reset, and
+        ``serve`` (so ``async with proxy``, whose block it cancels) raises :class:`ProxyError`
+        naming the predicate, with the predicate's error as its cause — a bug of the test is
+        never taken for an injected fault."""
         if self._serving is not None:
             raise ProxyError("FaultProxy: serve() called twice; a proxy serves once")
         self._serving = trio.CancelScope()
@@ -194,6 +206,17 @@ class FaultProxy:
                     task_status.started()
         finally:
             self._stopped.set()
+            if self._failure is not None:  # wins over the cancellation that ended the serving
+                raise self._failure
+
+    def _fail(self, error: ProxyError) -> None:
+        """Stop the proxy with ``error`` (the first one wins), raised from :meth:`serve`."""
+        if self._failure is None:
+            self._failure = error
+        if self._block is not None:  # first, so the block meets no reset before it
+            self._block.cancel()
+        if self._serving is not None:
+            self._serving.cancel()
 
     async def aclose(self) -> None:
         """Stop listening and close every connection; returns once all are closed."""
@@ -213,6 +236,7 @@ class FaultProxy:
             await stack.aclose()
             raise
         stack.callback(nursery.cancel_scope.cancel)
+        self._block = nursery.cancel_scope
         self._stack = stack
         return self
 
@@ -225,16 +249,18 @@ class FaultProxy:
         stack, self._stack = self._stack, None
         if stack is None:
             return None
-        return await stack.__aexit__(exc_type, exc, tb)
+        with raise_lone_errors():  # the block's error (or the proxy's) leaves as itself
+            return await stack.__aexit__(exc_type, exc, tb)
 
     # -- faults --------------------------------------------------------------------------------
 
     def cut(self, *, match: Match | None = None) -> int:
         """Close the matching connections open now (the client reads EOF; the server sees the
         connection closed). Returns how many were cut."""
+        check_match("FaultProxy.cut", match)
         cut = 0
         for link in list(self._links.values()):
-            if link.ending is None and (match is None or match(link.connection)):
+            if link.ending is None and (match is None or call_match(match, "cut", link.connection)):
                 self._inject("cut", link)
                 link.end("cut")
                 cut += 1
@@ -250,12 +276,14 @@ class FaultProxy:
         forwards the Nth command to the server, then cuts: the server runs it, the client never
         reads its reply — the case where a client cannot know whether its write happened.
         """
+        where = "FaultProxy.cut_after"
         if (bytes is None) == (commands is None):
-            raise ProxyError("FaultProxy.cut_after: give exactly one of bytes= or commands=")
-        count = bytes if bytes is not None else commands
-        assert count is not None
-        if count < 1:
-            raise ProxyError(f"FaultProxy.cut_after: the count must be >= 1 (got {count})")
+            raise ProxyError(f"{where}: give exactly one of bytes= or commands=")
+        if bytes is not None:
+            check_count(where, "bytes", bytes)
+        else:
+            check_count(where, "commands", commands)
+        check_match(where, match)
         kind: FaultKind = "cut_after_bytes" if bytes is not None else "cut_after_commands"
         return self._add(
             Fault(kind, match, self, after_bytes=bytes, after_commands=commands), baseline=True
@@ -265,6 +293,7 @@ class FaultProxy:
         """Reset each matching connection in the middle of its next reply: part of the reply
         (a seeded share of the chunk read from the server) goes out, then an RST (SO_LINGER 0),
         so the client meets a connection reset with half a reply read."""
+        check_match("FaultProxy.reset_mid_reply", match)
         return self._add(Fault("reset_mid_reply", match, self))
 
     def delay(
@@ -273,25 +302,29 @@ class FaultProxy:
         """Hold each chunk for ``to_server`` seconds before it reaches the server and
         ``to_client`` seconds before it reaches the client (latency; the longest delay in
         force applies)."""
-        if to_server < 0 or to_client < 0:
-            raise ProxyError("FaultProxy.delay: delays must be >= 0")
+        to_server = check_seconds("FaultProxy.delay", "to_server", to_server)
+        to_client = check_seconds("FaultProxy.delay", "to_client", to_client)
+        check_match("FaultProxy.delay", match)
         return self._add(Fault("delay", match, self, to_server=to_server, to_client=to_client))
 
     def blackhole(self, *, match: Match | None = None) -> Fault:
         """Stop answering: matching connections (and new ones) stay open and nothing flows
         either way — a hung server or a partition. Once healed, what was held flows on."""
+        check_match("FaultProxy.blackhole", match)
         return self._add(Fault("blackhole", match, self))
 
     def refuse_new(self, *, match: Match | None = None) -> Fault:
         """Reset (RST) every new matching connection as soon as it is accepted; a predicate
         sees only its ``index`` and ``client`` then."""
+        check_match("FaultProxy.refuse_new", match)
         return self._add(Fault("refuse_new", match, self))
 
     def drip(self, *, chunk: int = 1, every: float = 0.001, match: Match | None = None) -> Fault:
         """Send replies to matching connections ``chunk`` bytes at a time, one chunk every
         ``every`` seconds (a slow or congested link)."""
-        if chunk < 1 or every < 0:
-            raise ProxyError("FaultProxy.drip: chunk must be >= 1 and every >= 0")
+        check_count("FaultProxy.drip", "chunk", chunk)
+        every = check_seconds("FaultProxy.drip", "every", every)
+        check_match("FaultProxy.drip", match)
         return self._add(Fault("drip", match, self, chunk=chunk, every=every))
 
     def heal(self) -> None:
@@ -309,6 +342,7 @@ class FaultProxy:
 
         Returns once the last step is healed; cancelling it heals the step in force.
         """
+        check_match("FaultProxy.run_schedule", match)
         start = trio.current_time()
         for step in schedule.plan():
             await trio.sleep_until(start + step.at)
@@ -387,7 +421,12 @@ class FaultProxy:
         connection = ProxyConnection(self._next_index, (str(peer[0]), int(peer[1])))
         self._next_index += 1
         link = _Link(connection, client)
-        refused = self._active("refuse_new", link)
+        try:
+            refused = self._active("refuse_new", link)
+        except ProxyError as error:  # a predicate raised
+            self._fail(error)
+            _close(client, reset=True)
+            return
         if refused:
             for fault in refused:
                 self._inject("refuse_new", link, fault)
@@ -430,6 +469,10 @@ class FaultProxy:
                 await self._forward(link, direction, target, data)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
+        except ProxyError as error:  # a predicate raised: stop the proxy with it
+            self._fail(error)
+            link.end("reset")
+            return
         link.end("closed")
 
     async def _flowing(self, link: _Link) -> None:
@@ -487,6 +530,8 @@ class FaultProxy:
             cutting = self._cut_due(link)
             if piece:
                 await self._send(link, direction, target, piece, ending=cutting)
+            else:  # nothing moved this turn: never spin without a checkpoint
+                await trio.lowlevel.checkpoint()
             if cutting:
                 link.end("cut")
                 await trio.lowlevel.checkpoint()
