@@ -3,4 +3,30 @@
 See docs/guides/testing-under-faults.md.
 """
 
-__all__: list[str] = []
+from .plan import (
+    FAULT_KINDS,
+    Fault,
+    FaultKind,
+    FaultSchedule,
+    Match,
+    ProxyConnection,
+    ScheduledFault,
+    issued,
+    named,
+)
+from .proxy import FaultEvent, FaultProxy, ProxyError
+
+__all__: list[str] = [
+    "FAULT_KINDS",
+    "Fault",
+    "FaultEvent",
+    "FaultKind",
+    "FaultProxy",
+    "FaultSchedule",
+    "Match",
+    "ProxyConnection",
+    "ProxyError",
+    "ScheduledFault",
+    "issued",
+    "named",
+]
