@@ -2,10 +2,10 @@
 tests.redis.ledger_app URL KIND KEY CONSUMER RUNLOG BEHAVIOUR COUNT WORKERS``.
 
 ``KIND`` is ``stream`` (a group ``g`` member, ``min_idle=1``) or ``list`` (a reliable list,
-heartbeat 1 s); ``CONSUMER`` its name (``-``: the default). Each run appends ``run <n> <attempt>
-<pid>`` to ``RUNLOG`` (``O_APPEND``: one whole line per write) as it begins, so a run that never
-returns (the process was killed in it) is on record; a run that returns appends ``done <n>``
-and prints ``handled <n>``. ``BEHAVIOUR``: ``ok``; ``slow`` (a millisecond of work);
+heartbeat 1 s); ``CONSUMER`` its name (``-``: the default). Each run is recorded in the ledger
+``RUNLOG`` (``trio_streams.testing.faults.Ledger``) as its handler's first line, so a run that
+never returns (the process was killed in it) is on record; a run that returns records its end
+(``ack``) and prints ``handled <n>``. ``BEHAVIOUR``: ``ok``; ``slow`` (a millisecond of work);
 ``poison:<n>`` (the run of ``n`` ends its process at once, ``os._exit``, as a crash would);
 ``slow-poison:<n>`` (the same, every run taking 0.3 s first).
 ``max_attempts=3``, dead letters to ``<KEY>.dead``. SIGTERM stops it gracefully.
@@ -20,6 +20,7 @@ import trio
 
 from trio_streams import App, Context, Position
 from trio_streams.redis import RedisBroker, RedisList, RedisStream
+from trio_streams.testing.faults import Ledger
 from trio_streams.transport import Source
 
 
@@ -37,7 +38,7 @@ def build(
         )
     else:
         source = RedisList(key, reliable=True, consumer=name, heartbeat=1.0, reap_every=0.2)
-    log = os.open(runlog, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    ledger = Ledger(runlog)
     poison = int(behaviour.partition(":")[2]) if "poison:" in behaviour else None
     pause = 0.3 if behaviour.startswith("slow-poison:") else 0.0
 
@@ -45,14 +46,14 @@ def build(
         source, count=count, workers=workers, block=50, max_attempts=3, dead_letter=f"{key}.dead"
     )
     async def handle(n: int, ctx: Context) -> None:
-        os.write(log, f"run {n} {ctx.attempt} {os.getpid()}\n".encode())
+        ledger.run_began(n, ctx.attempt)
         if pause:
             await trio.sleep(pause)
         if n == poison:
             os._exit(3)
         if behaviour == "slow":
             await trio.sleep(0.001)
-        os.write(log, f"done {n}\n".encode())
+        ledger.run_ended(n, "ack")
         print(f"handled {n}", flush=True)
 
     return app

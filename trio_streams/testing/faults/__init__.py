@@ -3,6 +3,16 @@
 See docs/guides/testing-under-faults.md.
 """
 
+from .ledger import (
+    MAX_LINE,
+    Ledger,
+    LedgerError,
+    LedgerReport,
+    OrderBreak,
+    RunOutcome,
+    SettleHow,
+)
+from .ledger_middleware import LedgerMiddleware, ledger_middleware
 from .plan import (
     FAULT_KINDS,
     Fault,
@@ -18,15 +28,24 @@ from .proxy import FaultEvent, FaultProxy, ProxyError
 
 __all__: list[str] = [
     "FAULT_KINDS",
+    "MAX_LINE",
     "Fault",
     "FaultEvent",
     "FaultKind",
     "FaultProxy",
     "FaultSchedule",
+    "Ledger",
+    "LedgerError",
+    "LedgerMiddleware",
+    "LedgerReport",
     "Match",
+    "OrderBreak",
     "ProxyConnection",
     "ProxyError",
+    "RunOutcome",
     "ScheduledFault",
+    "SettleHow",
     "issued",
+    "ledger_middleware",
     "named",
 ]
