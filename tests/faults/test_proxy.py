@@ -193,3 +193,119 @@ async def test_the_port_is_known_only_while_serving(server: RedisServer) -> None
         await nursery.start(proxy.serve)
         assert proxy.port > 0
         await proxy.aclose()
+
+
+async def read_until_broken(raw: trio.SocketStream) -> tuple[bytes, trio.BrokenResourceError]:
+    """What ``raw`` receives until it breaks (a reset); fails if it ends cleanly instead."""
+    received = b""
+    with trio.fail_after(STEP):
+        while True:
+            try:
+                chunk = await raw.receive_some()
+            except trio.BrokenResourceError as error:
+                return received, error
+            assert chunk, f"the connection ended cleanly after {received!r}, not with a reset"
+            received += chunk
+
+
+async def test_reset_mid_reply_sends_part_of_the_reply_then_an_rst(
+    server: RedisServer, proxy: FaultProxy
+) -> None:
+    server.command("SET", "big", b"x" * 200)
+    reply = b"$200\r\n" + b"x" * 200 + b"\r\n"
+    async with await trio.open_tcp_stream(proxy.host, proxy.port) as raw:
+        await raw.send_all(b"PING\r\n")
+        assert await raw.receive_some() == b"+PONG\r\n"
+        proxy.reset_mid_reply()
+        await raw.send_all(b"GET big\r\n")
+        received, error = await read_until_broken(raw)
+        assert isinstance(error.__cause__, ConnectionResetError)
+    assert 0 < len(received) < len(reply) and reply.startswith(received)
+    assert proxy.injected["reset_mid_reply"] == 1
+
+
+async def test_a_client_meets_a_reset_mid_reply_as_a_connection_error(proxy: FaultProxy) -> None:
+    async with connect(proxy.url) as redis, redis.connection() as connection:
+        await connection.execute("PING")
+        proxy.reset_mid_reply()
+        with trio.fail_after(STEP), pytest.raises(RedisConnectionError):
+            await connection.execute("ECHO", "x" * 100)
+
+
+async def received_before_reset(server: RedisServer, seed: int) -> list[int]:
+    """How many bytes of each of 5 replies got through before the reset, under ``seed``."""
+    server.command("SET", "big", b"x" * 200)
+    lengths = []
+    async with FaultProxy.in_front_of(server, seed=seed) as proxy:
+        proxy.reset_mid_reply()
+        for _ in range(5):
+            async with await trio.open_tcp_stream(proxy.host, proxy.port) as raw:
+                await raw.send_all(b"GET big\r\n")
+                received, _ = await read_until_broken(raw)
+                lengths.append(len(received))
+    return lengths
+
+
+async def test_the_same_seed_resets_replies_at_the_same_bytes(server: RedisServer) -> None:
+    first = await received_before_reset(server, seed=11)
+    assert await received_before_reset(server, seed=11) == first
+    assert await received_before_reset(server, seed=12) != first
+
+
+async def test_drip_delivers_replies_whole_a_few_bytes_at_a_time(
+    server: RedisServer, proxy: FaultProxy
+) -> None:
+    server.command("SET", "k", b"v" * 50)
+    async with await trio.open_tcp_stream(proxy.host, proxy.port) as raw:
+        proxy.drip(chunk=7, every=0.001)
+        await raw.send_all(b"GET k\r\n")
+        chunks: list[bytes] = []
+        with trio.fail_after(STEP):
+            while sum(map(len, chunks)) < 57:
+                chunks.append(bytes(await raw.receive_some()))
+    assert b"".join(chunks) == b"$50\r\n" + b"v" * 50 + b"\r\n"
+    assert max(map(len, chunks)) <= 7
+    assert proxy.injected["drip"] == 1
+
+
+async def test_a_client_reads_dripped_replies_as_if_nothing_happened(proxy: FaultProxy) -> None:
+    proxy.drip(chunk=3, every=0)
+    async with connect(proxy.url) as redis:
+        with trio.fail_after(STEP):
+            await redis.execute("SET", "k", "v" * 300)
+            assert await redis.execute("GET", "k") == b"v" * 300
+
+
+async def test_a_fault_matching_blmove_hits_only_the_connection_that_issued_it(
+    proxy: FaultProxy,
+) -> None:
+    async with (
+        connect(proxy.url) as redis,
+        redis.connection() as mover,
+        redis.connection() as other,
+    ):
+        await mover.execute("BLMOVE", "from", "to", "LEFT", "RIGHT", "0.01")
+        await other.execute("PING")
+        assert proxy.cut(match=issued("BLMOVE")) == 1
+        with trio.fail_after(STEP), pytest.raises(RedisConnectionError):
+            await mover.execute("PING")
+        assert await other.execute("PING") == b"PONG"
+
+
+async def test_a_connection_named_in_its_url_is_matched_by_name(proxy: FaultProxy) -> None:
+    async with (
+        connect(f"{proxy.url}?client_name=victim") as victim,
+        connect(proxy.url) as bystander,
+    ):
+        await victim.execute("PING")
+        await bystander.execute("PING")
+        assert [c.name for c in proxy.connections] == ["victim", None]
+        proxy.cut_after(commands=1, match=named("victim"))
+        with trio.fail_after(STEP), pytest.raises(RedisConnectionError):
+            await victim.execute("PING")
+        assert await bystander.execute("PING") == b"PONG"
+
+
+async def test_the_proxy_serves_once(proxy: FaultProxy) -> None:
+    with pytest.raises(ProxyError, match="twice"):
+        await proxy.serve()

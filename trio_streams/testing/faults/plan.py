@@ -172,12 +172,12 @@ class FaultSchedule:
         """The faults of this schedule, in order (a pure function of the fields)."""
         rng = random.Random(self.seed)
         hold = self.every / 2 if self.hold is None else self.hold
+        count = int(self.duration / self.every + 1e-9)
         steps = []
-        at = self.every
-        while at <= self.duration:
+        for step in range(1, count + 1):
             kind = rng.choice(self.kinds)
-            steps.append(ScheduledFault(round(at, 6), kind, hold, _params(kind, rng)))
-            at += self.every
+            at = round(step * self.every, 6)
+            steps.append(ScheduledFault(at, kind, hold, _params(kind, rng)))
         return steps
 
 
