@@ -18,6 +18,7 @@ import trio
 
 from tests.redis_servers import RedisClusterServers, RedisServer, redis_server
 from trio_streams.redis.client import connect
+from trio_streams.testing.faults import FaultProxy
 
 from .files_work import FileSize, files_rows
 from .history import Row
@@ -47,7 +48,7 @@ class Sizes:
     files: FileSize
 
     @classmethod
-    def for_minutes(cls, minutes: float) -> Sizes:
+    def for_minutes(cls, minutes: float, *, backlog_stops: int = 5) -> Sizes:
         # About a tenth of the time per workload: steady publishing plus settling and stops.
         seconds = max(1.0, minutes * 60 / len(NAMES) * 0.6)
         return cls(
@@ -56,6 +57,7 @@ class Sizes:
                 rate=200,
                 backlog=min(2000, int(100 * seconds)),
                 fault_every=max(0.4, seconds / 12),
+                backlog_stops=backlog_stops,
             ),
             files=FileSize(
                 writers=3,
@@ -78,10 +80,15 @@ def progress(row: Row, started: float) -> None:
 
 
 async def campaign(
-    *, seed: int, minutes: float, directory: Path, only: Sequence[str] = ()
+    *,
+    seed: int,
+    minutes: float,
+    directory: Path,
+    only: Sequence[str] = (),
+    backlog_stops: int = 5,
 ) -> list[Row]:
     """Run every workload (or those whose name holds one of ``only``); the rows, in order."""
-    sizes = Sizes.for_minutes(minutes)
+    sizes = Sizes.for_minutes(minutes, backlog_stops=backlog_stops)
     seeds = random.Random(seed)
     wanted = [name for name in NAMES if not only or any(word in name for word in only)]
     rows: list[Row] = []
@@ -101,11 +108,18 @@ async def campaign(
             assert server is not None
             async with AsyncExitStack() as stack:
                 redis = await stack.enter_async_context(connect(server.url))
+                proxy = None
+                if standalone is not None and where == "standalone":
+                    # (a cluster's clients follow the addresses its nodes give them: no proxy)
+                    proxy = await stack.enter_async_context(
+                        FaultProxy.in_front_of(standalone, seed=workload_seed)
+                    )
                 workload = Workload(
                     name=name,
                     kind=kind,
                     key=key,
-                    consumer_url=server.url,
+                    consumer_url=server.url if proxy is None else proxy.url,
+                    proxy=proxy,
                     redis=redis,
                     directory=directory,
                     seed=workload_seed,

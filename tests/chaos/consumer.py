@@ -1,4 +1,4 @@
-"""The campaign's consumer process: ``python -m tests.chaos.consumer KIND URL KEY CONSUMER RUNLOG
+"""The campaign's consumer process: ``python -m tests.chaos.consumer KIND URL KEY CONSUMER LEDGER
 SEED``.
 
 ``KIND`` picks the subscription: ``stream`` (a member of group ``g``), ``window`` (the same
@@ -7,27 +7,28 @@ list), ``simple`` (a simple list), ``channel`` (Pub/Sub) or ``file`` (a durable 
 stream file; ``URL`` is the file's path). ``CONSUMER`` names the group member, the reliable
 list's consumer or the durable consumer, so a restart takes back what the killed process held.
 
-Every handler run appends ``run <n> <attempt> <pid>`` to ``RUNLOG`` as it begins and ``done
-<n>`` when it returns, each with one ``os.write`` on an ``O_APPEND`` descriptor (lines from
-several processes never interleave), so a run cut short by a kill is on record. A run takes a
-random moment (0-2 ms, seeded), so settles finish out of order and a kill lands inside runs.
-Under ``window`` and ``atomic`` the handler queues ``HINCRBY <KEY>:effects <n> 1`` on its
-segment: the hash counts how many times each message's side effect was applied.
+Every handler run is written to the ledger at ``LEDGER`` (the kit's ``ledger_middleware``:
+``run`` as it begins, ``ended`` with its outcome, ``settled`` once the transport settled it), so
+a run cut short by a kill is on record. A run takes a random moment (0-2 ms, seeded), so
+settles finish out of order and a kill lands inside runs. Under ``window`` and ``atomic`` the
+handler queues ``HINCRBY <KEY>:effects <n> 1`` on its segment: the hash counts how many times
+each message's side effect was applied.
 
 It prints ``ready`` once started; SIGTERM stops it gracefully, SIGKILL is a crash.
 """
 
 from __future__ import annotations
 
-import os
 import random
 import sys
 
 import trio
 
 from trio_streams import App, Context, Position
+from trio_streams.delivery import Delivery
 from trio_streams.file import FileBroker, FilePosition, FileStream
 from trio_streams.redis import RedisBroker, RedisChannel, RedisList, RedisStream
+from trio_streams.testing.faults import Ledger, ledger_middleware
 from trio_streams.transport import Source
 
 SPAN = 10_000_000
@@ -41,18 +42,28 @@ def message_id(payload: bytes) -> int:
     return int(writer) * SPAN + int(rest.partition(b":")[0])
 
 
+def redis_id(delivery: Delivery) -> int:
+    return int(delivery.payload)
+
+
+def file_id(delivery: Delivery) -> int:
+    return message_id(delivery.payload)
+
+
 def effects_key(key: str) -> str:
     """The hash the windowed handlers increment, in the stream's hash slot."""
     return f"{key}:effects"
 
 
-def build(kind: str, url: str, key: str, consumer: str, runlog: str, seed: int) -> App:
+def build(kind: str, url: str, key: str, consumer: str, ledger_path: str, seed: int) -> App:
     if kind not in KINDS:
         raise SystemExit(f"KIND is one of {', '.join(KINDS)}, not {kind!r}")
-    app = App("chaos")
-    log = os.open(runlog, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    ledger = Ledger(ledger_path)
+    id_of = file_id if kind == "file" else redis_id
+    app = App("chaos", middlewares=[ledger_middleware(ledger, id_of=id_of)])
     rng = random.Random(seed)
     source: Source
+    broker: FileBroker | RedisBroker
     options: dict[str, object] = {"workers": 4}
     if kind == "file":
         broker = app.broker(FileBroker(url, existing_only=True, durable_interval=0.05))
@@ -81,12 +92,9 @@ def build(kind: str, url: str, key: str, consumer: str, runlog: str, seed: int) 
 
     @broker.subscriber(source, name="chaos", **options)  # type: ignore[arg-type]
     async def handle(payload: bytes, ctx: Context) -> None:
-        n = int(payload) if kind != "file" else message_id(payload)
-        os.write(log, b"run %d %d %d\n" % (n, ctx.attempt, os.getpid()))
         await trio.sleep(rng.random() * 0.002)
         if windowed:
-            ctx.pipeline.hincrby(effects_key(key), n, 1)
-        os.write(log, b"done %d\n" % n)
+            ctx.pipeline.hincrby(effects_key(key), int(payload), 1)
 
     @app.after_startup
     async def ready() -> None:
@@ -96,5 +104,5 @@ def build(kind: str, url: str, key: str, consumer: str, runlog: str, seed: int) 
 
 
 if __name__ == "__main__":
-    kind, url, key, consumer, runlog, seed = sys.argv[1:7]
-    build(kind, url, key, consumer, runlog, int(seed)).run()
+    kind, url, key, consumer, ledger_path, seed = sys.argv[1:7]
+    build(kind, url, key, consumer, ledger_path, int(seed)).run()

@@ -29,12 +29,14 @@ import trio
 
 from trio_streams.file.reader import FileReader
 from trio_streams.file.writer import StreamWriter
+from trio_streams.testing.faults import Ledger
 
 from .consumer import SPAN
-from .history import Row, Runs, order_breaks, row_from
+from .history import Row, order_breaks, row_from
 from .procs import Consumers
 
 ROOT = Path(__file__).resolve().parents[2]
+WRITE = (sys.executable, "-m", "tests.file.many_writers", "write")
 KEY = "k0"
 SETTLE_WITHIN = 90.0
 
@@ -60,8 +62,16 @@ class FileSize:
 
 def _writer(path: Path, writer: int, count: int, *extra: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.file.many_writers", "write", str(path), str(writer)]
-        + [str(count), "1", *extra],
+        [*WRITE, str(path), str(writer), str(count), "1", *extra],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _tail(path: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.file.many_writers", "follow", str(path)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -97,21 +107,16 @@ async def files_rows(directory: Path, seed: int, size: FileSize) -> list[Row]:
     rng = random.Random(seed)
     path = directory / "chaos.ss"
     StreamWriter(path, beacon_interval=1024).close()
-    tail = subprocess.Popen(
-        [sys.executable, "-m", "tests.file.many_writers", "follow", str(path)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )
+    tail = _tail(path)
     assert tail.stdout is not None
     ready = await trio.to_thread.run_sync(tail.stdout.readline)
     assert ready == b"ready\n", ready
-    logs = {prefix: directory / f"file-{prefix}.runs" for prefix in ("a", "b")}
+    ledgers = {prefix: Ledger(directory / f"file-{prefix}.ledger") for prefix in ("a", "b")}
     durable = {
         prefix: Consumers(
-            "file", str(path), KEY, logs[prefix], rng.randrange(1 << 30), 1, prefix=prefix
+            "file", str(path), KEY, ledger.path, rng.randrange(1 << 30), 1, prefix=prefix
         )
-        for prefix in logs
+        for prefix, ledger in ledgers.items()
     }
     faults: Counter[str] = Counter()
     acked: set[int] = set()
@@ -120,8 +125,7 @@ async def files_rows(directory: Path, seed: int, size: FileSize) -> list[Row]:
             await consumers.start_all()
         steady = [_writer(path, w, size.messages, "--batch", "50") for w in range(size.writers)]
         async with trio.open_nursery() as nursery:
-            done = trio.Event()
-            nursery.start_soon(_consumer_faults, durable, rng, size.kills, done)
+            nursery.start_soon(_consumer_faults, durable, rng, size.kills)
             for crash in range(size.crashes):
                 writer = 100 + crash
                 crasher = _writer(
@@ -137,11 +141,15 @@ async def files_rows(directory: Path, seed: int, size: FileSize) -> list[Row]:
                 if process.returncode != 0:
                     raise AssertionError(f"writer {w} exited {process.returncode}")
                 acked |= _acked(w, out)
-            done.set()
         in_file = _in_file(path)
         published = acked | {n for _, n in in_file}
+        for ledger in ledgers.values():
+            for n in sorted(published):
+                ledger.published(n)
         with trio.move_on_after(SETTLE_WITHIN):
-            while not all(published <= Runs.read(log).done for log in logs.values()):
+            while True:
+                if all(published <= ledger.check().handled for ledger in ledgers.values()):
+                    break
                 await trio.sleep(0.1)
         for consumers in durable.values():
             await consumers.stop_all()
@@ -159,15 +167,11 @@ async def files_rows(directory: Path, seed: int, size: FileSize) -> list[Row]:
     for consumers in durable.values():
         faults.update(consumers.faults)
     total = None
-    for prefix, log in logs.items():
+    for prefix, ledger in ledgers.items():
         mark = _watermark(path, f"{prefix}0")
         pending = {n for n in published if mark is None or seq_of.get(n, -1) > mark}
         row = row_from(
-            "stream file: durable consumers",
-            faults=faults,
-            published=published,
-            runs=Runs.read(log),
-            pending=pending,
+            "stream file: durable consumers", ledger.check(pending=pending), faults=faults
         )
         total = row if total is None else _add(total, row)
     assert total is not None
@@ -213,16 +217,11 @@ def _add(a: Row, b: Row) -> Row:
     )
 
 
-async def _consumer_faults(
-    durable: dict[str, Consumers], rng: random.Random, kills: int, done: trio.Event
-) -> None:
+async def _consumer_faults(durable: dict[str, Consumers], rng: random.Random, kills: int) -> None:
     """Kill or stop a durable consumer ``kills`` times, a random moment apart, while the
-    writers write (stops once they are done)."""
+    writers write and while the consumers catch up."""
     for _ in range(kills):
-        with trio.move_on_after(rng.uniform(0.1, 0.6)):
-            await done.wait()
-        if done.is_set():
-            return
+        await trio.sleep(rng.uniform(0.1, 0.6))
         consumers = durable[rng.choice(sorted(durable))]
         name = consumers.names[0]
         if rng.random() < 0.5:

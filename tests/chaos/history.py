@@ -1,12 +1,14 @@
-"""What a workload's consumers ran, read back from their run log, and the row it makes.
+"""What became of a workload's messages, from the kit's ledger, and the row it makes.
 
-The consumers (``tests.chaos.consumer``) append ``run <n> <attempt> <pid>`` as each handler
-run begins and ``done <n>`` as it returns. The workload knows what it published and asks the
-server (or the file) what is still unsettled; from those three the row is computed:
+The workload records what it published in the kit's ledger
+(:class:`~trio_streams.testing.faults.Ledger`), the consumers (``tests.chaos.consumer``) record
+each handler run and settle in it (``ledger_middleware``), and the workload asks the server (or
+the file) what is still unsettled; the ledger's check of those makes the row:
 
 - **lost**: published, neither handled to its end nor still pending — gone;
 - **settled without a run**: published, no longer pending, and no handler run ever began;
-- **duplicates**: handler runs beyond the first of each message;
+- **duplicates**: handler runs beyond the first of each message (a run that asked for a retry
+  excepted);
 - **order breaks**: within an ordered lane, a message first seen before one published ahead of
   it in the same lane (only where the transport promises an order);
 - **effects twice**: messages whose side effect (a hash field the handler's segment
@@ -21,33 +23,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
-
-@dataclass
-class Runs:
-    """The run log of one workload: runs begun per message, messages whose run returned, and
-    the order in which messages were first run."""
-
-    begun: Counter[int] = field(default_factory=Counter)
-    done: set[int] = field(default_factory=set)
-    first_seen: list[int] = field(default_factory=list)
-
-    @classmethod
-    def read(cls, path: Path) -> Runs:
-        runs = cls()
-        if not path.exists():
-            return runs
-        for line in path.read_bytes().splitlines():
-            parts = line.split()
-            if parts[:1] == [b"run"] and len(parts) == 4:
-                n = int(parts[1])
-                if n not in runs.begun:
-                    runs.first_seen.append(n)
-                runs.begun[n] += 1
-            elif parts[:1] == [b"done"] and len(parts) == 2:
-                runs.done.add(int(parts[1]))
-        return runs
+from trio_streams.testing.faults import LedgerReport
 
 
 def order_breaks(seen: Iterable[int], lane_of: Mapping[int, str]) -> int:
@@ -105,52 +82,45 @@ class Row:
 
 def row_from(
     transport: str,
+    report: LedgerReport,
     *,
     faults: Counter[str],
-    published: set[int],
-    runs: Runs,
-    pending: set[int],
     at_most_once: bool = False,
-    effects: Mapping[int, int] | None = None,
+    counts_effects: bool = False,
     effects_must_be_once: bool = False,
-    lanes: Mapping[int, str] | None = None,
-    also_settled: set[int] = frozenset(),  # type: ignore[assignment]
+    lanes: bool = False,
 ) -> Row:
-    """The row of a finished workload. ``pending``: published messages the transport still
-    holds unsettled (to be delivered again); ``also_settled``: messages settled another way
-    than by a handler run that the contract allows (none so far)."""
-    settled = published - pending
-    without_run = {n for n in settled if runs.begun[n] == 0} - also_settled
-    lost = published - runs.done - pending - without_run
-    duplicates = sum(count - 1 for n, count in runs.begun.items() if count > 1 and n in published)
-    twice = None if effects is None else sum(1 for v in effects.values() if v > 1)
+    """The row of a finished workload from its ledger's report (checked with what the server
+    still held). On an at-most-once transport a message taken off the server that no handler
+    ran (a consumer killed between its pop and its run) is the contract's drop too: it is
+    counted with the drops, not as settled without a run."""
+    without_run = report.settled_without_run
     row = Row(
         transport=transport,
         faults=faults,
-        messages=len(published),
-        lost=0 if at_most_once else len(lost | pending),
+        messages=len(report.published),
+        lost=len(report.lost),
         settled_without_run=0 if at_most_once else len(without_run),
-        duplicates=duplicates,
-        order_breaks=None if lanes is None else order_breaks(runs.first_seen, lanes),
-        effects_twice=twice,
-        dropped=len(lost | without_run | pending) if at_most_once else None,
+        duplicates=report.duplicate_runs,
+        order_breaks=len(report.order_breaks) if lanes else None,
+        effects_twice=len(report.effects_twice) if counts_effects else None,
+        dropped=len(report.dropped_as_allowed | without_run) if at_most_once else None,
         effects_must_be_once=effects_must_be_once,
     )
-    if not at_most_once:
-        if pending:
-            row.notes.append(f"{transport}: {len(pending)} still pending at the end")
-        if lost:
-            row.notes.append(f"{transport}: lost e.g. {sorted(lost)[:5]}")
-        if without_run:
-            row.notes.append(f"{transport}: settled without a run e.g. {sorted(without_run)[:5]}")
-    if effects is not None and effects_must_be_once:
-        missing = {n for n in runs.done if effects.get(n, 0) == 0} - pending
-        if missing:
-            row.notes.append(
-                f"{transport}: {len(missing)} handled and settled without their effect, "
-                f"e.g. {sorted(missing)[:5]}"
-            )
+    if report.lost:
+        row.notes.append(f"{transport}: lost {_some(report.lost)}")
+    if without_run and not at_most_once:
+        row.notes.append(f"{transport}: settled without a run {_some(without_run)}")
+    if report.unknown:
+        row.notes.append(f"{transport}: {len(report.unknown)} unknown ids run or settled")
+    if report.pending and not at_most_once:
+        row.notes.append(f"{transport}: still pending at the end {_some(report.pending)}")
     return row
+
+
+def _some(ids: set[int] | set[int | str]) -> str:
+    shown = sorted(ids, key=str)[:5]
+    return f"{len(ids)}, e.g. {shown}"
 
 
 def table(rows: list[Row]) -> str:

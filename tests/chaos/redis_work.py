@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,17 +25,27 @@ import trio
 from trio_streams.redis.client import RedisClient
 from trio_streams.redis.frames import encode_frame
 from trio_streams.redis.lists import processing_key
+from trio_streams.testing.faults import FaultKind, FaultProxy, FaultSchedule, Ledger
 
 from .consumer import effects_key
-from .history import Row, Runs, row_from
+from .history import Row, row_from
 from .procs import Consumers
+
+#: The proxy's faults the schedule mixes: every kind that cuts, stalls or slows a connection
+#: but ``cut_after_bytes``, whose pump can spin once the other direction of a connection is
+#: already ending (``FaultProxy._forward`` with a budget of 0 forwards nothing, and loops).
+PROXY_FAULTS: tuple[FaultKind, ...] = (
+    "cut",
+    "cut_after_commands",
+    "reset_mid_reply",
+    "delay",
+    "blackhole",
+    "refuse_new",
+    "drip",
+)
 
 #: Seconds a workload waits for its messages to settle once faults are healed.
 SETTLE_WITHIN = 90.0
-
-#: A proxy fault: injects one fault and returns a function that heals it (or ``None`` when
-#: the fault heals by itself, a cut); ``kind`` names it in the table's counts.
-ProxyFault = Callable[[random.Random], Awaitable[tuple[str, Callable[[], Awaitable[None]] | None]]]
 
 
 @dataclass(frozen=True)
@@ -48,6 +57,8 @@ class Size:
     rate: int
     backlog: int
     fault_every: float
+    #: How many times one consumer is stopped (and restarted) while the backlog drains.
+    backlog_stops: int = 5
 
     @property
     def messages(self) -> int:
@@ -68,10 +79,14 @@ class Workload:
     seed: int
     size: Size
     consumers: int = 2
-    proxy_faults: ProxyFault | None = None
-    #: Healing every proxy fault (``proxy.heal()``), called once faults end.
-    heal: Callable[[], Awaitable[None]] | None = None
+    #: The proxy the consumers reach the server through (``consumer_url`` is its URL), whose
+    #: seeded schedule of faults runs while messages are published.
+    proxy: FaultProxy | None = None
     published: set[int] = field(default_factory=set)
+    ledger: Ledger = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.ledger = Ledger(self.directory / f"{self.key}.ledger")
 
     @property
     def at_most_once(self) -> bool:
@@ -91,6 +106,8 @@ class Workload:
                 else:
                     pipeline.add("RPUSH", self.key, encode_frame(str(n).encode(), {}))
             (await pipeline.execute()).raise_first()
+            for n in items[start : start + 500]:
+                self.ledger.published(n)
             self.published.update(items[start : start + 500])
 
     async def steady(self, first: int) -> int:
@@ -108,90 +125,98 @@ class Workload:
 
     async def run(self) -> Row:
         rng = random.Random(self.seed)
-        runlog = self.directory / f"{self.name}.runs"
         procs = Consumers(
-            self.kind, self.consumer_url, self.key, runlog, rng.randrange(1 << 30), self.consumers
+            self.kind,
+            self.consumer_url,
+            self.key,
+            self.ledger.path,
+            rng.randrange(1 << 30),
+            self.consumers,
         )
         faults: Counter[str] = Counter()
         try:
             if self.kind in ("stream", "window", "atomic"):
                 await self.redis.execute("XGROUP", "CREATE", self.key, "g", "0", "MKSTREAM")
             await procs.start_all()
-            done = trio.Event()
             n = 1
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._faults, procs, faults, rng, done)
+                if self.proxy is not None:
+                    schedule = FaultSchedule(
+                        seed=rng.randrange(1 << 30),
+                        every=self.size.fault_every,
+                        duration=self.size.seconds,
+                        kinds=PROXY_FAULTS,
+                    )
+                    nursery.start_soon(self.proxy.run_schedule, schedule)
+                nursery.start_soon(self._process_faults, procs, rng, nursery.cancel_scope)
                 n = await self.steady(n)
-                done.set()
-            if self.heal is not None:
-                await self.heal()
+                nursery.cancel_scope.cancel()
+            if self.proxy is not None:
+                self.proxy.heal()
+                faults.update(step.kind for step in self.proxy.applied)
             if not self.at_most_once:
                 await self.publish(range(n, n + self.size.backlog))
                 n += self.size.backlog
-                for _ in range(5):  # a consumer stopped five times while a backlog drains
+                for _ in range(self.size.backlog_stops):  # stopped again and again mid-backlog
                     await procs.stop(procs.names[0])
-            await self._settle(runlog)
+            await self._settle(procs.names)
             await procs.stop_all()
         finally:
             procs.kill_all_now()
         faults.update(procs.faults)
-        runs = Runs.read(runlog)
         pending = await self._pending(procs.names)
-        effects = await self._effects() if self.kind in ("window", "atomic") else None
+        counts_effects = self.kind in ("window", "atomic")
+        report = self.ledger.check(
+            pending=pending,
+            effects=await self._effects() if counts_effects else None,
+            at_most_once=self.at_most_once,
+        )
         return row_from(
             self.name,
+            report,
             faults=faults,
-            published=self.published,
-            runs=runs,
-            pending=pending,
             at_most_once=self.at_most_once,
-            effects=effects,
+            counts_effects=counts_effects,
             effects_must_be_once=self.kind == "atomic",
         )
 
-    async def _faults(
-        self, procs: Consumers, faults: Counter[str], rng: random.Random, done: trio.Event
+    async def _process_faults(
+        self, procs: Consumers, rng: random.Random, scope: trio.CancelScope
     ) -> None:
-        """Until ``done``: a fault every ``fault_every`` seconds on average, drawn by ``rng``."""
-        kinds = ["SIGKILL", "SIGTERM"] + (["proxy"] * 3 if self.proxy_faults else [])
-        heal: Callable[[], Awaitable[None]] | None = None
-        while not done.is_set():
-            with trio.move_on_after(rng.expovariate(1 / self.size.fault_every)):
-                await done.wait()
-            if heal is not None:
-                await heal()
-                heal = None
-            if done.is_set():
-                return
-            kind = rng.choice(kinds)
+        """Until cancelled: a consumer killed or stopped (and restarted) every
+        ``fault_every`` seconds on average, which one and how drawn by ``rng``. A fault under
+        way when publishing ends is finished first (shielded), so no consumer is left down."""
+        while True:
+            await trio.sleep(rng.expovariate(1 / self.size.fault_every))
             name = rng.choice(procs.names)
-            if kind == "SIGKILL":
-                await procs.kill(name)
-            elif kind == "SIGTERM":
-                await procs.stop(name)
-            else:
-                assert self.proxy_faults is not None
-                label, heal = await self.proxy_faults(rng)
-                faults[label] += 1
+            with trio.CancelScope(shield=True):
+                if rng.random() < 0.5:
+                    await procs.kill(name)
+                else:
+                    await procs.stop(name)
 
-    async def _settle(self, runlog: Path) -> None:
+    async def _settle(self, names: list[str]) -> None:
         """Wait (bounded) until what the transport promises has happened: every message
         handled and nothing pending (at least once); the list emptied, or a last message
         seen (at most once). Returns when the time is up either way: the row tells."""
         with trio.move_on_after(SETTLE_WITHIN):
             if self.kind == "channel":
-                marker = max(self.published) + 1
-                while marker not in Runs.read(runlog).done:
+                # A new message every tenth of a second until one is handled: the subscriber is
+                # back and everything published before it was delivered or dropped.
+                first = max(self.published) + 1
+                markers: set[int | str] = set()
+                while not self.ledger.check().handled & markers:
+                    marker = first + len(markers)
                     await self.publish(range(marker, marker + 1))
+                    markers.add(marker)
                     await trio.sleep(0.1)
-                self.published.discard(marker)
                 return
             while True:
                 if self.kind == "simple":
                     if await self.redis.execute("LLEN", self.key) == 0:
                         return
-                elif self.published <= Runs.read(runlog).done and not await self._pending(
-                    [f"c{i}" for i in range(self.consumers)]
+                elif self.published <= self.ledger.check().handled and not await self._pending(
+                    names
                 ):
                     return
                 await trio.sleep(0.1)
@@ -232,7 +257,7 @@ class Workload:
                 out.add(int(_fields(f)[b"_payload"]))
         return out
 
-    async def _effects(self) -> dict[int, int]:
+    async def _effects(self) -> dict[int | str, int]:
         reply = await self.redis.execute("HGETALL", effects_key(self.key))
         pairs = _fields(reply)
         return {int(k): int(v) for k, v in pairs.items()}
