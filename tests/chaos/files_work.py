@@ -141,6 +141,11 @@ async def files_rows(directory: Path, seed: int, size: FileSize) -> list[Row]:
                 if process.returncode != 0:
                     raise AssertionError(f"writer {w} exited {process.returncode}")
                 acked |= _acked(w, out)
+        # The last writer: it repairs the tail a crashed writer may have left cut, and its
+        # message on key ``end`` ends the live tail.
+        end = StreamWriter(path, beacon_interval=1024)
+        end.append("end", b"end")
+        end.close()
         in_file = _in_file(path)
         published = acked | {n for _, n in in_file}
         for ledger in ledgers.values():
@@ -153,9 +158,6 @@ async def files_rows(directory: Path, seed: int, size: FileSize) -> list[Row]:
                 await trio.sleep(0.1)
         for consumers in durable.values():
             await consumers.stop_all()
-        end = StreamWriter(path, beacon_interval=1024)
-        end.append("end", b"end")
-        end.close()
         tail_out, _ = await trio.to_thread.run_sync(lambda: tail.communicate(timeout=60))
     finally:
         tail.kill()
@@ -192,6 +194,7 @@ async def files_rows(directory: Path, seed: int, size: FileSize) -> list[Row]:
     tail_row = Row(
         transport="stream file: live tail",
         faults=Counter({"writer killed mid-append": faults["writer killed mid-append"]}),
+        faults_shared=True,
         messages=len(published),
         lost=len(lost),
         settled_without_run=0,

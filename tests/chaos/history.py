@@ -62,6 +62,9 @@ class Row:
     dropped: int | None = None
     #: Side effects that must be applied exactly once and were applied more (atomic window).
     effects_must_be_once: bool = False
+    #: The faults are another row's too (the same writers' crashes): left out of the sum by
+    #: kind under the table.
+    faults_shared: bool = False
     #: What was wrong, one note per defect (the numbers behind a non-zero column).
     notes: list[str] = field(default_factory=list)
 
@@ -165,7 +168,8 @@ def table(rows: list[Row]) -> str:
     lines.insert(1, "  ".join("-" * width for width in widths))
     kinds: Counter[str] = Counter()
     for r in rows:
-        kinds.update(r.faults)
+        if not r.faults_shared:
+            kinds.update(r.faults)
     lines.append("")
     lines.append("faults by kind: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())))
     return "\n".join(lines)
