@@ -86,10 +86,10 @@ async def campaign(
     directory: Path,
     only: Sequence[str] = (),
     backlog_stops: int = 5,
-    cluster: bool = True,
+    with_cluster: bool = True,
 ) -> list[Row]:
     """Run every workload (or those whose name holds one of ``only``; those on the cluster
-    only if ``cluster``); the rows, in order."""
+    only if ``with_cluster``); the rows, in order."""
     sizes = Sizes.for_minutes(minutes, backlog_stops=backlog_stops)
     seeds = random.Random(seed)
     wanted = [name for name in NAMES if not only or any(word in name for word in only)]
@@ -100,7 +100,7 @@ async def campaign(
         cluster: RedisClusterServers | None = None
         for name, kind, where, key in REDIS:
             workload_seed = seeds.randrange(1 << 30)
-            if name not in wanted or (where == "cluster" and not cluster):
+            if name not in wanted or (where == "cluster" and not with_cluster):
                 continue
             if where == "cluster" and cluster is None:
                 cluster = servers.enter_context(RedisClusterServers(primaries=3))

@@ -27,7 +27,7 @@ async def test_a_small_seeded_campaign_loses_nothing_and_settles_nothing_without
     tmp_path: Path,
 ) -> None:
     rows = await campaign(
-        seed=SEED, minutes=0.2, directory=tmp_path, only=ONLY, backlog_stops=1, cluster=False
+        seed=SEED, minutes=0.2, directory=tmp_path, only=ONLY, backlog_stops=1, with_cluster=False
     )
     print(table(rows))
     assert {row.transport for row in rows} == {
