@@ -4,6 +4,7 @@ print its table; exit status 1 when a row shows a defect (each printed below the
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import tempfile
 import time
@@ -26,12 +27,24 @@ def main(argv: list[str] | None = None) -> int:
         metavar="WORD",
         help=f"run only the workloads whose name holds a WORD: {', '.join(NAMES)}",
     )
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="keep the ledgers and the consumers' output in DIR (default: a temporary one)",
+    )
     args = parser.parse_args(argv)
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="chaos-") as directory:
+    with contextlib.ExitStack() as stack:
+        if args.keep is None:
+            directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="chaos-")))
+        else:
+            directory = args.keep
+            directory.mkdir(parents=True, exist_ok=True)
         rows = trio.run(
             lambda: campaign(
-                seed=args.seed, minutes=args.minutes, directory=Path(directory), only=args.only
+                seed=args.seed, minutes=args.minutes, directory=directory, only=args.only
             )
         )
     print(table(rows))

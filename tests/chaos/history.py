@@ -91,12 +91,15 @@ def row_from(
     at_most_once: bool = False,
     counts_effects: bool = False,
     effects_must_be_once: bool = False,
+    effects: Mapping[int | str, int] | None = None,
     lanes: bool = False,
 ) -> Row:
     """The row of a finished workload from its ledger's report (checked with what the server
     still held). On an at-most-once transport a message taken off the server that no handler
     ran (a consumer killed between its pop and its run) is the contract's drop too: it is
-    counted with the drops, not as settled without a run."""
+    counted with the drops, not as settled without a run. ``effects`` (the hash's counts) with
+    ``effects_must_be_once``: a message acknowledged whose effect was never applied is a
+    defect too."""
     without_run = report.settled_without_run
     row = Row(
         transport=transport,
@@ -116,6 +119,13 @@ def row_from(
         row.notes.append(f"{transport}: settled without a run {_some(without_run)}")
     if report.unknown:
         row.notes.append(f"{transport}: {len(report.unknown)} unknown ids run or settled")
+    if effects_must_be_once and effects is not None:
+        # Applied with its acknowledgement or not at all: acknowledged means applied.
+        unapplied = {n for n in report.published - report.pending if not effects.get(n)}
+        if unapplied:
+            row.notes.append(
+                f"{transport}: acknowledged without its effect applied {_some(unapplied)}"
+            )
     if report.pending and not at_most_once:
         row.notes.append(f"{transport}: still pending at the end {_some(report.pending)}")
     return row

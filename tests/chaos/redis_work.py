@@ -25,7 +25,7 @@ import trio
 from trio_streams.redis.client import RedisClient
 from trio_streams.redis.frames import encode_frame
 from trio_streams.redis.lists import processing_key
-from trio_streams.testing.faults import FaultKind, FaultProxy, FaultSchedule, Ledger
+from trio_streams.testing.faults import FaultKind, FaultProxy, FaultSchedule, KillPoint, Ledger
 
 from .consumer import effects_key
 from .history import Row, row_from
@@ -87,6 +87,16 @@ class Workload:
 
     def __post_init__(self) -> None:
         self.ledger = Ledger(self.directory / f"{self.key}.ledger")
+
+    @property
+    def process_faults(self) -> tuple[str, ...]:
+        """What the process faults draw from: a kill anywhere, a graceful stop, and kills at
+        the kit's exact points — inside a handler, and (where acknowledgements wait in a
+        pipeline window: a group, a reliable list) between a settle and its flush."""
+        kinds: tuple[str, ...] = ("SIGKILL", "SIGTERM", "inside_handler")
+        if self.kind in ("stream", "window", "atomic", "reliable"):
+            kinds += ("between_settle_and_flush",)
+        return kinds
 
     @property
     def at_most_once(self) -> bool:
@@ -166,11 +176,8 @@ class Workload:
         faults.update(procs.faults)
         pending = await self._pending(procs.names)
         counts_effects = self.kind in ("window", "atomic")
-        report = self.ledger.check(
-            pending=pending,
-            effects=await self._effects() if counts_effects else None,
-            at_most_once=self.at_most_once,
-        )
+        effects = await self._effects() if counts_effects else None
+        report = self.ledger.check(pending=pending, effects=effects, at_most_once=self.at_most_once)
         return row_from(
             self.name,
             report,
@@ -178,22 +185,27 @@ class Workload:
             at_most_once=self.at_most_once,
             counts_effects=counts_effects,
             effects_must_be_once=self.kind == "atomic",
+            effects=effects,
         )
 
     async def _process_faults(
         self, procs: Consumers, rng: random.Random, scope: trio.CancelScope
     ) -> None:
         """Until cancelled: a consumer killed or stopped (and restarted) every
-        ``fault_every`` seconds on average, which one and how drawn by ``rng``. A fault under
+        ``fault_every`` seconds on average, which one and how (:attr:`process_faults`) drawn
+        by ``rng``. A fault under
         way when publishing ends is finished first (shielded), so no consumer is left down."""
         while True:
             await trio.sleep(rng.expovariate(1 / self.size.fault_every))
             name = rng.choice(procs.names)
+            how = rng.choice(self.process_faults)
             with trio.CancelScope(shield=True):
-                if rng.random() < 0.5:
+                if how == "SIGKILL":
                     await procs.kill(name)
-                else:
+                elif how == "SIGTERM":
                     await procs.stop(name)
+                else:
+                    await procs.kill_at(name, KillPoint(how, rng.randint(1, 40)))
 
     async def _settle(self, names: list[str]) -> None:
         """Wait (bounded) until what the transport promises has happened: every message
