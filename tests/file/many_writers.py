@@ -1,10 +1,9 @@
 """Writer and follower processes of one stream file, for the concurrent-append tests.
 
-``python -m tests.file.many_writers write PATH ID COUNT KEYS [--batch N] [--crash-after M]``
-appends COUNT messages, payload ``ID:n`` (n from 0), the n-th on key ``k{n % KEYS}``, flushing
-every 1..N messages (a random batch); after each flush it prints ``ack n`` for the last message
-it wrote, unbuffered. With ``--crash-after M`` it writes, once M messages have been acked, half
-of its next batch's bytes under the file's lock and kills itself with SIGKILL: a crash mid-append.
+``python -m tests.file.many_writers write PATH ID COUNT KEYS [--batch N]`` appends COUNT
+messages, payload ``ID:n`` (n from 0), the n-th on key ``k{n % KEYS}``, flushing every 1..N
+messages (a random batch); after each flush it prints ``ack n`` for the last message it wrote,
+unbuffered. (A crash mid-append is the kit's: ``KillPoint.during_append`` in an ``AppProcess``.)
 
 ``python -m tests.file.many_writers follow PATH`` follows the file live from its tip (start it
 on a file nobody wrote yet to see every message), prints ``ready`` once its reader is open, then
@@ -16,9 +15,7 @@ one ``key seq payload`` line per message, and exits after the first message of k
 from __future__ import annotations
 
 import argparse
-import os
 import random
-import signal
 import sys
 from pathlib import Path
 
@@ -56,8 +53,6 @@ def _write(args: argparse.Namespace) -> None:
     n = args.start
     while n < args.count:
         batch = min(rng.randint(1, args.batch), args.count - n)
-        if args.crash_after is not None and n >= args.crash_after:
-            _crash(writer, args, n, batch)
         for _ in range(batch):
             writer.append(f"k{n % args.keys}", f"{args.id}:{n}".encode())
             n += 1
@@ -65,19 +60,6 @@ def _write(args: argparse.Namespace) -> None:
         out.write(b"ack %d\n" % (n - 1))
         out.flush()
     writer.close()
-
-
-def _crash(writer: StreamWriter, args: argparse.Namespace, n: int, batch: int) -> None:
-    """Write half of a batch under the lock, as a writer killed mid-``pwrite`` leaves it."""
-    for i in range(n, n + max(batch, 3)):
-        writer.append(f"k{i % args.keys}", f"{args.id}:{i}:".encode() + bytes(200))
-    lock = writer._lock
-    lock.acquire()
-    writer._sync(os.fstat(writer._fd).st_size)
-    writer._encode_pending()
-    data = writer._encoder.take()
-    os.pwrite(writer._fd, data[: len(data) // 2], writer._encoder.committed_offset)
-    os.kill(os.getpid(), signal.SIGKILL)
 
 
 async def _follow(args: argparse.Namespace) -> None:
@@ -109,7 +91,6 @@ def main() -> None:
     write.add_argument("--start", type=int, default=0)
     write.add_argument("--batch", type=int, default=64)
     write.add_argument("--interval", type=int, default=1024)
-    write.add_argument("--crash-after", type=int, default=None)
     follow = sub.add_parser("follow")
     follow.add_argument("path")
     args = parser.parse_args()

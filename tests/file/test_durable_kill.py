@@ -1,8 +1,8 @@
 """Kill -9 a durable consumer process mid-stream, again and again: nothing is ever skipped.
 
 A real subprocess (``tests/file/durable_consumer.py``) replays 3000 messages as a durable
-consumer with four workers. The test kills it with SIGKILL each time it has handled another
-500 messages nobody handled before, four times, then lets a last run finish. Every message must
+consumer with four workers. The kit kills it with SIGKILL once it has handled 500 messages
+(``KillPoint.after_deliveries``), four times, then lets a last run finish. Every message must
 have been handled at least once; after each kill, everything up to the stored watermark must
 have been handled; and a restarted run never handles anything at or before the watermark it
 resumed from.
@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import trio
+
+from trio_streams.testing.faults import AppProcess, KillPoint
 
 from .apps import write_numbers
 
@@ -33,45 +33,20 @@ def _stored(path: Path) -> int | None:
     return sequence
 
 
-async def _run(
-    path: Path, handled: set[int], *, kill: bool, new_per_run: int
-) -> tuple[list[int], int]:
-    """One consumer process; returns what it handled and its exit status."""
-    process = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "tests.file.durable_consumer", str(path)],
-        stdout=subprocess.PIPE,
-        cwd=ROOT,
+async def _run(path: Path, *, kill_after: int | None, deadline: float) -> tuple[list[int], int]:
+    """One consumer process, killed once it has handled ``kill_after`` messages (or left to
+    finish the replay); what it handled and its exit status."""
+    kill_at = None if kill_after is None else KillPoint.after_deliveries(kill_after)
+    consumer = AppProcess(
+        "tests.file.durable_consumer", path, kill_at=kill_at, cwd=ROOT, timeout=deadline
     )
-    assert process.stdout is not None
-    lines: list[int] = []
-    new = 0
-    pending = b""
-    killed = False
-    try:
-        while chunk := await process.stdout.receive_some(65536):
-            *complete, pending = (pending + chunk).split(b"\n")
-            for line in complete:
-                n = int(line)
-                lines.append(n)
-                if n not in handled:
-                    handled.add(n)
-                    new += 1
-            if kill and new >= new_per_run and not killed:
-                process.kill()
-                killed = True
-        assert pending == b""
-    except BaseException:
-        process.kill()  # the test failed halfway: leave no process behind
-        raise
-    finally:
-        with trio.CancelScope(shield=True):
-            status = await process.wait()
-            await process.stdout.aclose()
-    return lines, status
+    async with consumer:
+        status = await (consumer.wait() if kill_at is None else consumer.killed())
+    return [int(line) for line in consumer.lines()], status
 
 
 async def kill_again_and_again(
-    path: Path, *, messages: int, kills: int, new_per_run: int, deadline: float
+    path: Path, *, messages: int, kills: int, per_run: int, deadline: float
 ) -> None:
     write_numbers(path, messages, key="orders")
     handled: set[int] = set()
@@ -81,12 +56,15 @@ async def kill_again_and_again(
         for run in range(kills + 1):
             start = _stored(path)
             resumed_from.append(start)
-            lines, status = await _run(path, handled, kill=run < kills, new_per_run=new_per_run)
+            kill_after = per_run if run < kills else None
+            lines, status = await _run(path, kill_after=kill_after, deadline=deadline)
+            handled.update(lines)
             total += len(lines)
             # A restarted run resumes after its watermark: nothing at or before it again.
             assert all(n > (start or 0) for n in lines), f"run {run} went back before {start}"
             if run < kills:
                 assert status == -signal.SIGKILL
+                assert len(lines) >= per_run  # killed once the per_run-th delivery ended
                 watermark = _stored(path)
                 assert watermark is not None
                 # Everything up to the stored watermark was handled: nothing can be skipped.
@@ -101,12 +79,12 @@ async def kill_again_and_again(
 
 async def test_kill_9_of_a_durable_consumer_mid_stream_loses_nothing(tmp_path: Path) -> None:
     await kill_again_and_again(
-        tmp_path / "orders.ss", messages=3_000, kills=4, new_per_run=500, deadline=120
+        tmp_path / "orders.ss", messages=3_000, kills=4, per_run=500, deadline=120
     )
 
 
 @pytest.mark.soak
 async def test_soak_thirty_kills_over_fifty_thousand_messages(tmp_path: Path) -> None:
     await kill_again_and_again(
-        tmp_path / "orders.ss", messages=50_000, kills=30, new_per_run=1_500, deadline=600
+        tmp_path / "orders.ss", messages=50_000, kills=30, per_run=1_500, deadline=600
     )

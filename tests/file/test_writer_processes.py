@@ -4,8 +4,9 @@ Four writer processes append to several shared keys in random batches while a fi
 follows the file live. Every message must reach the follower exactly once and in its writer's
 order; each key's sequence numbers must be dense and increasing; and the finished file, decoded
 and encoded again by the project's own encoder as one writer, must be byte for byte the same.
-Then writers are killed with SIGKILL mid-burst, again and again (and one dies half-way through a
-write, under the lock): the others continue the file, and every reader reads it.
+Then writers are killed with SIGKILL mid-burst, again and again (and every third dies half-way
+through a write, under the lock: ``KillPoint.during_append``): the others continue the file, and
+every reader reads it.
 """
 
 from __future__ import annotations
@@ -15,12 +16,15 @@ import signal
 import subprocess
 import sys
 from collections import defaultdict
+from contextlib import AsyncExitStack
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from trio_streams.file.reader import FileReader
 from trio_streams.file.writer import StreamWriter
+from trio_streams.testing.faults import AppProcess, KillPoint
 
 from .many_writers import reencoded
 
@@ -102,40 +106,63 @@ def test_four_writer_processes_of_50k_messages_and_a_live_follower(tmp_path: Pat
     _four_writers_and_a_follower(tmp_path, 50_000)
 
 
-def _acked(out: bytes) -> int:
-    acks = [int(line.split()[1]) for line in out.splitlines() if line.startswith(b"ack ")]
+def _acked(lines: list[str]) -> int:
+    acks = [int(line.split()[1]) for line in lines if line.startswith("ack ")]
     return acks[-1] if acks else -1
 
 
-def _kills(tmp_path: Path, count: int, kills: int) -> None:
+def _flushes(lines: list[str]) -> int:
+    return sum(line.startswith("ack ") for line in lines)
+
+
+def _flushed(process: AppProcess, flushes: int) -> bool:
+    return _flushes(process.lines()) >= flushes
+
+
+def _writer(*args: str, kill_at: KillPoint | None = None) -> AppProcess:
+    return AppProcess("tests.file.many_writers", *args, kill_at=kill_at, cwd=ROOT, timeout=TIMEOUT)
+
+
+async def _kills(tmp_path: Path, count: int, kills: int) -> None:
     path = tmp_path / "kills.ss"
     StreamWriter(path, beacon_interval=1024).close()
-    follower = _follower(path)
     rng = random.Random(kills)
-    steady = [
-        _start("write", str(path), f"s{i}", str(count), "3", "--batch", "200") for i in range(3)
-    ]
-    acked: dict[str, int] = {}
-    for incarnation in range(kills):
-        name = f"c{incarnation}"
-        if incarnation % 3 == 2:  # dies half-way through a write, under the lock
-            crasher = _start(
-                "write", str(path), name, str(count), "2", "--crash-after", str(rng.randint(0, 50))
+    async with AsyncExitStack() as stack:
+        follower = await stack.enter_async_context(_writer("follow", str(path)))
+        await follower.wait_for_output("ready")
+        steady = [
+            await stack.enter_async_context(
+                _writer("write", str(path), f"s{i}", str(count), "3", "--batch", "200")
             )
-        else:
-            crasher = _start("write", str(path), name, "100000000", "2", "--batch", "500")
-            assert crasher.stdout is not None
-            for _ in range(rng.randint(1, 20)):
-                if not crasher.stdout.readline():
-                    break
-            crasher.send_signal(signal.SIGKILL)
-        out, _ = crasher.communicate(timeout=TIMEOUT)
-        assert crasher.returncode == -signal.SIGKILL
-        acked[name] = _acked(out)
-    for writer in steady:
-        writer.communicate(timeout=TIMEOUT)
-        assert writer.returncode == 0
-    delivered = _end(path, follower)
+            for i in range(3)
+        ]
+        acked: dict[str, int] = {}
+        for incarnation in range(kills):
+            name = f"c{incarnation}"
+            if incarnation % 3 == 2:  # dies half-way through a write, under the lock
+                point = KillPoint.during_append(rng.randint(1, 20))
+                async with _writer("write", str(path), name, str(count), "2", kill_at=point) as w:
+                    await w.killed()
+            else:
+                acks = rng.randint(1, 20)
+                async with _writer(
+                    "write", str(path), name, "100000000", "2", "--batch", "500"
+                ) as w:
+                    await w.wait_until(partial(_flushed, w, acks), what=f"{acks} flushes")
+                    w.kill()  # mid-burst, wherever it is
+                    await w.wait()
+            assert w.returncode == -signal.SIGKILL
+            acked[name] = _acked(w.lines())
+        for process in steady:
+            assert await process.wait() == 0
+        with StreamWriter(path) as writer:  # the follower's stop message
+            writer.publish("end", b"end")
+        assert await follower.wait() == 0
+        ready, *printed = follower.lines()
+        assert ready == "ready"
+        lines = [line.split(" ", 2) for line in printed]
+    assert lines[-1][0] == "end"
+    delivered = [(k, int(s), p.rstrip("\0")) for k, s, p in lines[:-1]]
     in_file = _file(path)
     assert delivered == in_file
     written = _by_writer(in_file)
@@ -151,10 +178,10 @@ def _kills(tmp_path: Path, count: int, kills: int) -> None:
     assert path.read_bytes() == reencoded(path)
 
 
-def test_writers_killed_mid_burst_leave_a_file_the_others_continue(tmp_path: Path) -> None:
-    _kills(tmp_path, 3000, 6)
+async def test_writers_killed_mid_burst_leave_a_file_the_others_continue(tmp_path: Path) -> None:
+    await _kills(tmp_path, 3000, 6)
 
 
 @pytest.mark.soak
-def test_writers_killed_mid_burst_again_and_again_at_50k(tmp_path: Path) -> None:
-    _kills(tmp_path, 50_000, 30)
+async def test_writers_killed_mid_burst_again_and_again_at_50k(tmp_path: Path) -> None:
+    await _kills(tmp_path, 50_000, 30)

@@ -1,18 +1,21 @@
-"""kill -9 of a list consumer process mid-batch: the reliable list loses nothing, the simple
-list loses what the dead process had popped (measured, printed)."""
+"""kill -9 of a list consumer process mid-batch (``KillPoint.after_deliveries``): the reliable
+list loses nothing, the simple list loses what the dead process had popped (measured,
+printed)."""
 
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import pytest
 
 from tests.redis.client.redis_waits import eventually
-from tests.redis.streams.procs import Consumer
+from tests.redis.streams.procs import ROOT, Consumer
 from tests.redis_servers import RedisServer
 from trio_streams.redis.client import RedisClient
 from trio_streams.redis.frames import REDELIVERED_HEADER, decode_frame, encode_frame
 from trio_streams.redis.lists import processing_key
+from trio_streams.testing.faults import AppProcess, KillPoint
 
 from .support import length
 
@@ -27,19 +30,17 @@ async def _preload(redis: RedisClient) -> None:
     await pipeline.execute(raise_on_error=True)
 
 
-def _handled(consumer: Consumer) -> list[int]:
-    return [int(line.split()[1]) for line in consumer.lines if line.startswith("handled ")]
+def _handled(lines: list[str]) -> list[int]:
+    return [int(line.split()[1]) for line in lines if line.startswith("handled ")]
 
 
-async def _kill_mid_batch(consumer: Consumer, redis: RedisClient) -> None:
-    """Kill ``consumer`` once it has handled some entries and while more are in its hands."""
-    await consumer.wait_line("handled ")
+def _consumer(url: str, form: str, name: str, behaviour: str, **options: Any) -> AppProcess:
+    return AppProcess(MODULE, url, "jobs", form, name, 1.0, behaviour, cwd=ROOT, **options)
 
-    async def some_done() -> bool:
-        return len(_handled(consumer)) >= 200
 
-    await eventually(some_done, within=20, what="200 entries handled")
-    consumer.kill()
+#: Killed mid-batch: once 200 entries are handled, while more are in its hands (reads of 50,
+#: eight workers).
+MID_BATCH = KillPoint.after_deliveries(200)
 
 
 @pytest.mark.parametrize("restart", ["same-name", "another-consumer"])
@@ -47,16 +48,14 @@ async def test_kill_9_of_a_reliable_consumer_mid_batch_loses_nothing(
     redis_server: RedisServer, redis: RedisClient, restart: str
 ) -> None:
     await _preload(redis)
-    first = Consumer(redis_server.url, "jobs", "reliable", "w1", 1.0, "slow", module=MODULE)
-    second: Consumer | None = None
-    try:
-        await _kill_mid_batch(first, redis)
-        held = await length(redis, processing_key("jobs", "w1"))
-        assert held > 0  # killed mid-batch: entries in its hands
-        # The same name takes its processing list back at once; another consumer's reaper
-        # takes it once w1's heartbeat (1 s) has expired.
-        name = "w1" if restart == "same-name" else "w2"
-        second = Consumer(redis_server.url, "jobs", "reliable", name, 1.0, "ok", module=MODULE)
+    async with _consumer(redis_server.url, "reliable", "w1", "slow", kill_at=MID_BATCH) as first:
+        await first.killed()
+    held = await length(redis, processing_key("jobs", "w1"))
+    assert held > 0  # killed mid-batch: entries in its hands
+    # The same name takes its processing list back at once; another consumer's reaper
+    # takes it once w1's heartbeat (1 s) has expired.
+    name = "w1" if restart == "same-name" else "w2"
+    async with _consumer(redis_server.url, "reliable", name, "ok") as second:
 
         async def drained() -> bool:
             return (
@@ -66,12 +65,8 @@ async def test_kill_9_of_a_reliable_consumer_mid_batch_loses_nothing(
             )
 
         await eventually(drained, within=30, what="the list and processing lists drained")
-        second.stop()
-        handled = Counter(_handled(first) + _handled(second))
-    finally:
-        first.kill()
-        if second is not None:
-            second.kill()
+        assert await second.stop() == 0
+    handled = Counter(_handled(first.lines()) + _handled(second.lines()))
     assert set(handled) == set(range(ENTRIES)), "every entry handled at least once"
     duplicates = sum(handled.values()) - ENTRIES
     print(f"reliable list, kill -9 mid-batch ({restart}): {held} held, {duplicates} handled twice")
@@ -82,28 +77,22 @@ async def test_kill_9_of_a_simple_consumer_mid_batch_loses_what_it_had_popped(
     redis_server: RedisServer, redis: RedisClient
 ) -> None:
     await _preload(redis)
-    first = Consumer(redis_server.url, "jobs", "simple", "-", 1.0, "slow", module=MODULE)
-    second: Consumer | None = None
-    try:
-        await _kill_mid_batch(first, redis)
-        left = await length(redis, "jobs")
-        second = Consumer(redis_server.url, "jobs", "simple", "-", 1.0, "ok", module=MODULE)
+    async with _consumer(redis_server.url, "simple", "-", "slow", kill_at=MID_BATCH) as first:
+        await first.killed()
+    left = await length(redis, "jobs")
+    async with _consumer(redis_server.url, "simple", "-", "ok") as second:
 
         async def drained() -> bool:
             return await length(redis, "jobs") == 0
 
         await eventually(drained, within=30, what="the list drained")
-        second.stop()  # graceful: what it popped is handled before it exits
-        handled = Counter(_handled(first) + _handled(second))
-    finally:
-        first.kill()
-        if second is not None:
-            second.kill()
+        assert await second.stop() == 0  # graceful: what it popped is handled before it exits
+    handled = Counter(_handled(first.lines()) + _handled(second.lines()))
     lost = ENTRIES - len(handled)
     print(f"simple list, kill -9 mid-batch: {lost} of {ENTRIES} entries lost")
     assert max(handled.values()) == 1, "at-most-once: nothing handled twice"
     # What was lost is exactly what the dead process had popped and not handled.
-    assert lost == ENTRIES - left - len(_handled(first))
+    assert lost == ENTRIES - left - len(_handled(first.lines()))
     assert lost > 0
 
 
@@ -126,7 +115,7 @@ async def test_an_entry_that_kills_every_consumer_is_dead_lettered_after_max_att
             assert await victim.wait_exit() == -9
         finally:
             victim.kill()
-        handled |= set(_handled(victim))
+        handled |= set(_handled(victim.lines))
     name = "w1" if restart == "same-name" else "w4"
     last = Consumer(redis_server.url, "jobs", "reliable", name, 1.0, "poison", module=MODULE)
     letters: list[tuple[bytes, dict[str, str]]] = []
@@ -136,7 +125,9 @@ async def test_an_entry_that_kills_every_consumer_is_dead_lettered_after_max_att
             letters[:] = [
                 decode_frame(v) for v in await redis.execute("LRANGE", "jobs.dead", 0, -1)
             ]
-            return handled | set(_handled(last)) | {int(p) for p, _ in letters} == set(range(10))
+            return handled | set(_handled(last.lines)) | {int(p) for p, _ in letters} == set(
+                range(10)
+            )
 
         await eventually(all_accounted_for, within=30, what="every entry handled or dead-lettered")
     finally:

@@ -24,16 +24,29 @@ from .plan import (
     issued,
     named,
 )
+from .processes import (
+    AppProcess,
+    AppProcessError,
+    KillPoint,
+    KillPointMissed,
+    KillPointNotReached,
+    UnexpectedExit,
+)
 from .proxy import FaultEvent, FaultProxy, ProxyError
 
 __all__: list[str] = [
     "FAULT_KINDS",
     "MAX_LINE",
+    "AppProcess",
+    "AppProcessError",
     "Fault",
     "FaultEvent",
     "FaultKind",
     "FaultProxy",
     "FaultSchedule",
+    "KillPoint",
+    "KillPointMissed",
+    "KillPointNotReached",
     "Ledger",
     "LedgerError",
     "LedgerMiddleware",
@@ -45,6 +58,7 @@ __all__: list[str] = [
     "RunOutcome",
     "ScheduledFault",
     "SettleHow",
+    "UnexpectedExit",
     "issued",
     "ledger_middleware",
     "named",
