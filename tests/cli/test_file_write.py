@@ -1,5 +1,5 @@
 """``trio-streams file write`` checks its whole input before it writes: all or nothing, and the
-sequence numbers of each stream must increase."""
+sequence numbers of each stream follow each other."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from typing import Any
 from trio_streams.file.reader import FileReader
 
 from .support import cli, stderr_lines, stream_file
+
+RULE = "the sequence numbers of a stream start at 1 (or 0) and follow each other"
 
 
 def line(key: str, seq: int, payload: str = "x", **extra: Any) -> str:
@@ -56,8 +58,7 @@ def test_duplicate_sequence_numbers_of_a_stream_are_refused_naming_both_lines(
     assert code == 1
     assert errors == [
         "trio-streams file write: error: "
-        "line 3: seq 1 of stream 'orders' repeats seq 1 on line 1: sequence numbers of "
-        "a stream must increase"
+        "line 3: seq 1 of stream 'orders' repeats seq 1 on line 1: " + RULE
     ]
     assert not target.exists()
 
@@ -66,12 +67,37 @@ def test_decreasing_sequence_numbers_of_a_stream_are_refused_naming_both_lines(
     tmp_path: Path,
 ) -> None:
     target = tmp_path / "down.ss"
-    code, errors = write(target, line("orders", 5), line("orders", 7), line("orders", 6))
+    code, errors = write(target, line("orders", 1), line("orders", 2), line("orders", 1))
     assert code == 1
     assert errors == [
         "trio-streams file write: error: "
-        "line 3: seq 6 of stream 'orders' comes after seq 7 on line 2: sequence "
-        "numbers of a stream must increase"
+        "line 3: seq 1 of stream 'orders' comes after seq 2 on line 2: " + RULE
+    ]
+    assert not target.exists()
+
+
+def test_a_gap_in_the_sequence_numbers_of_a_stream_is_refused_naming_both_lines(
+    tmp_path: Path,
+) -> None:
+    # Readers hold a stream's sequence numbers to following each other.
+    target = tmp_path / "gap.ss"
+    code, errors = write(target, line("orders", 1), line("orders", 2), line("orders", 4))
+    assert code == 1
+    assert errors == [
+        "trio-streams file write: error: "
+        "line 3: seq 4 of stream 'orders' does not follow seq 2 on line 2: " + RULE
+    ]
+    assert not target.exists()
+
+
+def test_a_stream_new_to_the_file_starting_above_1_is_refused(tmp_path: Path) -> None:
+    target = tmp_path / "late.ss"
+    code, errors = write(target, line("orders", 100), line("orders", 101))
+    assert code == 1
+    assert errors == [
+        "trio-streams file write: error: "
+        f"line 1: seq 100 would be the first of stream 'orders' in {target}: " + RULE + "; "
+        "nothing was written"
     ]
     assert not target.exists()
 
@@ -86,7 +112,7 @@ def test_a_seq_that_does_not_follow_the_files_own_is_refused_and_nothing_is_writ
     assert errors == [
         f"trio-streams file write: error: "
         f"line 2: seq 3 of stream 'orders' does not follow seq 3, the last of that "
-        f"stream in {target}: sequence numbers of a stream must increase; nothing was written"
+        f"stream in {target}: " + RULE + "; nothing was written"
     ]
     assert target.read_bytes() == before
 

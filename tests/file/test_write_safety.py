@@ -33,7 +33,6 @@ from trio_streams.file.errors import (
 )
 from trio_streams.file.format import (
     DEFAULT_BEACON_INTERVAL,
-    MAX_U64,
     decode_beacon,
     encode_frame,
     encode_key,
@@ -177,9 +176,10 @@ def via_writers_acquire(path: Path) -> None:
 
 def via_cli_in_process(path: Path) -> None:
     """``trio-streams file write`` (its ``main``, in this process); errors become exceptions."""
-    # `file write` refuses a seq that does not follow the file's last of the stream: the
-    # highest there is follows any seq a damaged field can show.
-    row = {"stream_key": "orders", "shard": 0, "seq": MAX_U64, "timestamp_ms": CREATED_AT_MS + 5000}
+    # `file write` refuses a seq that does not follow the file's last of the stream: give it
+    # the one after the last a reader finds before any damage.
+    row = {"stream_key": "orders", "shard": 0, "seq": _next_orders_seq(path)}
+    row |= {"timestamp_ms": CREATED_AT_MS + 5000}
     row |= {"payload": "appended", "encoding": "utf8"}
     stdin, stderr = sys.stdin, sys.stderr
     sys.stdin, sys.stderr = io.StringIO(json.dumps(row) + "\n"), io.StringIO()
@@ -190,6 +190,17 @@ def via_cli_in_process(path: Path) -> None:
         sys.stdin, sys.stderr = stdin, stderr
     if code != 0:
         raise CliRefused(code, message)
+
+
+def _next_orders_seq(path: Path) -> int:
+    last = 0
+    try:
+        with FileReader(path, keys=["orders"]) as reader:
+            for message in reader:
+                last = message.seq
+    except StreamFormatError:
+        pass
+    return last + 1
 
 
 class CliRefused(Exception):

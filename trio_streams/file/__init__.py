@@ -12,10 +12,13 @@ from .broker import FileBroker
 from .durable import DurableLockedError, DurableStateError
 from .envelope import EnvelopeError
 from .errors import (
+    BeaconError,
     ChecksumError,
     FileRemovedError,
+    FrameEndError,
     SeekError,
     SeekOutOfRangeError,
+    SequenceError,
     StreamFileError,
     StreamFileNotFoundError,
     StreamFormatError,
@@ -34,6 +37,7 @@ from .sources import FileStream
 from .writer import Receipt, StreamWriter
 
 __all__ = [
+    "BeaconError",
     "ChecksumError",
     "DurableLockedError",
     "DurableStateError",
@@ -45,11 +49,13 @@ __all__ = [
     "FileRemovedError",
     "FileSource",
     "FileStream",
+    "FrameEndError",
     "Header",
     "Message",
     "Receipt",
     "SeekError",
     "SeekOutOfRangeError",
+    "SequenceError",
     "StreamFileError",
     "StreamFileNotFoundError",
     "StreamFormatError",

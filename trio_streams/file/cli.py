@@ -247,6 +247,7 @@ def _write(args: argparse.Namespace) -> int:
         raise SystemExit(error_line(exc.reason)) from None
     # The given sequence numbers are checked against the file's, then written: no other
     # writer may append in between.
+    existed = os.path.lexists(args.file)
     writer = StreamWriter(
         args.file,
         beacon_interval=interval,
@@ -258,6 +259,8 @@ def _write(args: argparse.Namespace) -> int:
         check_against(given.rows, writer.last_sequences(), writer.path)
     except InputError as exc:
         writer.close()
+        if not existed:  # created just now: leave no file behind, as other refusals do
+            os.unlink(args.file)
         raise SystemExit(error_line(f"{exc}; nothing was written")) from None
     try:
         for row in given.rows:

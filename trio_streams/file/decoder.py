@@ -13,11 +13,14 @@ The common case, a frame that lies wholly inside one beacon page, is decoded inl
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Literal
+from typing import Any, Literal
 
 from .errors import (
+    BeaconError,
     ChecksumError,
+    FrameEndError,
     InvalidStreamKeyError,
+    SequenceError,
     StreamFormatError,
     TimestampRangeError,
     TruncatedError,
@@ -51,6 +54,10 @@ _new_message = tuple.__new__
 _EOS_KEY = INTERNAL_KEY.encode()
 #: Bytes of a frame before its payload, beyond the key: key length, shard, seq, ts, size.
 _HEAD_FIXED = 1 + FRAME_FIXED.size
+#: The last seq of a stream (shard 0) before its first message: no seq follows it.
+_NO_SEQ = -2
+#: Beacons met while gathering a split frame: (offset, beacon, frame bytes still to gather).
+_Met = list[tuple[int, Beacon, int]]
 
 
 def first_beacon_at_or_after(offset: int, interval: int) -> int:
@@ -88,7 +95,13 @@ class FrameDecoder:
         self._buf = b""
         self._pos = 0
         self._next_beacon = first_beacon_at_or_after(offset, beacon_interval)
-        self._key_info: dict[bytes, tuple[str, bool, bool]] = {}
+        #: Per key bytes: [name, wanted, internal, last seq in shard 0 (_NO_SEQ: none seen)].
+        self._key_info: dict[bytes, list[Any]] = {}
+        #: Last seq per (key bytes, shard) of shards other than 0.
+        self._shard_seqs: dict[tuple[bytes, int], int] = {}
+        #: Whether every frame of the file has gone through this decoder (it started at the
+        #: first frame): then a beacon marker can only name a stream it has seen.
+        self._whole_file = offset == HEADER_SIZE
         #: The last beacon stepped over: (index = offset // interval, beacon).
         self.last_beacon: tuple[int, Beacon] | None = None
         #: The end-of-stream message that ended the stream (consumed; nothing more is decoded).
@@ -162,6 +175,18 @@ class FrameDecoder:
         plen: int = _unpack_fixed(got[0], head_len - FRAME_FIXED.size)[3]
         return head_len + plen + 3
 
+    def known_streams(self) -> dict[tuple[str, int], int]:
+        """The last sequence number decoded of each stream (key, shard), internal ones aside."""
+        out = {(info[0], 0): info[3] for info in self._key_info.values() if info[3] != _NO_SEQ}
+        for (kb, shard), seq in self._shard_seqs.items():
+            out[(kb.decode("ascii"), shard)] = seq
+        return out
+
+    @property
+    def whole_file(self) -> bool:
+        """Whether every frame before :attr:`offset` went through this decoder."""
+        return self._whole_file
+
     @property
     def stopped(self) -> bool:
         """Whether the decoder stopped at an end-of-stream message that ended the stream."""
@@ -195,6 +220,15 @@ class FrameDecoder:
                     if parsed is None:
                         break
                     beacon, size = parsed
+                    if beacon.remaining:
+                        raise BeaconError(
+                            f"beacon between two frames says {beacon.remaining} bytes of a "
+                            "frame remain",
+                            path=self.path,
+                            offset=off,
+                        )
+                    if beacon.markers:
+                        self._check_markers(beacon, off, None)
                     self.last_beacon = (off // interval, beacon)
                     mk += len(beacon.markers)
                     p += size
@@ -205,8 +239,7 @@ class FrameDecoder:
                     break
                 klen = buf[p]
                 head_len = klen + _HEAD_FIXED
-                last_beacon = None
-                gm = 0
+                met: _Met | None = None
                 if off + head_len <= nb:
                     if p + head_len > end:
                         break
@@ -221,30 +254,35 @@ class FrameDecoder:
                         pe = ps + plen
                         payload = buf[ps:pe]
                         received = (buf[pe] << 8) | buf[pe + 1]
+                        last_byte = buf[pe + 2]
                         np, noff, nnb = p + flen, off + flen, nb
                     else:
                         got = self._gather(buf, p, off, nb, flen)
                         if got is None:
                             break
-                        frame, np, noff, nnb, last_beacon, gm = got
+                        frame, np, noff, nnb, met = got
                         kb = frame[1 : 1 + klen]
                         payload = frame[head_len : head_len + plen]
                         received = (frame[-3] << 8) | frame[-2]
+                        last_byte = frame[-1]
+                        self._check_remaining(met, 0)
                 else:
                     got = self._gather(buf, p, off, nb, head_len)
                     if got is None:
                         break
-                    head, hp, hoff, hnb, hbeacon, hm = got
+                    head, hp, hoff, hnb, hmet = got
                     shard, seq, ts, plen = _unpack_fixed(head, 1 + klen)
                     got = self._gather(buf, hp, hoff, hnb, plen + 3)
                     if got is None:
                         break
-                    rest, np, noff, nnb, last_beacon, gm = got
-                    last_beacon = last_beacon or hbeacon
-                    gm += hm
+                    rest, np, noff, nnb, met = got
+                    self._check_remaining(hmet, plen + 3)
+                    self._check_remaining(met, 0)
+                    met = hmet + met
                     kb = head[1 : 1 + klen]
                     payload = rest[:plen]
                     received = (rest[-3] << 8) | rest[-2]
+                    last_byte = rest[-1]
                 info = key_info.get(kb)
                 if info is None:
                     info = self._learn_key(kb, off)
@@ -255,10 +293,18 @@ class FrameDecoder:
                         offset=off,
                     )
                 computed = crc16(payload)
-                if computed != received:
-                    raise ChecksumError(
-                        received=received, computed=computed, path=self.path, offset=off
-                    )
+                if computed != received or last_byte != 13:
+                    raise self._frame_error(received, computed, last_byte, plen, head_len, off)
+                if met is None:
+                    # A stream's sequence numbers follow each other; the common case is shard
+                    # 0 and the next number (before a stream's first message info[3] is -2).
+                    if shard or seq != info[3] + 1:
+                        self._follow(info, kb, shard, seq, off)
+                    else:
+                        info[3] = seq
+                    gm = 0
+                else:
+                    gm = self._follow_split(info, kb, shard, seq, off, met)
                 if info[2] and payload == EOS_PAYLOAD and self._on_eos != "include":
                     eos = _new_message(Message, (info[0], shard, seq, ts, payload, off))
                     if self._on_eos == "hold":
@@ -272,8 +318,6 @@ class FrameDecoder:
                     break
                 if info[1]:
                     append(_new_message(Message, (info[0], shard, seq, ts, payload, off)))
-                if last_beacon is not None:
-                    self.last_beacon = last_beacon
                 p, off, nb = np, noff, nnb
                 mk += gm
         except StreamFormatError:
@@ -289,7 +333,7 @@ class FrameDecoder:
         self._next_beacon = nb
         self.beacon_markers = markers
 
-    def _learn_key(self, kb: bytes, offset: int) -> tuple[str, bool, bool]:
+    def _learn_key(self, kb: bytes, offset: int) -> list[Any]:
         if not key_is_valid(kb):
             raise InvalidStreamKeyError(
                 f"frame has invalid stream key {bytes(kb)!r}", path=self.path, offset=offset
@@ -297,30 +341,137 @@ class FrameDecoder:
         name = kb.decode("ascii")
         internal = kb == _EOS_KEY
         wanted = self._internal if internal else (self._keys is None or name in self._keys)
-        info = (name, wanted, internal)
+        info: list[Any] = [name, wanted, internal, _NO_SEQ]
         self._key_info[bytes(kb)] = info
         return info
 
+    def _frame_error(
+        self, received: int, computed: int, last_byte: int, plen: int, head_len: int, off: int
+    ) -> StreamFormatError:
+        if computed != received:
+            return ChecksumError(received=received, computed=computed, path=self.path, offset=off)
+        return FrameEndError(
+            f"frame of {head_len + plen + 3} bytes (as its size field says) ends with byte "
+            f"{last_byte:#04x}, not 0x0d",
+            path=self.path,
+            offset=off,
+        )
+
+    def _follow(self, info: list[Any], kb: bytes, shard: int, seq: int, off: int) -> None:
+        """Check ``seq`` against its stream's last one (:meth:`_check_sequence`), then note it."""
+        self._check_sequence(info, kb, shard, seq, off)
+        if shard == 0:
+            info[3] = seq
+        elif not info[2]:
+            self._shard_seqs[(bytes(kb), shard)] = seq
+
+    def _follow_split(
+        self, info: list[Any], kb: bytes, shard: int, seq: int, off: int, met: _Met
+    ) -> int:
+        """:meth:`_follow` for a frame split by the beacons ``met``, whose markers count it (a
+        writer updates them first); returns how many markers they hold."""
+        self._check_sequence(info, kb, shard, seq, off)
+        markers = 0
+        for _, beacon, _ in met:
+            if beacon.markers:
+                self._check_markers(beacon, off, (kb, shard, seq))
+            markers += len(beacon.markers)
+        if shard == 0:
+            info[3] = seq
+        elif not info[2]:
+            self._shard_seqs[(bytes(kb), shard)] = seq
+        self.last_beacon = (met[-1][0] // self.beacon_interval, met[-1][1])
+        return markers
+
+    def _check_sequence(self, info: list[Any], kb: bytes, shard: int, seq: int, off: int) -> None:
+        """Raise :class:`SequenceError` unless ``seq`` follows its stream's last one (or is the
+        first one seen). Internal messages (the end-of-stream marker: seq 0) are exempt."""
+        if info[2]:
+            return
+        last = info[3] if shard == 0 else self._shard_seqs.get((bytes(kb), shard))
+        if last == _NO_SEQ:
+            last = None
+        if seq == last + 1 if last is not None else (seq <= 1 or not self._whole_file):
+            return
+        stream = repr(info[0]) + ("" if shard == 0 else f" shard {shard}")
+        if last is None:
+            raise SequenceError(
+                f"the first message of stream {stream} has sequence number {seq}: a stream "
+                "starts at 1 (or 0); a damaged sequence number, shard or stream key",
+                path=self.path,
+                offset=off,
+            )
+        raise SequenceError(
+            f"sequence number {seq} of stream {stream} does not follow {last}, the one before "
+            "it: a damaged sequence number, shard or stream key, or a lost frame",
+            path=self.path,
+            offset=off,
+        )
+
+    def _last_seq(self, kb: bytes, shard: int) -> int | None:
+        if shard:
+            return self._shard_seqs.get((kb, shard))
+        info = self._key_info.get(kb)
+        return None if info is None or info[3] == _NO_SEQ else int(info[3])
+
+    def _check_markers(
+        self, beacon: Beacon, frame_offset: int, current: tuple[bytes, int, int] | None
+    ) -> None:
+        """A marker states its stream's highest sequence number so far, the frame the beacon
+        splits (``current``: key, shard, seq) included: it must be the last one decoded. A
+        decoder that read the whole file knows every stream a marker may name."""
+        for marker in beacon.markers:
+            if marker.stream_key == INTERNAL_KEY:
+                continue  # an end-of-stream message it counts may have been overwritten since
+            kb = marker.stream_key.encode("ascii")
+            if current is not None and current[0] == kb and current[1] == marker.shard:
+                last: int | None = current[2]
+            else:
+                last = self._last_seq(kb, marker.shard)
+            if last is None and not self._whole_file:
+                continue
+            if last != marker.seq:
+                stream = repr(marker.stream_key) + (
+                    "" if marker.shard == 0 else f" shard {marker.shard}"
+                )
+                said = "no message" if last is None else f"sequence {last} last"
+                raise BeaconError(
+                    f"beacon marker says stream {stream} reached sequence {marker.seq}; the "
+                    f"frames before it hold {said}",
+                    path=self.path,
+                    offset=frame_offset,
+                )
+
+    def _check_remaining(self, met: _Met, extra: int) -> None:
+        """Each beacon met inside a frame must say how many of its bytes follow it."""
+        for offset, beacon, left in met:
+            if beacon.remaining != left + extra:
+                raise BeaconError(
+                    f"beacon says {beacon.remaining} bytes of the frame it splits follow it; the "
+                    f"frame's size field says {left + extra}",
+                    path=self.path,
+                    offset=offset,
+                )
+
     def _gather(
         self, buf: bytes, p: int, off: int, nb: int, n: int
-    ) -> tuple[bytes, int, int, int, tuple[int, Beacon] | None, int] | None:
+    ) -> tuple[bytes, int, int, int, _Met] | None:
         """Collect ``n`` frame bytes from ``buf[p:]`` (offset ``off``), stepping over beacons.
 
-        Returns the bytes, the new buffer index, offset and next-beacon offset, the last beacon
-        stepped over and the markers of the beacons stepped over; None if the buffer ends first.
+        Returns the bytes, the new buffer index, offset and next-beacon offset, and the beacons
+        stepped over (with the frame bytes still to collect after each); None if the buffer ends
+        first.
         """
         parts = []
         end = len(buf)
-        last = None
-        markers = 0
+        met: _Met = []
         while n > 0:
             if off == nb:
                 parsed = decode_beacon(buf, p, off, self.path)
                 if parsed is None:
                     return None
                 beacon, size = parsed
-                last = (off // self.beacon_interval, beacon)
-                markers += len(beacon.markers)
+                met.append((off, beacon, n))
                 p += size
                 off += size
                 nb += self.beacon_interval
@@ -332,4 +483,4 @@ class FrameDecoder:
             p += take
             off += take
             n -= take
-        return b"".join(parts), p, off, nb, last, markers
+        return b"".join(parts), p, off, nb, met

@@ -24,7 +24,12 @@ import bisect
 import struct
 
 from .decoder import FrameDecoder, first_beacon_at_or_after
-from .errors import InvalidStreamKeyError, StreamFormatError, TimestampRangeError
+from .errors import (
+    InvalidStreamKeyError,
+    SequenceError,
+    StreamFormatError,
+    TimestampRangeError,
+)
 from .format import (
     EOS_PAYLOAD,
     FRAME_FIXED,
@@ -104,6 +109,9 @@ class FrameEncoder:
         #: Where the file ended when this encoder last committed (or caught up).
         self.committed_offset = offset
         self._committed_at = (self._next_beacon, 0)
+        #: Whether every stream of the file is known here (this encoder wrote or caught up
+        #: with all of it), so a stream it does not know is new to the file.
+        self.knows_every_stream = True
 
     # -- state -----------------------------------------------------------------------------------
 
@@ -309,6 +317,8 @@ class FrameEncoder:
             raise StreamFormatError(
                 f"payload of {len(payload)} bytes exceeds 4 GiB", path=self.path
             )
+        if key != INTERNAL_KEY:
+            self._check_follows(key, shard, seq)
         state = self.stream(key, shard)
         state.seq = max(state.seq, seq)
         state.ts = max(state.ts, timestamp_ms)
@@ -318,6 +328,25 @@ class FrameEncoder:
         self._explicit.add(offset)
         self._splice(frame)
         return offset
+
+    def _check_follows(self, key: str, shard: int, seq: int) -> None:
+        """Readers hold a stream's sequence numbers to following each other, from 1 (or 0):
+        refuse to write one that does not (see :class:`SequenceError`)."""
+        state = self._streams.get((key, shard))
+        stream = repr(key) + ("" if shard == 0 else f" shard {shard}")
+        if state is not None:
+            if seq != state.seq + 1:
+                raise SequenceError(
+                    f"seq {seq} of stream {stream} does not follow seq {state.seq}, its last: "
+                    "the sequence numbers of a stream follow each other",
+                    path=self.path,
+                )
+        elif seq > 1 and self.knows_every_stream:
+            raise SequenceError(
+                f"seq {seq} would be the first of stream {stream}: a stream's sequence numbers "
+                "start at 1 (or 0)",
+                path=self.path,
+            )
 
     def write_eos(self, timestamp_ms: int) -> int:
         """Encode the end-of-stream message; returns its offset."""

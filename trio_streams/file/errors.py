@@ -79,6 +79,30 @@ class ChecksumError(StreamFormatError):
         )
 
 
+class SequenceError(StreamFormatError):
+    """A message's sequence number does not follow the one before it in its stream (key and
+    shard): every writer numbers a stream's messages one by one, so a gap, a repeat or a step
+    back means a damaged sequence number, shard or stream key, or a lost frame."""
+
+    advice = "`trio-streams file repair {path}` moves the unreadable part aside"
+
+
+class FrameEndError(StreamFormatError):
+    """A frame does not end with the byte ``0x0D`` every writer ends a frame with: its size
+    field (or its key length) is damaged, so where it ends, and where the next frame starts,
+    cannot be trusted."""
+
+    advice = "`trio-streams file repair {path}` moves the unreadable part aside"
+
+
+class BeaconError(StreamFormatError):
+    """A beacon disagrees with the frames around it: it does not start and end with ``0x0D``,
+    it counts a different number of bytes left of the frame it splits, or a marker names a
+    stream or sequence number the frames before it do not have."""
+
+    advice = "`trio-streams file repair {path}` moves the unreadable part aside"
+
+
 class TruncatedError(StreamFormatError):
     """A finished file ends in the middle of a header, frame or beacon."""
 

@@ -155,7 +155,11 @@ class FileSource(AsyncClosing):
         """Wait until the file may hold more: an OS event, growth, or the polling timeout.
 
         Returns at once in replay mode or when unread bytes are known. Raises
-        :class:`FileRemovedError` once the file is gone and everything in it was read.
+        :class:`FileRemovedError` once the file is gone and everything in it was read, and
+        :class:`~trio_streams.file.errors.UnprovenTailError` when a timeout passes at bytes that
+        do not decode and cannot be a frame being written or cut by a crash (damage in the
+        middle of the file, such as a damaged size field): within one polling timeout of the
+        reader reaching it, at most about a second.
         """
         if self._closed:
             raise trio.ClosedResourceError("the file source is closed")
@@ -167,6 +171,10 @@ class FileSource(AsyncClosing):
             await self._watch.wait_change(self._seen_generation)
         if timeout.cancelled_caught:
             self._backoff_ms = min(self._backoff_ms * 2, MAX_BACKOFF_MS)
+            if reader.known_size > reader.offset and reader.file_size() <= reader.known_size:
+                # Quiet for a whole timeout at bytes that do not decode yet: a frame still being
+                # written, one cut by a crash (the next writer cuts it away), or damage.
+                reader.check_stalled_tail()
         if reader.removed() and reader.file_size() <= reader.known_size:
             raise FileRemovedError("stream file was removed from disk", path=reader.path)
 

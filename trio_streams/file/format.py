@@ -16,6 +16,7 @@ from fastcrc import crc16 as _crc16
 
 from .errors import (
     BadMagicError,
+    BeaconError,
     BeaconIntervalError,
     FileNameError,
     InvalidStreamKeyError,
@@ -240,7 +241,11 @@ def decode_beacon(
     end = len(data)
     if pos + 6 > end:
         return None
-    _, remaining, count = _BEACON_HEAD.unpack_from(data, pos)
+    first, remaining, count = _BEACON_HEAD.unpack_from(data, pos)
+    if first != 13:
+        raise BeaconError(
+            f"beacon starts with byte {first:#04x}, not 0x0d", path=path, offset=offset
+        )
     p = pos + 6
     markers = []
     for _ in range(count):
@@ -260,4 +265,8 @@ def decode_beacon(
         p += 1 + klen + 26
     if p >= end:
         return None
+    if data[p] != 13:
+        raise BeaconError(
+            f"beacon ends with byte {data[p]:#04x}, not 0x0d", path=path, offset=offset + p - pos
+        )
     return Beacon(remaining, tuple(markers)), p + 1 - pos

@@ -4,7 +4,8 @@ The input is what ``file decode --format ndjson`` prints: an optional first line
 ``{"file_header": {...}}``, then one message object a line. Every line is checked before the
 file is touched — JSON, an object, its fields and their types, what the format can hold (the
 stream key, the timestamp, the sizes), and that the sequence numbers of each stream (key and
-shard) increase — so a bad line 3 leaves the file as it was, not with lines 1 and 2 in it.
+shard) follow each other, from 1 (or 0) or from the stream's last in the file, as readers hold
+them to — so a bad line 3 leaves the file as it was, not with lines 1 and 2 in it.
 Internal messages (``SEA_STREAMER_INTERNAL``: the end-of-stream message and its kin, all
 sequence number 0) are exempt from the sequence check.
 
@@ -126,14 +127,15 @@ def read_input(lines: Iterable[str], *, beacon_interval: int | None = None) -> W
             continue
         rows.append(_row(number, value))
     interval = beacon_interval or (header.beacon_interval if header else DEFAULT_BEACON_INTERVAL)
-    _check_frames(rows, interval)
     _check_sequences(rows)
+    _check_frames(rows, interval)
     return WriteInput(header, rows)
 
 
 def check_against(rows: Iterable[Row], last_written: dict[tuple[str, int], int], path: str) -> None:
     """Refuse a row whose sequence number does not follow the last one its stream has in the
-    file at ``path`` (``last_written``, by stream key and shard)."""
+    file at ``path`` (``last_written``, by stream key and shard), or, for a stream the file does
+    not hold, is above 1."""
     seen: set[tuple[str, int]] = set()
     for row in rows:
         stream = (row.stream_key, row.shard)
@@ -141,11 +143,16 @@ def check_against(rows: Iterable[Row], last_written: dict[tuple[str, int], int],
             continue
         seen.add(stream)
         last = last_written.get(stream)
-        if last is not None and row.seq <= last:
+        if last is not None and row.seq != last + 1:
             raise InputError(
                 row.line,
                 f"seq {row.seq} of stream {_stream(row)} does not follow seq {last}, the last "
-                f"of that stream in {path}: sequence numbers of a stream must increase",
+                f"of that stream in {path}: {_RULE}",
+            )
+        if last is None and row.seq > 1:
+            raise InputError(
+                row.line,
+                f"seq {row.seq} would be the first of stream {_stream(row)} in {path}: {_RULE}",
             )
 
 
@@ -195,6 +202,7 @@ def _check_frames(rows: list[Row], beacon_interval: int) -> None:
     """Encode every row into memory (and forget the bytes): what the format refuses (a key, a
     timestamp, a size) is refused here, before the file is touched."""
     encoder = FrameEncoder(beacon_interval, HEADER_SIZE)
+    encoder.knows_every_stream = False  # the file's own streams are checked apart
     for row in rows:
         try:
             encoder.write(row.stream_key, row.shard, row.seq, row.timestamp_ms, row.payload)
@@ -210,14 +218,19 @@ def _check_sequences(rows: list[Row]) -> None:
             continue
         stream = (row.stream_key, row.shard)
         before = last.get(stream)
-        if before is not None and row.seq <= before.seq:
-            what = "repeats" if row.seq == before.seq else "comes after"
+        if before is not None and row.seq != before.seq + 1:
+            what = "repeats" if row.seq == before.seq else "does not follow"
+            what = "comes after" if row.seq < before.seq else what
             raise InputError(
                 row.line,
                 f"seq {row.seq} of stream {_stream(row)} {what} seq {before.seq} on line "
-                f"{before.line}: sequence numbers of a stream must increase",
+                f"{before.line}: {_RULE}",
             )
         last[stream] = row
+
+
+#: What readers hold a stream's sequence numbers to (see ``docs/guides/stream-files.md``).
+_RULE = "the sequence numbers of a stream start at 1 (or 0) and follow each other"
 
 
 def _stream(row: Row) -> str:

@@ -30,9 +30,11 @@ from .errors import (
     StreamFileNotFoundError,
     StreamFormatError,
     TruncatedError,
+    UnprovenTailError,
 )
 from .format import (
     HEADER_SIZE,
+    MAX_TIMESTAMP_MS,
     MAX_U64,
     Beacon,
     Header,
@@ -113,6 +115,8 @@ class FileReader:
         self.at_eof = False
         #: Largest file offset read so far: growth beyond it means new data.
         self.known_size = HEADER_SIZE
+        #: (offset, file size) of the last tail :meth:`check_stalled_tail` found plausible.
+        self._tail_checked = (0, 0)
         self._decoder = self._decoder_at(HEADER_SIZE)
         if start is not None and start.kind is PositionKind.END:
             self._decoder = self._decoder_at(self._find_tip())
@@ -220,6 +224,45 @@ class FileReader:
             if self._being_appended():
                 return
             raise
+
+    def check_stalled_tail(self) -> None:
+        """Live: raise :class:`~trio_streams.file.errors.UnprovenTailError` if the bytes after
+        the last complete frame cannot be a frame still being written or cut by a crash.
+
+        A live reader waits at a frame that runs past the end of the file: a writer is
+        appending it, or crashed while it did (the next writer cuts it away). A damaged size
+        field in the middle of a file looks the same, except that what follows holds complete
+        frames: this is the check a writer reopening the file makes (see
+        :func:`~trio_streams.file.repair.check_cut_tail`). It is skipped while a writer holds
+        the file's lock, and for bytes already found plausible (the same offset and size)."""
+        start = self._decoder.offset
+        size = self.file_size()
+        if size <= start or (start, size) == self._tail_checked or self._being_appended():
+            return
+        from .repair import check_cut_tail  # repair reads files with this module
+
+        decoder = self._decoder
+        probe = FrameDecoder(
+            self.beacon_interval, start, internal=True, on_eos="include", path=self.path
+        )
+        probe.feed(os.pread(self._fd, size - start, start))
+        if probe.next_messages(1):
+            return  # a whole frame: an end-of-stream message at the tip, or new data
+        streams = {key: (seq, MAX_TIMESTAMP_MS) for key, seq in decoder.known_streams().items()}
+        try:
+            check_cut_tail(
+                lambda offset, n: os.pread(self._fd, n, offset),
+                self.beacon_interval,
+                start,
+                size,
+                path=self.path,
+                streams=streams,
+            )
+        except UnprovenTailError as exc:
+            # A reader that started mid-file does not know every stream a beacon may name.
+            if decoder.whole_file or "marker" not in exc.why:
+                raise
+        self._tail_checked = (start, size)
 
     def _being_appended(self) -> bool:
         try:

@@ -3,6 +3,16 @@
 See docs/guides/testing-under-faults.md.
 """
 
+from .files import (
+    FRAME_FIELDS,
+    FrameField,
+    FrameLocation,
+    cut_copies,
+    damage_frame_header,
+    flip_bit,
+    frame_offsets,
+    zero_range,
+)
 from .ledger import (
     MAX_LINE,
     Ledger,
@@ -36,6 +46,7 @@ from .proxy import FaultEvent, FaultProxy, ProxyError
 
 __all__: list[str] = [
     "FAULT_KINDS",
+    "FRAME_FIELDS",
     "MAX_LINE",
     "AppProcess",
     "AppProcessError",
@@ -44,6 +55,8 @@ __all__: list[str] = [
     "FaultKind",
     "FaultProxy",
     "FaultSchedule",
+    "FrameField",
+    "FrameLocation",
     "KillPoint",
     "KillPointMissed",
     "KillPointNotReached",
@@ -59,7 +72,12 @@ __all__: list[str] = [
     "ScheduledFault",
     "SettleHow",
     "UnexpectedExit",
+    "cut_copies",
+    "damage_frame_header",
+    "flip_bit",
+    "frame_offsets",
     "issued",
     "ledger_middleware",
     "named",
+    "zero_range",
 ]
