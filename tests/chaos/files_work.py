@@ -2,12 +2,13 @@
 
 Writer processes (``tests.file.many_writers write``) append to key ``k0`` of one file, each its
 own numbered messages (payload ``<writer>:<n>``), printing ``ack n`` after each flush; some
-writers kill themselves with SIGKILL half-way through an append, holding the file's lock (a
-crash mid-append), and are replaced. Two durable consumers (``tests.chaos.consumer file``,
-names ``a0`` and ``b0``, each its own run log: each must see every message) follow the file
-live from its beginning while a seeded schedule kills (SIGKILL) and stops (SIGTERM) them,
-restarting each under its durable name. A live tail (``many_writers follow``) follows the file
-from before the first write and sees each message once, in each writer's order.
+writers are killed (SIGKILL) half-way through an append, holding the file's lock (the kit's
+``KillPoint.during_append`` in an ``AppProcess``), and are replaced. Two durable consumers
+(``tests.chaos.consumer file``, names ``a0`` and ``b0``, each its own ledger: each must see
+every message) follow the file live from its beginning while a seeded schedule kills
+(SIGKILL) and stops (SIGTERM) them, restarting each under its durable name. A live tail
+(``many_writers follow``) follows the file from before the first write and sees each message
+once, in each writer's order.
 
 Published: every message a writer had acknowledged, and every complete message in the file
 (a killed writer's last flush may have landed whole before its ``ack`` line). Pending for a
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import json
 import random
-import signal
 import subprocess
 import sys
 from collections import Counter
@@ -29,14 +29,14 @@ import trio
 
 from trio_streams.file.reader import FileReader
 from trio_streams.file.writer import StreamWriter
-from trio_streams.testing.faults import Ledger
+from trio_streams.testing.faults import AppProcess, KillPoint, Ledger
 
 from .consumer import SPAN
 from .history import Row, order_breaks, row_from
 from .procs import Consumers
 
 ROOT = Path(__file__).resolve().parents[2]
-WRITE = (sys.executable, "-m", "tests.file.many_writers", "write")
+WRITERS = "tests.file.many_writers"
 KEY = "k0"
 SETTLE_WITHIN = 90.0
 
@@ -62,7 +62,7 @@ class FileSize:
 
 def _writer(path: Path, writer: int, count: int, *extra: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [*WRITE, str(path), str(writer), str(count), "1", *extra],
+        [sys.executable, "-m", WRITERS, "write", str(path), str(writer), str(count), "1", *extra],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -128,14 +128,14 @@ async def files_rows(directory: Path, seed: int, size: FileSize) -> list[Row]:
             nursery.start_soon(_consumer_faults, durable, rng, size.kills)
             for crash in range(size.crashes):
                 writer = 100 + crash
-                crasher = _writer(
-                    path, writer, size.messages, "--crash-after", str(rng.randint(0, 200))
-                )
-                out, _ = await trio.to_thread.run_sync(crasher.communicate)
-                if crasher.returncode != -signal.SIGKILL:
-                    raise AssertionError(f"writer {writer} exited {crasher.returncode}")
+                point = KillPoint.during_append(rng.randint(1, 20))
+                async with AppProcess(
+                    WRITERS, "write", str(path), str(writer), str(size.messages), "1",
+                    kill_at=point, cwd=ROOT,
+                ) as crasher:  # fmt: skip
+                    await crasher.killed()
                 faults["writer killed mid-append"] += 1
-                acked |= _acked(writer, out)
+                acked |= _acked(writer, crasher.stdout)
             for w, process in enumerate(steady):
                 out, _ = await trio.to_thread.run_sync(process.communicate)
                 if process.returncode != 0:
