@@ -70,11 +70,12 @@ class Row:
 
     @property
     def defects(self) -> list[str]:
-        """What this row shows the contract broke; empty when it held."""
+        """What this row shows the contract broke, one line each (its notes name message ids);
+        empty when it held."""
         found = list(self.notes)
-        if self.lost:
+        if self.lost and not any(" lost " in note for note in found):
             found.append(f"{self.transport}: {self.lost} lost")
-        if self.settled_without_run:
+        if self.settled_without_run and not any("without a run" in n for n in found):
             found.append(
                 f"{self.transport}: {self.settled_without_run} settled without a handler run"
             )
