@@ -131,7 +131,7 @@ async def files_rows(directory: Path, seed: int, size: FileSize) -> list[Row]:
                 point = KillPoint.during_append(rng.randint(1, 20))
                 async with AppProcess(
                     WRITERS, "write", str(path), str(writer), str(size.messages), "1",
-                    kill_at=point, cwd=ROOT,
+                    "--batch", "4", kill_at=point, cwd=ROOT,
                 ) as crasher:  # fmt: skip
                     await crasher.killed()
                 faults["writer killed mid-append"] += 1

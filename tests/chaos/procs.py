@@ -21,7 +21,7 @@ from trio_streams.testing.faults import (
 #: killed waits out the name's lease first).
 READY_WITHIN = 30.0
 #: Seconds a consumer armed with a kill point gets to reach it.
-KILL_POINT_WITHIN = 20.0
+KILL_POINT_WITHIN = 5.0
 #: Starts a name gets before the workload gives up on it.
 STARTS = 5
 

@@ -205,7 +205,7 @@ class Workload:
                 elif how == "SIGTERM":
                     await procs.stop(name)
                 else:
-                    await procs.kill_at(name, KillPoint(how, rng.randint(1, 40)))
+                    await procs.kill_at(name, KillPoint(how, rng.randint(1, 10)))
 
     async def _settle(self, names: list[str]) -> None:
         """Wait (bounded) until what the transport promises has happened: every message
