@@ -1,5 +1,6 @@
-"""A small seeded campaign in the normal suite: every transport but the cluster's (which the
-full campaign, ``nox -s chaos``, covers) under the same mix of faults, for a few seconds each.
+"""A small seeded campaign in the normal suite: every transport but the cluster's and the
+pipeline window (which the full campaign, ``nox -s chaos``, covers) under the same mix of
+faults, for a few seconds each (about 45 s in all).
 Every "lost" and "settled without a run" is 0 and no effect of the atomic window is applied
 twice; the table is printed (``pytest -s``)."""
 
@@ -11,10 +12,10 @@ from .campaign import campaign
 from .history import table
 
 SEED = 27
-#: Every workload but those on the cluster.
+#: Every workload but those on the cluster and the pipeline window (the atomic one stands for
+#: both windows), to stay under a minute.
 ONLY = (
     "streams group",
-    "pipeline window",
     "atomic window",
     "reliable list",
     "simple list",
@@ -32,7 +33,6 @@ async def test_a_small_seeded_campaign_loses_nothing_and_settles_nothing_without
     print(table(rows))
     assert {row.transport for row in rows} == {
         "streams group",
-        "pipeline window",
         "atomic window",
         "reliable list",
         "simple list",
