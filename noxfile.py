@@ -1,9 +1,10 @@
-"""nox sessions: tests (the README test command), soak, lint, docs, bench, demo.
+"""nox sessions: tests (the README test command), soak, chaos, lint, docs, bench, demo.
 
 ``nox -s tests`` is the one command that proves main works: it installs the package with its test
 dependencies into a fresh virtualenv, makes sure every server binary the tests start is present
 (installing Debian's package when it is missing), and runs the suite. Long soak and kill tests are
-kept out of it and run with ``nox -s soak``.
+kept out of it and run with ``nox -s soak``; ``nox -s chaos`` runs the fault campaign
+(docs/guides/reliability.md).
 """
 
 from __future__ import annotations
@@ -55,6 +56,15 @@ def soak(session: nox.Session) -> None:
     ensure_servers(session)
     session.install("-e", ".[test]")
     session.run("pytest", "-m", "soak", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def chaos(session: nox.Session) -> None:
+    """The campaign: a seeded mix of faults over every transport, one row each (about 10
+    minutes on 2 cores). Options go to ``python -m tests.chaos``: ``-- --minutes 3 --seed 7``."""
+    ensure_servers(session)
+    session.install("-e", ".[test]")
+    session.run("python", "-m", "tests.chaos", *session.posargs)
 
 
 @nox.session(python=PYTHON)
