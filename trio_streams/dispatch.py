@@ -1033,6 +1033,8 @@ class Dispatcher:
         if call is not None:
             call.message, call.outcome, call.verdict = message, outcome, verdict
             call.error, call.called = error, called
+            for decided in call.on_decided:
+                decided(call)
         observers = self._runner.observers
         if observers:
             starts = self._starts

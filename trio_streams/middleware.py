@@ -110,6 +110,10 @@ class HandlerCall:
     called: bool = False
     #: True once the transport settled it (an ack, a retry copy, a dead letter).
     settled: bool = False
+    #: Called, in order, once ``outcome`` and ``verdict`` are decided and before the transport
+    #: settles the delivery: a hook appends to it to note the decision at the one moment a
+    #: crash cannot yet have lost it to the settle (a history checker's ``run_ended``).
+    on_decided: list[Callable[[HandlerCall], None]] = field(default_factory=list)
 
     @property
     def attempt(self) -> int:

@@ -1,4 +1,4 @@
-"""What the campaign found, each as the smallest test that shows it."""
+"""What the campaign found, each as the smallest test that would show it again."""
 
 from __future__ import annotations
 
@@ -25,11 +25,6 @@ from trio_streams.testing.faults import (
 from trio_streams.testing.servers import RedisServer
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the attempts cap counts runs whose ack was lost with their segment: the fourth "
-    "delivery is dropped, its XACK sent, its effect never applied",
-)
 async def test_an_atomic_window_entry_whose_flushes_fail_is_never_acknowledged_without_its_effect(
 ) -> None:  # fmt: skip
     """Under ``atomic=True`` an entry is applied and acknowledged, or neither and delivered
@@ -134,11 +129,6 @@ async def test_an_atomic_window_entry_whose_handler_was_killed_is_run_again(
     assert report.handled == report.published
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ledger_middleware writes a run's end only after the transport settled it: a "
-    "process killed in between leaves a run that returned looking cut short, and lost",
-)
 async def test_the_ledger_middleware_reports_no_loss_when_a_member_dies_after_its_settle(
     tmp_path: Path,
 ) -> None:  # fmt: skip

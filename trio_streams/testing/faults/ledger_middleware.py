@@ -27,7 +27,8 @@ _ENDS: dict[OutcomeKind, RunOutcome] = {
 
 class LedgerMiddleware(Middleware):
     """Writes ``run_began`` as each delivery's handling begins, ``run_ended`` with its
-    outcome as it ends, and ``settled`` once the transport settled it for good.
+    outcome once it is decided (before the transport settles it: ``HandlerCall.on_decided``),
+    and ``settled`` once the transport settled it for good.
 
     - The run is recorded when the middleware is entered, before the payload is decoded: the
       latest point before the handler that a middleware sees. A delivery the handler is then
@@ -61,15 +62,27 @@ class LedgerMiddleware(Middleware):
         attempt = delivery.attempt
         ledger = self.ledger
         ledger.run_began(ident, attempt)
-        ended: RunOutcome = "cancelled"
+        ended: list[RunOutcome] = []
+
+        def decided(call: HandlerCall) -> None:
+            # Before the settle: a process killed while the transport settles (or before its
+            # acknowledgement is flushed) leaves a run that ended, as it did.
+            if not ended:
+                outcome = call.outcome
+                ended.append(
+                    "not-run" if not call.called or outcome is None else _ENDS[outcome.kind]
+                )
+                ledger.run_ended(ident, ended[0], attempt=attempt)
+
+        call.on_decided.append(decided)
         try:
             yield
-            if not call.called or call.outcome is None:
-                ended = "not-run"
-            else:
-                ended = _ENDS[call.outcome.kind]
-        finally:
-            ledger.run_ended(ident, ended, attempt=attempt)
+        except BaseException:
+            if not ended:  # cut short under way (a hard stop): the run counts
+                ledger.run_ended(ident, "cancelled", attempt=attempt)
+            raise
+        if not ended:  # nothing was decided: the handler was not called (a stale delivery)
+            ledger.run_ended(ident, "not-run", attempt=attempt)
         verdict = call.verdict
         if call.settled and verdict is not None:
             if verdict.dead_letter is not None:
