@@ -47,12 +47,14 @@ async def test_two_drops_while_the_caller_reads_nothing_are_found_at_once_and_de
         backoff_cap=0.05,
     ) as client:
         await client.execute("CONFIG", "SET", "client-output-buffer-limit", "pubsub 64kb 32kb 60")
+        # A loss is dated from when the connection was last known alive, which may be the
+        # subscription's own confirmation: the bound is taken before subscribing.
+        subscribed_at = trio.current_time()
         async with (
             client.subscribe(["news"], on_lost=lost.append, on_resumed=resumed.append) as sub,
             trio.open_nursery() as nursery,
         ):
             nursery.start_soon(sub.watch)
-            subscribed_at = trio.current_time()
             after_first, first_seen = await _publish_until_dropped(client, 0)
 
             async def resumed_once() -> bool:

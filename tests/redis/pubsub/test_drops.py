@@ -61,10 +61,12 @@ async def test_a_slow_subscriber_dropped_by_the_server_is_found_degraded_and_res
         if seen[-1] == _LAST:
             last.set()
 
+    # A loss is dated from when the connection was last known alive, which may be the
+    # subscription's own confirmation: the bound is taken before the app subscribes.
+    subscribed_at = trio.current_time()
     async with serving_with_faults(app) as served:
         serving.append(served)
         await subscribers_of(redis, "news", 1)
-        subscribed_at = trio.current_time()
         heard_up_to, dropped_by = await _publish_until_dropped(redis)
 
         async def gap_reported() -> bool:
