@@ -24,11 +24,13 @@ from trio_streams.file import (
     TruncatedError,
     UnprovenTailError,
 )
+from trio_streams.file.follower import FileSource
 from trio_streams.file.format import Message
 from trio_streams.file.reader import FileReader
 from trio_streams.file.writer import StreamWriter
 from trio_streams.testing.faults import (
     FRAME_FIELDS,
+    FrameField,
     cut_copies,
     damage_frame_header,
     flip_bit,
@@ -406,3 +408,71 @@ async def test_a_live_subscription_at_a_frame_cut_by_a_crash_keeps_waiting(
             await running.wait_stopped()
     assert waited.cancelled_caught
     assert handled == list(range(1, 10))
+
+
+# ---- a reader that starts at the tip checks its first frame --------------------------------------
+
+
+async def _read_until_refused(source: FileSource, got: list[int]) -> None:
+    while True:
+        batch = source.read_available(64)
+        got.extend(int(m.payload) for m in batch)
+        if not batch:
+            await source.wait()
+
+
+async def _live_from_tip(path: Path, damaged: bytes, split: int) -> tuple[list[int], Exception]:
+    """Open a live source at the tip of ``damaged[:split]``, append the rest; what it reads."""
+    await trio.Path(path).write_bytes(damaged[:split])
+    got: list[int] = []
+    async with await FileSource.open(path, mode="live", keys={"s"}) as source:
+        async with await trio.open_file(path, "ab") as f:
+            await f.write(damaged[split:])
+        with trio.fail_after(3), pytest.raises(StreamFormatError) as raised:
+            await _read_until_refused(source, got)
+    return got, raised.value
+
+
+@pytest.mark.parametrize(("field", "byte", "bit"), [("key", 0, 0), ("shard", 0, 6), ("seq", 0, 6)])
+async def test_a_live_reader_checks_the_first_frame_after_the_tip_it_started_at(
+    tmp_path: Path, autojump_clock: trio.abc.Clock, field: FrameField, byte: int, bit: int
+) -> None:
+    source = tmp_path / "good.ss"
+    write_numbers(source, 40, beacon_interval=1 << 20)
+    frames = frame_offsets(source)
+    damaged = damage_frame_header(source, 20, field, into=tmp_path / "d", byte=byte, bit=bit)
+    got, error = await _live_from_tip(tmp_path / "live.ss", damaged.read_bytes(), frames[20].offset)
+    assert got == []
+    assert isinstance(error, SequenceError)
+    assert error.offset == frames[20].offset
+
+
+@pytest.mark.parametrize(("field", "byte", "bit"), [("seq", 0, 6), ("seq", 7, 1)])
+async def test_a_live_reader_past_a_beacon_checks_the_first_frame_after_the_tip_it_started_at(
+    tmp_path: Path, autojump_clock: trio.abc.Clock, field: FrameField, byte: int, bit: int
+) -> None:
+    # Many beacon pages: the tip scan reads only the last one, and knows stream 's' from it
+    # (a frame of a stream it does not know is taken as that stream's next: see the guide).
+    source = tmp_path / "good.ss"
+    write_numbers(source, 300, beacon_interval=1024)
+    frames = frame_offsets(source)
+    damaged = damage_frame_header(source, 280, field, into=tmp_path / "d", byte=byte, bit=bit)
+    got, error = await _live_from_tip(
+        tmp_path / "live.ss", damaged.read_bytes(), frames[280].offset
+    )
+    assert got == []
+    assert isinstance(error, SequenceError)
+    assert error.offset == frames[280].offset
+
+
+async def test_a_live_reader_delivers_no_changed_shard_before_the_error_it_flags(
+    tmp_path: Path, autojump_clock: trio.abc.Clock
+) -> None:
+    source = tmp_path / "good.ss"
+    write_numbers(source, 40, beacon_interval=1 << 20)
+    frames = frame_offsets(source)
+    damaged = damage_frame_header(source, 25, "shard", into=tmp_path / "d", byte=7)
+    got, error = await _live_from_tip(tmp_path / "live.ss", damaged.read_bytes(), frames[20].offset)
+    assert got == list(range(21, 26))
+    assert isinstance(error, SequenceError)
+    assert error.offset == frames[25].offset

@@ -19,7 +19,7 @@ from __future__ import annotations
 import fcntl
 import os
 import stat
-from collections.abc import Collection, Generator, Iterator
+from collections.abc import Collection, Generator, Iterator, Mapping
 from typing import NoReturn
 
 from ..positions import Position, PositionKind
@@ -34,6 +34,7 @@ from .errors import (
 )
 from .format import (
     HEADER_SIZE,
+    INTERNAL_KEY,
     MAX_TIMESTAMP_MS,
     MAX_U64,
     Beacon,
@@ -117,9 +118,12 @@ class FileReader:
         self.known_size = HEADER_SIZE
         #: (offset, file size) of the last tail :meth:`check_stalled_tail` found plausible.
         self._tail_checked = (0, 0)
+        #: What the last tip scan learnt: each stream's last sequence number before the tip, and
+        #: whether that names every stream (the scan read the whole file).
+        self._tip_known: tuple[dict[tuple[str, int], int], bool] = ({}, True)
         self._decoder = self._decoder_at(HEADER_SIZE)
         if start is not None and start.kind is PositionKind.END:
-            self._decoder = self._decoder_at(self._find_tip())
+            self._decoder = self._decoder_at(self._find_tip(), *self._tip_known)
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -334,7 +338,7 @@ class FileReader:
             return HEADER_SIZE
         if position.kind is PositionKind.END:
             tip = self._find_tip()
-            self._commit(tip)
+            self._commit(tip, *self._tip_known)
             return tip
         key = self._seek_key(key, position)
         if shard is not None and not 0 <= shard <= MAX_U64:
@@ -391,7 +395,7 @@ class FileReader:
                 yield
         if by_seq and target <= (last_seq or 0) + 1:
             tip = self._find_tip()
-            self._commit(tip)
+            self._commit(tip, *self._tip_known)
             return tip
         # With no message of (key, shard) no beacon is left of anything: the scan above read
         # the whole file, so other_shards is every shard the key has.
@@ -454,7 +458,15 @@ class FileReader:
             path=self.path,
         )
 
-    def _decoder_at(self, offset: int) -> FrameDecoder:
+    def _decoder_at(
+        self,
+        offset: int,
+        known: Mapping[tuple[str, int], int] | None = None,
+        complete: bool = False,
+    ) -> FrameDecoder:
+        """A decoder starting at ``offset``, seeded with each stream's last sequence number
+        before it (``known``; ``complete``: that names every stream), so the first frame it
+        decodes is checked as any other is."""
         return FrameDecoder(
             self.beacon_interval,
             offset,
@@ -462,6 +474,8 @@ class FileReader:
             internal=self._internal,
             on_eos=self._on_eos,
             path=self.path,
+            known=known,
+            complete=complete,
         )
 
     def rewind_to(self, offset: int) -> None:
@@ -469,8 +483,13 @@ class FileReader:
         wrote a message itself. Forgets an end-of-stream message it had stopped at."""
         self._commit(offset)
 
-    def _commit(self, offset: int) -> None:
-        self._decoder = self._decoder_at(offset)
+    def _commit(
+        self,
+        offset: int,
+        known: Mapping[tuple[str, int], int] | None = None,
+        complete: bool = False,
+    ) -> None:
+        self._decoder = self._decoder_at(offset, known, complete)
         self.at_eof = False
 
     def _align(self, start: int, size: int) -> int | None:
@@ -502,7 +521,18 @@ class FileReader:
                 break
             index -= 1
         start = HEADER_SIZE if start is None else start
-        scan = FrameDecoder(interval, start, internal=True, on_eos="include", path=self.path)
+        # A reader starting at the tip must know each stream's last sequence number to check
+        # its first frame: the scan learns it from the frames it reads, seeded with what the
+        # page's beacon names (a scan from the first frame knows every stream).
+        markers: dict[tuple[str, int], int] = {}
+        if start > HEADER_SIZE:
+            beacon = self.read_beacon(index)
+            for marker in beacon.markers if beacon is not None else ():
+                if marker.stream_key != INTERNAL_KEY:
+                    markers[(marker.stream_key, marker.shard)] = marker.seq
+        scan = FrameDecoder(
+            interval, start, internal=True, on_eos="include", path=self.path, known=markers
+        )
         trailing_eos: int | None = None
         at = start
         while at < size:
@@ -516,4 +546,5 @@ class FileReader:
                 trailing_eos = last.offset if last.is_eos else None
         tip = scan.offset if trailing_eos is None else trailing_eos
         self.known_size = max(self.known_size, at)
+        self._tip_known = (scan.known_streams(), scan.whole_file)
         return tip
