@@ -476,3 +476,56 @@ async def test_a_live_reader_delivers_no_changed_shard_before_the_error_it_flags
     assert got == list(range(21, 26))
     assert isinstance(error, SequenceError)
     assert error.offset == frames[25].offset
+
+
+# ---- a file cut inside its header ---------------------------------------------------------------
+
+
+def _header_bytes(tmp_path: Path) -> bytes:
+    whole = tmp_path / "whole.ss"
+    StreamWriter(whole, created_at_ms=1_700_000_000_000).close()
+    return whole.read_bytes()[:128]
+
+
+@pytest.mark.parametrize("cut", [1, 2, 3, 9, 20, 64, 127])
+def test_the_next_writer_completes_a_file_cut_inside_its_header_and_goes_on(
+    tmp_path: Path, cut: int
+) -> None:
+    path = tmp_path / "half.ss"
+    path.write_bytes(_header_bytes(tmp_path)[:cut])
+    write_numbers(path, 3)
+    with FileReader(path) as reader:
+        assert [int(m.payload) for m in reader] == [1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    ("at", "value"), [(0, 0x54), (2, 2), (3, 200), (12, 0xFF), (30, 1), (63, 1)], ids=str
+)
+def test_a_file_whose_first_bytes_are_not_a_header_prefix_stays_refused(
+    tmp_path: Path, at: int, value: int
+) -> None:
+    path = tmp_path / "half.ss"
+    prefix = bytearray(_header_bytes(tmp_path)[:64])
+    prefix[at] = value
+    path.write_bytes(bytes(prefix))
+    with pytest.raises(StreamFormatError):
+        write_numbers(path, 3)
+    assert path.read_bytes() == bytes(prefix)
+    assert cli("file", "repair", str(path), "--yes").returncode == 1
+    assert path.read_bytes() == bytes(prefix)
+
+
+def test_file_repair_moves_a_header_cut_by_a_crash_aside_and_the_next_writer_starts_anew(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "half.ss"
+    prefix = _header_bytes(tmp_path)[:64]
+    path.write_bytes(prefix)
+    result = cli("file", "repair", str(path), "--yes")
+    assert result.returncode == 0, result.stderr
+    assert "header write cut short by a crash" in result.stdout
+    assert path.read_bytes() == b""
+    assert (tmp_path / "half.ss.tail-0").read_bytes() == prefix
+    write_numbers(path, 2)
+    with FileReader(path) as reader:
+        assert [int(m.payload) for m in reader] == [1, 2]
