@@ -529,3 +529,37 @@ def test_file_repair_moves_a_header_cut_by_a_crash_aside_and_the_next_writer_sta
     write_numbers(path, 2)
     with FileReader(path) as reader:
         assert [int(m.payload) for m in reader] == [1, 2]
+
+
+# ---- a live subscription on a file damaged in the middle -----------------------------------------
+
+
+@pytest.mark.parametrize("field", ["checksum", "key_length", "payload_size"])
+@pytest.mark.parametrize("start", ["beginning", "tip"])
+async def test_a_live_subscription_delivers_the_good_messages_then_fails_alike_for_every_damage(
+    tmp_path: Path, autojump_clock: trio.abc.Clock, field: FrameField, start: str
+) -> None:
+    source = tmp_path / "good.ss"
+    write_numbers(source, 40, beacon_interval=1 << 20)  # the tip scan reads every frame
+    frame = frame_offsets(source)[20]
+    path = damage_frame_header(source, 20, field, into=tmp_path / "d", byte=0, bit=6)
+    app, broker = file_app(path, existing_only=True)
+    handled: list[int] = []
+    stream = (
+        FileStream("s", start_at=FilePosition.beginning())
+        if start == "beginning"
+        else FileStream("s")
+    )
+
+    @broker.subscriber(stream, name="live")
+    async def handle(n: int) -> None:
+        handled.append(n)
+
+    with pytest.RaisesGroup(pytest.RaisesExc(AppFailed)) as failed:
+        with trio.fail_after(3):  # the polling timeout is at most 1.024 s
+            async with serving(app) as running:
+                await running.wait_stopped()
+    assert handled == (list(range(1, 21)) if start == "beginning" else [])
+    cause = failed.value.exceptions[0].__cause__
+    assert isinstance(cause, StreamFormatError)
+    assert (cause.path, cause.offset) == (str(path), frame.offset)

@@ -511,15 +511,24 @@ class FileReader:
     def _find_tip(self) -> int:
         """The offset after the last complete frame, or before it if that is an end-of-stream
         message (a writer reopening the file overwrites it, and a reader starting there reads
-        what replaces it). An EOS earlier in the file does not stop the scan."""
+        what replaces it). An EOS earlier in the file does not stop the scan.
+
+        Damage the scan meets does not raise here: the tip is then the start of the damaged
+        frame (or beacon), so a reader starting there meets the damage on its first read and
+        raises it as any read does (a live subscription fails with it once started)."""
         size = self.file_size()
         interval = self.beacon_interval
         index = size // interval
-        while True:
-            start = self._align(index * interval if index else HEADER_SIZE, size)
-            if start is not None or index == 0:
-                break
-            index -= 1
+        try:
+            while True:
+                start = self._align(index * interval if index else HEADER_SIZE, size)
+                if start is not None or index == 0:
+                    break
+                index -= 1
+        except StreamFormatError:
+            # A damaged beacon: start there, where reading it raises again.
+            self._tip_known = ({}, False)
+            return index * interval
         start = HEADER_SIZE if start is None else start
         # A reader starting at the tip must know each stream's last sequence number to check
         # its first frame: the scan learns it from the frames it reads, seeded with what the
@@ -535,15 +544,18 @@ class FileReader:
         )
         trailing_eos: int | None = None
         at = start
-        while at < size:
-            data = os.pread(self._fd, min(READ_CHUNK, size - at), at)
-            if not data:
-                break
-            scan.feed(data)
-            at += len(data)
-            while batch := scan.next_messages(4096):
-                last = batch[-1]
-                trailing_eos = last.offset if last.is_eos else None
+        try:
+            while at < size:
+                data = os.pread(self._fd, min(READ_CHUNK, size - at), at)
+                if not data:
+                    break
+                scan.feed(data)
+                at += len(data)
+                while batch := scan.next_messages(4096):
+                    last = batch[-1]
+                    trailing_eos = last.offset if last.is_eos else None
+        except StreamFormatError:
+            trailing_eos = None  # the decoder stays at the damaged frame: the tip is there
         tip = scan.offset if trailing_eos is None else trailing_eos
         self.known_size = max(self.known_size, at)
         self._tip_known = (scan.known_streams(), scan.whole_file)
