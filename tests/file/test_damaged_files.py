@@ -563,3 +563,30 @@ async def test_a_live_subscription_delivers_the_good_messages_then_fails_alike_f
     cause = failed.value.exceptions[0].__cause__
     assert isinstance(cause, StreamFormatError)
     assert (cause.path, cause.offset) == (str(path), frame.offset)
+
+
+# ---- a reader that starts at a seek point checks its first frames --------------------------------
+
+
+@pytest.mark.parametrize(
+    ("interval", "field", "byte", "bit"),
+    [(1 << 20, "shard", 7, 0), (1 << 20, "seq", 0, 6), (1024, "seq", 0, 6)],
+)
+def test_a_reader_that_seeks_checks_the_first_frame_of_each_stream_after_the_seek_point(
+    tmp_path: Path, interval: int, field: FrameField, byte: int, bit: int
+) -> None:
+    # Streams 'a' and 'b' alternate: frame 2k is 'a' k+1, frame 2k+1 is 'b' k+1.
+    source = tmp_path / "good.ss"
+    with StreamWriter(source, beacon_interval=interval) as writer:
+        for _ in range(60):
+            writer.append("a", b"a")
+            writer.append("b", b"b")
+    frames = frame_offsets(source)
+    path = damage_frame_header(source, 81, field, into=tmp_path / "d", byte=byte, bit=bit)
+    got: list[tuple[str, int]] = []
+    with FileReader(path) as reader:
+        assert reader.seek(FilePosition.sequence(41), key="a") == frames[80].offset
+        with pytest.raises(SequenceError) as raised:
+            got.extend((m.stream_key, m.seq) for m in reader)
+    assert got == [("a", 41)]
+    assert raised.value.offset == frames[81].offset

@@ -366,19 +366,25 @@ class FileReader:
         if start is not None:
             # An end-of-stream message on the way does not stop the search: it ends a reader that
             # reads through it, but a position after it is where the seek lands.
-            scan = FrameDecoder(interval, start, keys=(key,), on_eos="include", path=self.path)
+            markers = self._beacon_markers(left) if left and start > HEADER_SIZE else {}
+            scan = FrameDecoder(
+                interval, start, keys=(key,), on_eos="include", path=self.path, known=markers
+            )
             at = start
             # The target is usually within a page of the bracketing beacon: read a little first,
             # then more and more, so a seek decodes about a page, a scan whole chunks.
             chunk = min(READ_CHUNK, max(_FIRST_SCAN_CHUNK, 2 * interval))
             while True:
+                batch_at, before = scan.offset, scan.known_streams()
                 batch = scan.next_messages(256)
                 for message in batch:
                     if shard is not None and message.shard != shard:
                         other_shards.add(message.shard)
                         continue
                     if (message.seq >= target) if by_seq else (message.timestamp_ms > target):
-                        self._commit(message.offset)
+                        # What a reader starting here must know to check its first frame.
+                        known = self._streams_between(batch_at, message.offset, before)
+                        self._commit(message.offset, known, scan.whole_file)
                         return message.offset
                     if last_seq is None or message.seq > last_seq:
                         last_seq = message.seq
@@ -508,6 +514,29 @@ class FileReader:
                 return None
         return offset
 
+    def _beacon_markers(self, index: int) -> dict[tuple[str, int], int]:
+        """The last sequence number of each stream the beacon at ``index`` names."""
+        beacon = self.read_beacon(index)
+        return {
+            (marker.stream_key, marker.shard): marker.seq
+            for marker in (beacon.markers if beacon is not None else ())
+            if marker.stream_key != INTERNAL_KEY
+        }
+
+    def _streams_between(
+        self, start: int, end: int, known: dict[tuple[str, int], int]
+    ) -> dict[tuple[str, int], int]:
+        """``known`` (each stream's last sequence number before ``start``, a frame start) brought
+        up to ``end``, a later frame start, by decoding the frames between (fewer than a seek's
+        batch of messages)."""
+        decoder = FrameDecoder(
+            self.beacon_interval, start, on_eos="include", path=self.path, known=known
+        )
+        decoder.feed(os.pread(self._fd, end - start, start))
+        while decoder.offset < end and decoder.next_messages(4096):
+            pass
+        return decoder.known_streams()
+
     def _find_tip(self) -> int:
         """The offset after the last complete frame, or before it if that is an end-of-stream
         message (a writer reopening the file overwrites it, and a reader starting there reads
@@ -535,10 +564,7 @@ class FileReader:
         # page's beacon names (a scan from the first frame knows every stream).
         markers: dict[tuple[str, int], int] = {}
         if start > HEADER_SIZE:
-            beacon = self.read_beacon(index)
-            for marker in beacon.markers if beacon is not None else ():
-                if marker.stream_key != INTERNAL_KEY:
-                    markers[(marker.stream_key, marker.shard)] = marker.seq
+            markers = self._beacon_markers(index)
         scan = FrameDecoder(
             interval, start, internal=True, on_eos="include", path=self.path, known=markers
         )
