@@ -24,11 +24,13 @@ from trio_streams.file import (
     TruncatedError,
     UnprovenTailError,
 )
+from trio_streams.file.follower import FileSource
 from trio_streams.file.format import Message
 from trio_streams.file.reader import FileReader
 from trio_streams.file.writer import StreamWriter
 from trio_streams.testing.faults import (
     FRAME_FIELDS,
+    FrameField,
     cut_copies,
     damage_frame_header,
     flip_bit,
@@ -406,3 +408,185 @@ async def test_a_live_subscription_at_a_frame_cut_by_a_crash_keeps_waiting(
             await running.wait_stopped()
     assert waited.cancelled_caught
     assert handled == list(range(1, 10))
+
+
+# ---- a reader that starts at the tip checks its first frame --------------------------------------
+
+
+async def _read_until_refused(source: FileSource, got: list[int]) -> None:
+    while True:
+        batch = source.read_available(64)
+        got.extend(int(m.payload) for m in batch)
+        if not batch:
+            await source.wait()
+
+
+async def _live_from_tip(path: Path, damaged: bytes, split: int) -> tuple[list[int], Exception]:
+    """Open a live source at the tip of ``damaged[:split]``, append the rest; what it reads."""
+    await trio.Path(path).write_bytes(damaged[:split])
+    got: list[int] = []
+    async with await FileSource.open(path, mode="live", keys={"s"}) as source:
+        async with await trio.open_file(path, "ab") as f:
+            await f.write(damaged[split:])
+        with trio.fail_after(3), pytest.raises(StreamFormatError) as raised:
+            await _read_until_refused(source, got)
+    return got, raised.value
+
+
+@pytest.mark.parametrize(("field", "byte", "bit"), [("key", 0, 0), ("shard", 0, 6), ("seq", 0, 6)])
+async def test_a_live_reader_checks_the_first_frame_after_the_tip_it_started_at(
+    tmp_path: Path, autojump_clock: trio.abc.Clock, field: FrameField, byte: int, bit: int
+) -> None:
+    source = tmp_path / "good.ss"
+    write_numbers(source, 40, beacon_interval=1 << 20)
+    frames = frame_offsets(source)
+    damaged = damage_frame_header(source, 20, field, into=tmp_path / "d", byte=byte, bit=bit)
+    got, error = await _live_from_tip(tmp_path / "live.ss", damaged.read_bytes(), frames[20].offset)
+    assert got == []
+    assert isinstance(error, SequenceError)
+    assert error.offset == frames[20].offset
+
+
+@pytest.mark.parametrize(("field", "byte", "bit"), [("seq", 0, 6), ("seq", 7, 1)])
+async def test_a_live_reader_past_a_beacon_checks_the_first_frame_after_the_tip_it_started_at(
+    tmp_path: Path, autojump_clock: trio.abc.Clock, field: FrameField, byte: int, bit: int
+) -> None:
+    # Many beacon pages: the tip scan reads only the last one, and knows stream 's' from it
+    # (a frame of a stream it does not know is taken as that stream's next: see the guide).
+    source = tmp_path / "good.ss"
+    write_numbers(source, 300, beacon_interval=1024)
+    frames = frame_offsets(source)
+    damaged = damage_frame_header(source, 280, field, into=tmp_path / "d", byte=byte, bit=bit)
+    got, error = await _live_from_tip(
+        tmp_path / "live.ss", damaged.read_bytes(), frames[280].offset
+    )
+    assert got == []
+    assert isinstance(error, SequenceError)
+    assert error.offset == frames[280].offset
+
+
+async def test_a_live_reader_delivers_no_changed_shard_before_the_error_it_flags(
+    tmp_path: Path, autojump_clock: trio.abc.Clock
+) -> None:
+    source = tmp_path / "good.ss"
+    write_numbers(source, 40, beacon_interval=1 << 20)
+    frames = frame_offsets(source)
+    damaged = damage_frame_header(source, 25, "shard", into=tmp_path / "d", byte=7)
+    got, error = await _live_from_tip(tmp_path / "live.ss", damaged.read_bytes(), frames[20].offset)
+    assert got == list(range(21, 26))
+    assert isinstance(error, SequenceError)
+    assert error.offset == frames[25].offset
+
+
+# ---- a file cut inside its header ---------------------------------------------------------------
+
+
+def _header_bytes(tmp_path: Path) -> bytes:
+    whole = tmp_path / "whole.ss"
+    StreamWriter(whole, created_at_ms=1_700_000_000_000).close()
+    return whole.read_bytes()[:128]
+
+
+@pytest.mark.parametrize("cut", [1, 2, 3, 9, 20, 64, 127])
+def test_the_next_writer_completes_a_file_cut_inside_its_header_and_goes_on(
+    tmp_path: Path, cut: int
+) -> None:
+    path = tmp_path / "half.ss"
+    path.write_bytes(_header_bytes(tmp_path)[:cut])
+    write_numbers(path, 3)
+    with FileReader(path) as reader:
+        assert [int(m.payload) for m in reader] == [1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    ("at", "value"), [(0, 0x54), (2, 2), (3, 200), (12, 0xFF), (30, 1), (63, 1)], ids=str
+)
+def test_a_file_whose_first_bytes_are_not_a_header_prefix_stays_refused(
+    tmp_path: Path, at: int, value: int
+) -> None:
+    path = tmp_path / "half.ss"
+    prefix = bytearray(_header_bytes(tmp_path)[:64])
+    prefix[at] = value
+    path.write_bytes(bytes(prefix))
+    with pytest.raises(StreamFormatError):
+        write_numbers(path, 3)
+    assert path.read_bytes() == bytes(prefix)
+    assert cli("file", "repair", str(path), "--yes").returncode == 1
+    assert path.read_bytes() == bytes(prefix)
+
+
+def test_file_repair_moves_a_header_cut_by_a_crash_aside_and_the_next_writer_starts_anew(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "half.ss"
+    prefix = _header_bytes(tmp_path)[:64]
+    path.write_bytes(prefix)
+    result = cli("file", "repair", str(path), "--yes")
+    assert result.returncode == 0, result.stderr
+    assert "header write cut short by a crash" in result.stdout
+    assert path.read_bytes() == b""
+    assert (tmp_path / "half.ss.tail-0").read_bytes() == prefix
+    write_numbers(path, 2)
+    with FileReader(path) as reader:
+        assert [int(m.payload) for m in reader] == [1, 2]
+
+
+# ---- a live subscription on a file damaged in the middle -----------------------------------------
+
+
+@pytest.mark.parametrize("field", ["checksum", "key_length", "payload_size"])
+@pytest.mark.parametrize("start", ["beginning", "tip"])
+async def test_a_live_subscription_delivers_the_good_messages_then_fails_alike_for_every_damage(
+    tmp_path: Path, autojump_clock: trio.abc.Clock, field: FrameField, start: str
+) -> None:
+    source = tmp_path / "good.ss"
+    write_numbers(source, 40, beacon_interval=1 << 20)  # the tip scan reads every frame
+    frame = frame_offsets(source)[20]
+    path = damage_frame_header(source, 20, field, into=tmp_path / "d", byte=0, bit=6)
+    app, broker = file_app(path, existing_only=True)
+    handled: list[int] = []
+    stream = (
+        FileStream("s", start_at=FilePosition.beginning())
+        if start == "beginning"
+        else FileStream("s")
+    )
+
+    @broker.subscriber(stream, name="live")
+    async def handle(n: int) -> None:
+        handled.append(n)
+
+    with pytest.RaisesGroup(pytest.RaisesExc(AppFailed)) as failed:
+        with trio.fail_after(3):  # the polling timeout is at most 1.024 s
+            async with serving(app) as running:
+                await running.wait_stopped()
+    assert handled == (list(range(1, 21)) if start == "beginning" else [])
+    cause = failed.value.exceptions[0].__cause__
+    assert isinstance(cause, StreamFormatError)
+    assert (cause.path, cause.offset) == (str(path), frame.offset)
+
+
+# ---- a reader that starts at a seek point checks its first frames --------------------------------
+
+
+@pytest.mark.parametrize(
+    ("interval", "field", "byte", "bit"),
+    [(1 << 20, "shard", 7, 0), (1 << 20, "seq", 0, 6), (1024, "seq", 0, 6)],
+)
+def test_a_reader_that_seeks_checks_the_first_frame_of_each_stream_after_the_seek_point(
+    tmp_path: Path, interval: int, field: FrameField, byte: int, bit: int
+) -> None:
+    # Streams 'a' and 'b' alternate: frame 2k is 'a' k+1, frame 2k+1 is 'b' k+1.
+    source = tmp_path / "good.ss"
+    with StreamWriter(source, beacon_interval=interval) as writer:
+        for _ in range(60):
+            writer.append("a", b"a")
+            writer.append("b", b"b")
+    frames = frame_offsets(source)
+    path = damage_frame_header(source, 81, field, into=tmp_path / "d", byte=byte, bit=bit)
+    got: list[tuple[str, int]] = []
+    with FileReader(path) as reader:
+        assert reader.seek(FilePosition.sequence(41), key="a") == frames[80].offset
+        with pytest.raises(SequenceError) as raised:
+            got.extend((m.stream_key, m.seq) for m in reader)
+    assert got == [("a", 41)]
+    assert raised.value.offset == frames[81].offset

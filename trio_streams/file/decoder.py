@@ -12,7 +12,7 @@ The common case, a frame that lies wholly inside one beacon page, is decoded inl
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any, Literal
 
 from .errors import (
@@ -84,6 +84,8 @@ class FrameDecoder:
         internal: bool = False,
         on_eos: EosPolicy = "stop",
         path: str | None = None,
+        known: Mapping[tuple[str, int], int] | None = None,
+        complete: bool = False,
     ) -> None:
         self.beacon_interval = beacon_interval
         #: File offset of the first byte not yet decoded: always a frame or beacon start.
@@ -101,7 +103,10 @@ class FrameDecoder:
         self._shard_seqs: dict[tuple[bytes, int], int] = {}
         #: Whether every frame of the file has gone through this decoder (it started at the
         #: first frame): then a beacon marker can only name a stream it has seen.
-        self._whole_file = offset == HEADER_SIZE
+        #: ``known`` seeds the last sequence number of streams before ``offset`` (learnt by
+        #: whoever found that offset), so the first frame decoded is held to the same rules as
+        #: any other; ``complete`` says it names every stream before ``offset``.
+        self._whole_file = offset == HEADER_SIZE or complete
         #: The last beacon stepped over: (index = offset // interval, beacon).
         self.last_beacon: tuple[int, Beacon] | None = None
         #: The end-of-stream message that ended the stream (consumed; nothing more is decoded).
@@ -114,6 +119,13 @@ class FrameDecoder:
         #: Markers in every beacon stepped over so far: a writer continuing the file after the
         #: bytes decoded carries on its round-robin choice of markers from here.
         self.beacon_markers = 0
+        for (name, shard), seq in (known or {}).items():
+            kb = name.encode("ascii")
+            info = self._key_info.get(kb) or self._learn_key(kb, offset)
+            if shard == 0:
+                info[3] = seq
+            else:
+                self._shard_seqs[(kb, shard)] = seq
 
     # -- feeding ---------------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ the per-message budget of the reader and writer (see ``benchmarks/file_read.py``
 
 from __future__ import annotations
 
+import codecs
 import re
 import struct
 from typing import NamedTuple
@@ -115,6 +116,39 @@ def encode_header(header: Header) -> bytes:
         + struct.pack(">QI", header.created_at_ms, header.beacon_interval)
     )
     return head + bytes(HEADER_SIZE - 1 - len(head)) + b"\r"
+
+
+def is_header_prefix(data: bytes) -> bool:
+    """Whether ``data`` (shorter than a header) is, byte by byte, the start of a header a writer
+    could write: the magic, the version, a name length that fits and a name that can still be
+    UTF-8, a timestamp and interval in range as far as they go, then zero padding. A file that
+    holds only such bytes is a header write cut short: it holds no message."""
+    n = len(data)
+    if n >= HEADER_SIZE or data[: min(n, 2)] != MAGIC[: min(n, 2)]:
+        return False
+    if n > 2 and data[2] != VERSION:
+        return False
+    if n <= 3:
+        return True
+    name_len = data[3]
+    if name_len > MAX_FILE_NAME_BYTES:
+        return False
+    name_end = 4 + name_len
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(bytes(data[4:name_end]), final=n >= name_end)
+    except UnicodeDecodeError:
+        return False
+    if n >= name_end + 8:
+        (created_at,) = struct.unpack_from(">Q", data, name_end)
+        if created_at > MAX_TIMESTAMP_MS:
+            return False
+    elif n > name_end and data[name_end] != 0:
+        return False  # a timestamp before the year 10000 starts with a zero byte
+    if n >= name_end + 12:
+        (interval,) = struct.unpack_from(">I", data, name_end + 8)
+        if interval < MIN_BEACON_INTERVAL:
+            return False
+    return not any(data[name_end + 12 :])
 
 
 def decode_header(data: bytes, path: str | None = None) -> Header:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import fcntl
 import os
 import stat
-from collections.abc import Collection, Generator, Iterator
+from collections.abc import Collection, Generator, Iterator, Mapping
 from typing import NoReturn
 
 from ..positions import Position, PositionKind
@@ -34,6 +34,7 @@ from .errors import (
 )
 from .format import (
     HEADER_SIZE,
+    INTERNAL_KEY,
     MAX_TIMESTAMP_MS,
     MAX_U64,
     Beacon,
@@ -117,9 +118,12 @@ class FileReader:
         self.known_size = HEADER_SIZE
         #: (offset, file size) of the last tail :meth:`check_stalled_tail` found plausible.
         self._tail_checked = (0, 0)
+        #: What the last tip scan learnt: each stream's last sequence number before the tip, and
+        #: whether that names every stream (the scan read the whole file).
+        self._tip_known: tuple[dict[tuple[str, int], int], bool] = ({}, True)
         self._decoder = self._decoder_at(HEADER_SIZE)
         if start is not None and start.kind is PositionKind.END:
-            self._decoder = self._decoder_at(self._find_tip())
+            self._decoder = self._decoder_at(self._find_tip(), *self._tip_known)
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -334,7 +338,7 @@ class FileReader:
             return HEADER_SIZE
         if position.kind is PositionKind.END:
             tip = self._find_tip()
-            self._commit(tip)
+            self._commit(tip, *self._tip_known)
             return tip
         key = self._seek_key(key, position)
         if shard is not None and not 0 <= shard <= MAX_U64:
@@ -362,19 +366,25 @@ class FileReader:
         if start is not None:
             # An end-of-stream message on the way does not stop the search: it ends a reader that
             # reads through it, but a position after it is where the seek lands.
-            scan = FrameDecoder(interval, start, keys=(key,), on_eos="include", path=self.path)
+            markers = self._beacon_markers(left) if left and start > HEADER_SIZE else {}
+            scan = FrameDecoder(
+                interval, start, keys=(key,), on_eos="include", path=self.path, known=markers
+            )
             at = start
             # The target is usually within a page of the bracketing beacon: read a little first,
             # then more and more, so a seek decodes about a page, a scan whole chunks.
             chunk = min(READ_CHUNK, max(_FIRST_SCAN_CHUNK, 2 * interval))
             while True:
+                batch_at, before = scan.offset, scan.known_streams()
                 batch = scan.next_messages(256)
                 for message in batch:
                     if shard is not None and message.shard != shard:
                         other_shards.add(message.shard)
                         continue
                     if (message.seq >= target) if by_seq else (message.timestamp_ms > target):
-                        self._commit(message.offset)
+                        # What a reader starting here must know to check its first frame.
+                        known = self._streams_between(batch_at, message.offset, before)
+                        self._commit(message.offset, known, scan.whole_file)
                         return message.offset
                     if last_seq is None or message.seq > last_seq:
                         last_seq = message.seq
@@ -391,7 +401,7 @@ class FileReader:
                 yield
         if by_seq and target <= (last_seq or 0) + 1:
             tip = self._find_tip()
-            self._commit(tip)
+            self._commit(tip, *self._tip_known)
             return tip
         # With no message of (key, shard) no beacon is left of anything: the scan above read
         # the whole file, so other_shards is every shard the key has.
@@ -454,7 +464,15 @@ class FileReader:
             path=self.path,
         )
 
-    def _decoder_at(self, offset: int) -> FrameDecoder:
+    def _decoder_at(
+        self,
+        offset: int,
+        known: Mapping[tuple[str, int], int] | None = None,
+        complete: bool = False,
+    ) -> FrameDecoder:
+        """A decoder starting at ``offset``, seeded with each stream's last sequence number
+        before it (``known``; ``complete``: that names every stream), so the first frame it
+        decodes is checked as any other is."""
         return FrameDecoder(
             self.beacon_interval,
             offset,
@@ -462,6 +480,8 @@ class FileReader:
             internal=self._internal,
             on_eos=self._on_eos,
             path=self.path,
+            known=known,
+            complete=complete,
         )
 
     def rewind_to(self, offset: int) -> None:
@@ -469,8 +489,13 @@ class FileReader:
         wrote a message itself. Forgets an end-of-stream message it had stopped at."""
         self._commit(offset)
 
-    def _commit(self, offset: int) -> None:
-        self._decoder = self._decoder_at(offset)
+    def _commit(
+        self,
+        offset: int,
+        known: Mapping[tuple[str, int], int] | None = None,
+        complete: bool = False,
+    ) -> None:
+        self._decoder = self._decoder_at(offset, known, complete)
         self.at_eof = False
 
     def _align(self, start: int, size: int) -> int | None:
@@ -489,31 +514,75 @@ class FileReader:
                 return None
         return offset
 
+    def _beacon_markers(self, index: int) -> dict[tuple[str, int], int]:
+        """The last sequence number of each stream the beacon at ``index`` names."""
+        beacon = self.read_beacon(index)
+        return {
+            (marker.stream_key, marker.shard): marker.seq
+            for marker in (beacon.markers if beacon is not None else ())
+            if marker.stream_key != INTERNAL_KEY
+        }
+
+    def _streams_between(
+        self, start: int, end: int, known: dict[tuple[str, int], int]
+    ) -> dict[tuple[str, int], int]:
+        """``known`` (each stream's last sequence number before ``start``, a frame start) brought
+        up to ``end``, a later frame start, by decoding the frames between (fewer than a seek's
+        batch of messages)."""
+        decoder = FrameDecoder(
+            self.beacon_interval, start, on_eos="include", path=self.path, known=known
+        )
+        decoder.feed(os.pread(self._fd, end - start, start))
+        while decoder.offset < end and decoder.next_messages(4096):
+            pass
+        return decoder.known_streams()
+
     def _find_tip(self) -> int:
         """The offset after the last complete frame, or before it if that is an end-of-stream
         message (a writer reopening the file overwrites it, and a reader starting there reads
-        what replaces it). An EOS earlier in the file does not stop the scan."""
+        what replaces it). An EOS earlier in the file does not stop the scan.
+
+        Damage the scan meets does not raise here: the tip is then the start of the damaged
+        frame (or beacon), so a reader starting there meets the damage on its first read and
+        raises it as any read does (a live subscription fails with it once started)."""
         size = self.file_size()
         interval = self.beacon_interval
         index = size // interval
-        while True:
-            start = self._align(index * interval if index else HEADER_SIZE, size)
-            if start is not None or index == 0:
-                break
-            index -= 1
+        try:
+            while True:
+                start = self._align(index * interval if index else HEADER_SIZE, size)
+                if start is not None or index == 0:
+                    break
+                index -= 1
+        except StreamFormatError:
+            # A damaged beacon: start there, where reading it raises again.
+            self._tip_known = ({}, False)
+            return index * interval
         start = HEADER_SIZE if start is None else start
-        scan = FrameDecoder(interval, start, internal=True, on_eos="include", path=self.path)
+        # A reader starting at the tip must know each stream's last sequence number to check
+        # its first frame: the scan learns it from the frames it reads, seeded with what the
+        # page's beacon names (a scan from the first frame knows every stream).
+        markers: dict[tuple[str, int], int] = {}
+        if start > HEADER_SIZE:
+            markers = self._beacon_markers(index)
+        scan = FrameDecoder(
+            interval, start, internal=True, on_eos="include", path=self.path, known=markers
+        )
         trailing_eos: int | None = None
         at = start
-        while at < size:
-            data = os.pread(self._fd, min(READ_CHUNK, size - at), at)
-            if not data:
-                break
-            scan.feed(data)
-            at += len(data)
-            while batch := scan.next_messages(4096):
-                last = batch[-1]
-                trailing_eos = last.offset if last.is_eos else None
+        try:
+            while at < size:
+                data = os.pread(self._fd, min(READ_CHUNK, size - at), at)
+                if not data:
+                    break
+                scan.feed(data)
+                at += len(data)
+                while batch := scan.next_messages(4096):
+                    last = batch[-1]
+                    trailing_eos = last.offset if last.is_eos else None
+        except StreamFormatError:
+            trailing_eos = None  # the decoder stays at the damaged frame: the tip is there
         tip = scan.offset if trailing_eos is None else trailing_eos
         self.known_size = max(self.known_size, at)
+        self._tip_known = (scan.known_streams(), scan.whole_file)
         return tip

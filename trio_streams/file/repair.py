@@ -29,6 +29,7 @@ from .format import (
     MAX_TIMESTAMP_MS,
     crc16,
     decode_header,
+    is_header_prefix,
     key_is_valid,
     markers_per_beacon,
 )
@@ -461,6 +462,17 @@ def plan_repair(path: str | os.PathLike[str], fd: int | None = None) -> RepairPl
         if size == 0:  # no header to keep: moving "the unreadable part" aside leaves nothing
             raise StreamFileError(
                 "empty (0 bytes): not a stream file; nothing to repair", path=path
+            )
+        if size < HEADER_SIZE and is_header_prefix(os.pread(fd, size, 0)):
+            # A writer killed while it created the file: nothing but the start of a header.
+            return RepairPlan(
+                path,
+                size,
+                0,
+                0,
+                f"the file ends {size} bytes into its {HEADER_SIZE}-byte header, a header write "
+                "cut short by a crash; it holds no message (the next writer writes a new header)",
+                side_file_name(path, 0),
             )
         header = decode_header(os.pread(fd, HEADER_SIZE, 0), path)
         decoder = FrameDecoder(

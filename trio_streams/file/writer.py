@@ -84,6 +84,7 @@ from .format import (
     decode_header,
     encode_header,
     encode_key,
+    is_header_prefix,
 )
 from .lock import FileLock, hold_exclusively
 
@@ -205,6 +206,11 @@ class StreamWriter:
                 self._lock.acquire()
             try:
                 size = os.fstat(self._fd).st_size
+                if 0 < size < HEADER_SIZE and is_header_prefix(os.pread(self._fd, size, 0)):
+                    # A writer killed while it created the file: no message, only the start
+                    # of a header. Write the header anew, as for a new file.
+                    os.ftruncate(self._fd, 0)
+                    size = 0
                 if size == 0:
                     self.header = Header(
                         os.path.basename(self.path) if file_name is None else file_name,
