@@ -25,24 +25,21 @@ import trio
 from trio_streams.redis.client import RedisClient
 from trio_streams.redis.frames import encode_frame
 from trio_streams.redis.lists import processing_key
-from trio_streams.testing.faults import FaultKind, FaultProxy, FaultSchedule, KillPoint, Ledger
+from trio_streams.testing.faults import (
+    FAULT_KINDS,
+    FaultKind,
+    FaultProxy,
+    FaultSchedule,
+    KillPoint,
+    Ledger,
+)
 
 from .consumer import effects_key
 from .history import Row, row_from
 from .procs import Consumers
 
-#: The proxy's faults the schedule mixes: every kind that cuts, stalls or slows a connection
-#: but ``cut_after_bytes``, whose pump can spin once the other direction of a connection is
-#: already ending (``FaultProxy._forward`` with a budget of 0 forwards nothing, and loops).
-PROXY_FAULTS: tuple[FaultKind, ...] = (
-    "cut",
-    "cut_after_commands",
-    "reset_mid_reply",
-    "delay",
-    "blackhole",
-    "refuse_new",
-    "drip",
-)
+#: The proxy's faults the schedule mixes: every kind there is.
+PROXY_FAULTS: tuple[FaultKind, ...] = FAULT_KINDS
 
 #: Seconds a workload waits for its messages to settle once faults are healed.
 SETTLE_WITHIN = 90.0
