@@ -193,6 +193,8 @@ def test_an_attempt_below_one_is_a_value_error_when_recorded(ledger: Ledger, bad
         b'{"t":"ended","id":1,"o":"ack","a":"2","pid":1}',
         b'{"t":"ended","id":1,"o":7,"pid":1}',
         b'{"t":"settled","id":1,"how":null,"pid":1}',
+        b'{"t":"settled","id":1,"how":"bogus","pid":1}',
+        b'{"t":"ended","id":1,"o":"bogus","a":1,"pid":1}',
         b'{"t":"published","id":true,"pid":1}',
         b'{"t":"published","id":[1],"pid":1}',
         b'{"t":"published","id":1,"lane":{},"pid":1}',

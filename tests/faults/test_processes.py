@@ -279,7 +279,7 @@ def test_a_kill_point_is_a_kill_point_not_its_name() -> None:
 def test_a_path_is_taken_as_a_target_and_a_bad_target_is_refused_naming_it() -> None:
     assert AppProcess(Path("x.py")).describe() == "python x.py"
     assert AppProcess(Path("pkg/mod")).describe() == "python -m pkg/mod"
-    for bad in ("", "  ", ":app", "m:"):
+    for bad in ("", "  ", ":app", "m:", "-m", "--workers"):
         with pytest.raises(ValueError, match=f"target is .*not {bad!r}"):
             AppProcess(bad)
     with pytest.raises(TypeError, match=r"target is .*not 3"):

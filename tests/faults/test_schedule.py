@@ -89,3 +89,11 @@ def test_a_schedule_of_more_steps_than_the_bound_is_refused_naming_it() -> None:
         FaultSchedule(every=1e-9, duration=1000)
     at_bound = FaultSchedule(every=1, duration=MAX_SCHEDULE_STEPS)
     assert at_bound.every == 1  # the bound itself is allowed (not planned here: a million)
+
+
+@pytest.mark.parametrize("seed", [None, "x", 1.5, True])
+def test_a_seed_that_is_not_an_int_is_refused_since_it_would_not_repeat_its_plan(
+    seed: object,
+) -> None:
+    with pytest.raises(TypeError, match="seed is an int"):
+        FaultSchedule(seed=seed)  # type: ignore[arg-type]

@@ -283,6 +283,12 @@ def _beacon_interval(text: str) -> int:
 
 
 def _describe(plan: RepairPlan, out: TextIO) -> None:
+    if plan.size == 0:
+        out.write(
+            f"{plan.path}: empty (0 bytes), as a writer killed before its header leaves it; "
+            "nothing to repair: the next writer writes the header\n"
+        )
+        return
     if plan.offset is None:
         out.write(
             f"{plan.path}: all {plan.size} bytes decode ({plan.messages} messages); "

@@ -459,10 +459,8 @@ def plan_repair(path: str | os.PathLike[str], fd: int | None = None) -> RepairPl
             raise StreamFileError(f"cannot open: {exc.strerror}", path=path) from exc
     try:
         size = os.fstat(fd).st_size
-        if size == 0:  # no header to keep: moving "the unreadable part" aside leaves nothing
-            raise StreamFileError(
-                "empty (0 bytes): not a stream file; nothing to repair", path=path
-            )
+        if size == 0:  # created, and cut before its header: the next writer writes one
+            return RepairPlan(path, 0, None, 0, "empty", side_file_name(path, 0))
         if size < HEADER_SIZE and is_header_prefix(os.pread(fd, size, 0)):
             # A writer killed while it created the file: nothing but the start of a header.
             return RepairPlan(

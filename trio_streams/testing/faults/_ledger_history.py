@@ -15,7 +15,11 @@ from typing import Any
 from ...errors import TrioStreamsError
 from .ledger_report import LedgerReport, OrderBreak
 
-__all__ = ["History", "Id", "Lane", "LedgerError"]
+__all__ = ["RUN_ENDS", "SETTLES", "History", "Id", "Lane", "LedgerError"]
+
+#: How a run may end, and how a message may be settled, as the ledger writes them.
+RUN_ENDS = frozenset({"ack", "drop", "retry", "cancelled", "not-run"})
+SETTLES = frozenset({"ack", "dead-letter", "drop"})
 
 #: A message's identity in the ledger: the same value in its publish and in its runs.
 Id = int | str
@@ -242,8 +246,8 @@ def _field_problem(record: dict[str, Any]) -> str | None:
         attempt = record.get("a")
         if attempt is not None and not is_attempt(attempt):
             return f"its attempt {attempt!r} is not an int >= 1"
-        if not isinstance(record.get("o"), str):
-            return f"its outcome {record.get('o')!r} is not a str"
-    elif kind == "settled" and not isinstance(record.get("how"), str):
-        return f"its settle {record.get('how')!r} is not a str"
+        if record.get("o") not in RUN_ENDS:
+            return f"its outcome {record.get('o')!r} is not one of {sorted(RUN_ENDS)}"
+    elif kind == "settled" and record.get("how") not in SETTLES:
+        return f"its settle {record.get('how')!r} is not one of {sorted(SETTLES)}"
     return None

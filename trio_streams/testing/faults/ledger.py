@@ -47,7 +47,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final, Literal
 
-from ._ledger_history import History, Id, Lane, LedgerError, is_attempt
+from ._ledger_history import RUN_ENDS, SETTLES, History, Id, Lane, LedgerError, is_attempt
 from .ledger_report import LedgerReport, OrderBreak
 
 __all__ = [
@@ -70,8 +70,8 @@ RunOutcome = Literal["ack", "drop", "retry", "cancelled", "not-run"]
 #: How the transport settled a message for good.
 SettleHow = Literal["ack", "dead-letter", "drop"]
 
-_OUTCOMES: Final = frozenset({"ack", "drop", "retry", "cancelled", "not-run"})
-_HOWS: Final = frozenset({"ack", "dead-letter", "drop"})
+_OUTCOMES: Final = RUN_ENDS
+_HOWS: Final = SETTLES
 
 
 class Ledger:

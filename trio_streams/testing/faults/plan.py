@@ -179,6 +179,10 @@ class FaultSchedule:
     hold: float | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise TypeError(
+                f"FaultSchedule: seed is an int (the same seed, the same plan), not {self.seed!r}"
+            )
         for name in ("every", "duration", "hold"):
             value = getattr(self, name)
             if name == "hold" and value is None:

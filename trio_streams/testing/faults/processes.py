@@ -84,7 +84,7 @@ def _check_target(target: object) -> str:
             f"AppProcess: target is 'module:app', a script's path or a module's name, "
             f"not {target!r}"
         )
-    if not target.strip() or target.startswith(":") or target.endswith(":"):
+    if not target.strip() or target.startswith((":", "-")) or target.endswith(":"):
         raise ValueError(
             f"AppProcess: target is 'module:app', a script's path or a module's name, "
             f"not {target!r}"
