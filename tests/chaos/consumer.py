@@ -14,14 +14,12 @@ ms, seeded), so settles finish out of order and a kill lands inside runs. Under 
 ``atomic`` the handler queues ``HINCRBY <KEY>:effects <n> 1`` on its segment: the hash counts
 how many times each message's side effect was applied.
 
-With ``CHAOS_MIDDLEWARE_ONLY=1`` in its environment the handler writes nothing itself (the
-middleware's records alone). It prints ``ready`` once started; SIGTERM stops it gracefully,
+It prints ``ready`` once started; SIGTERM stops it gracefully,
 SIGKILL is a crash.
 """
 
 from __future__ import annotations
 
-import os
 import random
 import sys
 
@@ -92,20 +90,12 @@ def build(kind: str, url: str, key: str, consumer: str, ledger_path: str, seed: 
             options.pop("block")
 
     windowed = kind in ("window", "atomic")
-    middleware_only = os.environ.get("CHAOS_MIDDLEWARE_ONLY") == "1"
 
     @broker.subscriber(source, name="chaos", **options)  # type: ignore[arg-type]
     async def handle(payload: bytes, ctx: Context) -> None:
         await trio.sleep(rng.random() * 0.002)
         if windowed:
             ctx.pipeline.hincrby(effects_key(key), int(payload), 1)
-        # The run's end, written as the handler returns: ``ledger_middleware`` writes its own
-        # only once the transport has settled the delivery, so a process killed between the
-        # settle (a journal that lets a successor acknowledge the entry) and that record would
-        # leave a run that returned looking cut short. The middleware's later end finds no
-        # open run and is ignored.
-        if not middleware_only:
-            ledger.run_ended(id_of(ctx.message), "ack", attempt=ctx.attempt)
 
     @app.after_startup
     async def ready() -> None:

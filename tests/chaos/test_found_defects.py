@@ -137,20 +137,19 @@ async def test_the_ledger_middleware_reports_no_loss_when_a_member_dies_after_it
     entry without running it again (as it should). The ledger, written by
     ``ledger_middleware`` alone, must not report that message lost."""
     ledger = Ledger(tmp_path / "ledger")
-    env = {"CHAOS_MIDDLEWARE_ONLY": "1"}
     with RedisServer() as server:
         async with connect(server.url) as redis:
             await redis.execute("XGROUP", "CREATE", "s", "g", "0", "MKSTREAM")
             args = ("tests.chaos.consumer", "stream", server.url, "s", "c0", ledger.path, 7)
             async with AppProcess(
-                *args, kill_at=KillPoint.between_settle_and_flush(5), env=env, cwd=ROOT
+                *args, kill_at=KillPoint.between_settle_and_flush(5), cwd=ROOT
             ) as killed:
                 await killed.wait_for_output("ready")
                 for i in range(1, 41):
                     await redis.execute("XADD", "s", "*", "_payload", str(i))
                     ledger.published(i)
                 await killed.killed()
-            async with AppProcess(*args, env=env, cwd=ROOT) as again:
+            async with AppProcess(*args, cwd=ROOT) as again:
 
                 async def settled() -> bool:
                     return bool((await redis.execute("XPENDING", "s", "g"))[0] == 0)
