@@ -153,13 +153,19 @@ def test_a_frame_whose_last_byte_is_not_0x0d_is_refused(tmp_path: Path) -> None:
     assert isinstance(raised, FrameEndError) and raised.offset == frame.offset
 
 
-def test_a_beacon_that_miscounts_the_rest_of_the_frame_it_splits_is_refused(
-    tmp_path: Path,
-) -> None:
+def beaconed(tmp_path: Path) -> Path:
+    """40 messages of one stream, with a beacon every 1024 bytes (the first splits a frame)."""
     source = tmp_path / "good.ss"
     with StreamWriter(source, beacon_interval=1024) as writer:
         for n in range(1, 41):
             writer.append("s", b"x" * 50 + str(n).encode())
+    return source
+
+
+def test_a_beacon_that_miscounts_the_rest_of_the_frame_it_splits_is_refused(
+    tmp_path: Path,
+) -> None:
+    source = beaconed(tmp_path)
     data = source.read_bytes()
     # The beacon at 1024: 0x0D, remaining (u32), markers...; flip the lowest bit of remaining.
     assert data[1024] == 0x0D
@@ -172,10 +178,7 @@ def test_a_beacon_that_miscounts_the_rest_of_the_frame_it_splits_is_refused(
 def test_a_beacon_marker_with_a_sequence_the_frames_before_it_do_not_have_is_refused(
     tmp_path: Path,
 ) -> None:
-    source = tmp_path / "good.ss"
-    with StreamWriter(source, beacon_interval=1024) as writer:
-        for n in range(1, 41):
-            writer.append("s", b"x" * 50 + str(n).encode())
+    source = beaconed(tmp_path)
     data = source.read_bytes()
     # The marker after the beacon's 6 head bytes: key length, key "s", shard (8), seq (8).
     assert data[1024 + 6 : 1024 + 8] == b"\x01s"

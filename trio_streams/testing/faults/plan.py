@@ -143,16 +143,7 @@ class ScheduledFault:
 
 
 #: The kinds a schedule mixes by default: each one ends by itself or is healed after its hold.
-DEFAULT_SCHEDULE_KINDS: tuple[FaultKind, ...] = (
-    "cut",
-    "cut_after_bytes",
-    "cut_after_commands",
-    "reset_mid_reply",
-    "delay",
-    "blackhole",
-    "refuse_new",
-    "drip",
-)
+DEFAULT_SCHEDULE_KINDS: tuple[FaultKind, ...] = FAULT_KINDS
 
 
 #: The most steps a :class:`FaultSchedule` may plan (``duration / every``).
