@@ -70,10 +70,14 @@ async def test_entries_deleted_from_the_own_pending_list_are_in_stats_and_metric
             await trio.lowlevel.checkpoint()
             return sorted(handled) == [1, 4]
 
+        async def all_acknowledged() -> bool:
+            # A handler's return comes before its ack's flush: wait for the flush, not the run.
+            return await pending_count(redis, "s", "g") == 0
+
         await eventually(both_handled, within=10, what="the entries left handled")
+        await eventually(all_acknowledged, within=10, what="the handled entries acknowledged")
         assert running.stats()["sub"].deleted_while_pending == 2
         assert scraped(registry) == 2
-        assert await pending_count(redis, "s", "g") == 0
 
 
 async def test_entries_deleted_from_another_consumers_pending_list_are_counted_at_reclaim(
@@ -89,6 +93,9 @@ async def test_entries_deleted_from_another_consumers_pending_list_are_counted_a
             await trio.lowlevel.checkpoint()
             return running.stats()["sub"].deleted_while_pending == 2 and handled == [2]
 
+        async def all_acknowledged() -> bool:
+            return await pending_count(redis, "s", "g") == 0
+
         await eventually(counted, within=10, what="the deleted entries counted at reclaim")
+        await eventually(all_acknowledged, within=10, what="the handled entry acknowledged")
         assert scraped(registry) == 2
-        assert await pending_count(redis, "s", "g") == 0
