@@ -76,13 +76,13 @@ def middlewares_for(kind: str) -> list[Middleware]:
     if kind == "metrics":
         from prometheus_client import CollectorRegistry
 
-        from trio_streams.prometheus import PrometheusMiddleware
+        from trio_streams.integrations.prometheus import PrometheusMiddleware
 
         return [PrometheusMiddleware(registry=CollectorRegistry())]
     if kind == "tracing":
         from opentelemetry.sdk.trace import TracerProvider
 
-        from trio_streams.otel import TracingMiddleware
+        from trio_streams.integrations.otel import TracingMiddleware
 
         return [TracingMiddleware(tracer_provider=TracerProvider())]
     return []

@@ -62,7 +62,7 @@ def running(url: str, *args: str) -> Iterator[int]:
     """``trio-streams run APP --http`` (and ``args``), ready; its port."""
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "trio_streams.cli", "run", APP, "--http", f"127.0.0.1:{port}",
+        [sys.executable, "-m", "trio_streams", "run", APP, "--http", f"127.0.0.1:{port}",
          "--log-level", "warning", *args],
         cwd=ROOT, env={**os.environ, "TS_TEST_REDIS_URL": url},
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -77,7 +77,7 @@ def run_steps(steps: list[Step], tmp_path: Path, *, whole_output: bool = False) 
         if argv[0] == "python":
             argv[0] = sys.executable
         elif argv[0] == "trio-streams":
-            argv[:1] = [sys.executable, "-m", "trio_streams.cli"]
+            argv[:1] = [sys.executable, "-m", "trio_streams"]
         result = subprocess.run(
             argv, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False
         )

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.docs_blocks import DOCS, ROOT
-from trio_streams.cli import build_parser
+from trio_streams.cli.commands import build_parser
 
 #: Every page a reader reads: the README and the docs (docs/index.md is the README).
 PAGES = [ROOT / "README.md", *(p for p in sorted(DOCS.rglob("*.md")) if p != DOCS / "index.md")]
@@ -28,6 +28,11 @@ _COMMAND = re.compile(r"trio-streams [^\s:]+(\s|$)")
 _OUTPUT = re.compile(r"trio-streams( [a-z-]+)+:(\s|$)")
 #: Logger names (an app's, a subscription's): what follows the prefix is the user's name.
 LOGGER_PREFIXES = ("trio_streams.app.", "trio_streams.subscription.")
+#: Names that are not modules: the loggers of the supervisor and of the HTTP endpoints, and the
+#: span attribute of a delivery's outcome.
+NOT_MODULES = frozenset(
+    {"trio_streams.supervisor", "trio_streams.http_endpoints", "trio_streams.outcome"}
+)
 
 
 def command_lines(text: str) -> list[str]:
@@ -83,7 +88,11 @@ def dotted_names(text: str) -> set[str]:
     names = {
         name
         for name in _DOTTED.findall(text)
-        if not (name.startswith(LOGGER_PREFIXES) and not resolves(name))
+        if not (
+            (name.startswith(LOGGER_PREFIXES) or f"{name}." in LOGGER_PREFIXES)
+            and not resolves(name)
+        )
+        and name not in NOT_MODULES
     }
     for module, imported in _IMPORT.findall(text):
         for part in re.sub(r"#[^\n]*", "", imported.strip("()")).split(","):

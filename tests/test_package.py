@@ -1,7 +1,7 @@
 import pytest
 
 import trio_streams
-from trio_streams.cli import main
+from trio_streams.cli.commands import main
 
 
 def test_version_is_exposed() -> None:

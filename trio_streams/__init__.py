@@ -5,8 +5,8 @@ driver is owned by a nursery, memory channels carry deliveries and seek commands
 drains in-flight work instead of abandoning it.
 
 Importing the package is cheap: each name below is imported from its module the first time it
-is used (``from trio_streams import App`` imports ``trio_streams.app``), so ``trio-streams
-run`` can guard SIGINT and SIGTERM before Trio and the app are imported (``cli.py``).
+is used (``from trio_streams import App`` imports ``trio_streams.core.app``), so ``trio-streams
+run`` can guard SIGINT and SIGTERM before Trio and the app are imported (``cli/commands.py``).
 """
 
 from ._version import __version__
@@ -14,23 +14,24 @@ from ._version import __version__
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (a few ms)
 
 if TYPE_CHECKING:
-    from ._extras import MissingExtra
-    from .app import App, AppFailed, Health, HealthState, RunningApp, State
-    from .broker import Broker, NotConnected
-    from .codec import DecodeError, EncodeError
-    from .context import Context
-    from .delivery import RETRY_COUNT_HEADER, RETRY_TARGET_HEADER, Delivery
-    from .destinations import Destination
-    from .driver import Seeker
-    from .errors import ConfigurationError, TrioStreamsError, UnsupportedError
-    from .handler import Depends, Header, Headers
+    from .core.app import App, AppFailed, Health, HealthState, RunningApp, State
+    from .core.broker import Broker, NotConnected
+    from .core.codec import DecodeError, EncodeError
+    from .core.context import Context
+    from .core.delivery import RETRY_COUNT_HEADER, RETRY_TARGET_HEADER, Delivery
+    from .core.destinations import Destination
+    from .core.driver import Seeker
+    from .core.errors import ConfigurationError, TrioStreamsError, UnsupportedError
+    from .core.extras import MissingExtra
+    from .core.handler import Depends, Header, Headers
+    from .core.logs import JsonFormatter
+    from .core.middleware import HandlerCall, Middleware, PublishCall
+    from .core.outcome import Outcome, ack, drop, retry, retry_after
+    from .core.pipeline import Pipeline, SegmentClosed
+    from .core.positions import InvalidPosition, Position
+    from .core.routing import Publisher, Router
+    from .core.transport import SeekRefused, Sharing
     from .memory import MemoryBroker, MemoryStream
-    from .middleware import HandlerCall, Middleware, PublishCall
-    from .outcome import Outcome, ack, drop, retry, retry_after
-    from .pipeline import Pipeline, SegmentClosed
-    from .positions import InvalidPosition, Position
-    from .routing import Publisher, Router
-    from .transport import SeekRefused, Sharing
 
 __all__ = [
     "RETRY_COUNT_HEADER",
@@ -51,6 +52,7 @@ __all__ = [
     "Health",
     "HealthState",
     "InvalidPosition",
+    "JsonFormatter",
     "MemoryBroker",
     "MemoryStream",
     "Middleware",
@@ -79,47 +81,48 @@ __all__ = [
 
 #: Where each public name lives, for the lazy import below.
 _EXPORTS: dict[str, str] = {
-    "App": ".app",
-    "AppFailed": ".app",
-    "Health": ".app",
-    "HealthState": ".app",
-    "RunningApp": ".app",
-    "State": ".app",
-    "Broker": ".broker",
-    "NotConnected": ".broker",
-    "DecodeError": ".codec",
-    "EncodeError": ".codec",
-    "Context": ".context",
-    "RETRY_COUNT_HEADER": ".delivery",
-    "RETRY_TARGET_HEADER": ".delivery",
-    "Delivery": ".delivery",
-    "Destination": ".destinations",
-    "Seeker": ".driver",
-    "ConfigurationError": ".errors",
-    "TrioStreamsError": ".errors",
-    "UnsupportedError": ".errors",
-    "Depends": ".handler",
-    "Header": ".handler",
-    "Headers": ".handler",
+    "App": ".core.app",
+    "AppFailed": ".core.app",
+    "Health": ".core.app",
+    "HealthState": ".core.app",
+    "RunningApp": ".core.app",
+    "State": ".core.app",
+    "Broker": ".core.broker",
+    "NotConnected": ".core.broker",
+    "DecodeError": ".core.codec",
+    "EncodeError": ".core.codec",
+    "Context": ".core.context",
+    "RETRY_COUNT_HEADER": ".core.delivery",
+    "RETRY_TARGET_HEADER": ".core.delivery",
+    "Delivery": ".core.delivery",
+    "Destination": ".core.destinations",
+    "Seeker": ".core.driver",
+    "ConfigurationError": ".core.errors",
+    "TrioStreamsError": ".core.errors",
+    "UnsupportedError": ".core.errors",
+    "Depends": ".core.handler",
+    "Header": ".core.handler",
+    "Headers": ".core.handler",
     "MemoryBroker": ".memory",
     "MemoryStream": ".memory",
-    "MissingExtra": "._extras",
-    "HandlerCall": ".middleware",
-    "Middleware": ".middleware",
-    "PublishCall": ".middleware",
-    "Outcome": ".outcome",
-    "ack": ".outcome",
-    "drop": ".outcome",
-    "retry": ".outcome",
-    "retry_after": ".outcome",
-    "Pipeline": ".pipeline",
-    "SegmentClosed": ".pipeline",
-    "InvalidPosition": ".positions",
-    "Position": ".positions",
-    "Publisher": ".routing",
-    "Router": ".routing",
-    "SeekRefused": ".transport",
-    "Sharing": ".transport",
+    "MissingExtra": ".core.extras",
+    "JsonFormatter": ".core.logs",
+    "HandlerCall": ".core.middleware",
+    "Middleware": ".core.middleware",
+    "PublishCall": ".core.middleware",
+    "Outcome": ".core.outcome",
+    "ack": ".core.outcome",
+    "drop": ".core.outcome",
+    "retry": ".core.outcome",
+    "retry_after": ".core.outcome",
+    "Pipeline": ".core.pipeline",
+    "SegmentClosed": ".core.pipeline",
+    "InvalidPosition": ".core.positions",
+    "Position": ".core.positions",
+    "Publisher": ".core.routing",
+    "Router": ".core.routing",
+    "SeekRefused": ".core.transport",
+    "Sharing": ".core.transport",
 }
 
 if not TYPE_CHECKING:  # type checkers see the imports above; a typo stays an error there

@@ -5,10 +5,10 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from trio_streams import App, MemoryBroker, MemoryStream
-from trio_streams.delivery import Delivery
+from trio_streams.core.delivery import Delivery
+from trio_streams.core.transport import Source, SubscriptionSource, Transport
 from trio_streams.memory import MemoryTransport
 from trio_streams.memory.broker import MemorySubscription
-from trio_streams.transport import Source, SubscriptionSource, Transport
 
 
 class BrokenReader(MemorySubscription):

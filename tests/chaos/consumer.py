@@ -26,11 +26,11 @@ import sys
 import trio
 
 from trio_streams import App, Context, Position
-from trio_streams.delivery import Delivery
+from trio_streams.core.delivery import Delivery
+from trio_streams.core.transport import Source
 from trio_streams.file import FileBroker, FilePosition, FileStream
 from trio_streams.redis import RedisBroker, RedisChannel, RedisList, RedisStream
 from trio_streams.testing.faults import Ledger, ledger_middleware
-from trio_streams.transport import Source
 
 SPAN = 10_000_000
 KINDS = ("stream", "window", "atomic", "reliable", "simple", "channel", "file")

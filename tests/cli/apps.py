@@ -9,9 +9,9 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from trio_streams import App, Context, MemoryBroker, MemoryStream, Position
-from trio_streams._extras import MissingExtra
+from trio_streams.core.extras import MissingExtra
+from trio_streams.core.transport import Transport
 from trio_streams.file import FileBroker, FileStream
-from trio_streams.transport import Transport
 
 PATH = os.environ.get("STREAM_FILE", "unused.ss")
 FAILS = int(os.environ.get("FAILS", "2"))

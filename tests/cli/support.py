@@ -14,7 +14,7 @@ import trio
 from trio_streams.file.writer import StreamWriter
 
 ROOT = Path(__file__).resolve().parents[2]
-COMMAND = [sys.executable, "-m", "trio_streams.cli"]
+COMMAND = [sys.executable, "-m", "trio_streams"]
 
 
 def cli(

@@ -10,7 +10,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from trio_streams.asyncapi import asyncapi_document
+from trio_streams.integrations.asyncapi import asyncapi_document
 
 from .asyncapi_apps import app
 from .support import cli, stderr_lines

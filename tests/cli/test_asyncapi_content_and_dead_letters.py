@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from trio_streams.codec import encode
-from trio_streams.transport import DEAD_LETTER_HEADERS
+from trio_streams.core.codec import encode
+from trio_streams.core.transport import DEAD_LETTER_HEADERS
 
 from .support import cli
 from .test_asyncapi import valid

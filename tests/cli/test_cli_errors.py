@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.redis_servers import free_port
-from trio_streams._extras import install_command
+from trio_streams.core.extras import install_command
 
 from .support import COMMAND, ROOT, cli, one_error_line, run_command, stderr_lines, stream_file
 
@@ -188,7 +188,7 @@ def test_a_broken_pipe_or_ctrl_c_inside_a_commands_nursery_exits_as_a_bare_one(
     error: BaseException,
     status: int,
 ) -> None:
-    from trio_streams import cli as command_line
+    from trio_streams.cli import commands as command_line
 
     def fail(args: argparse.Namespace) -> int:
         raise BaseExceptionGroup("from a nursery", [error])
@@ -365,7 +365,7 @@ def test_run_with_http_on_a_taken_port_is_refused_before_the_app_starts(tmp_path
 def test_an_error_no_command_expected_is_one_line_with_status_1(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from trio_streams import cli as command_line
+    from trio_streams.cli import commands as command_line
 
     def fail(args: argparse.Namespace) -> int:
         raise BaseExceptionGroup("from a nursery", [LookupError("no such thing")])

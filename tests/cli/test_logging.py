@@ -100,7 +100,7 @@ def test_log_config_hands_a_json_file_to_dictconfig(tmp_path: Path) -> None:
                 "version": 1,
                 "formatters": {
                     "plain": {"format": "%(levelname)s|%(name)s|%(message)s"},
-                    "json": {"()": "trio_streams.logs.JsonFormatter"},
+                    "json": {"()": "trio_streams.core.logs.JsonFormatter"},
                 },
                 "handlers": {
                     "file": {

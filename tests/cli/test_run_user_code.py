@@ -17,7 +17,7 @@ from tests.redis.streams.procs import Consumer
 from .support import COMMAND, stderr_lines
 
 PREFIX = "trio-streams run: "
-CLI = "trio_streams.cli"
+CLI = "trio_streams"
 
 GOOD = """\
 from trio_streams import App, MemoryBroker

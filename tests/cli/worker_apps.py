@@ -13,7 +13,7 @@ import trio
 
 from trio_streams import App, Context, Position
 from trio_streams.file import FileBroker, FileStream
-from trio_streams.prometheus import PrometheusMiddleware
+from trio_streams.integrations.prometheus import PrometheusMiddleware
 from trio_streams.redis import RedisBroker, RedisStream
 
 URL = os.environ.get("TS_TEST_REDIS_URL", "redis://127.0.0.1:1")

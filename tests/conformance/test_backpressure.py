@@ -6,7 +6,7 @@ from __future__ import annotations
 import trio
 
 from tests.file.apps import Watch
-from trio_streams.subscription import SubscriptionStats
+from trio_streams.core.subscription import SubscriptionStats
 
 from .transports import Capability, Transport, needs
 

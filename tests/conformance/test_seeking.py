@@ -26,8 +26,8 @@ from trio_streams import (
     Seeker,
     SeekRefused,
 )
-from trio_streams.positions import MAX_SEQUENCE, MAX_TIMESTAMP_MS
-from trio_streams.subscription import SubscriptionStats
+from trio_streams.core.positions import MAX_SEQUENCE, MAX_TIMESTAMP_MS
+from trio_streams.core.subscription import SubscriptionStats
 
 from .transports import Capability, Transport, needs
 

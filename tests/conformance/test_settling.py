@@ -21,7 +21,7 @@ from trio_streams import (
     retry,
     retry_after,
 )
-from trio_streams.transport import DEAD_LETTER_HEADERS
+from trio_streams.core.transport import DEAD_LETTER_HEADERS
 
 from .transports import Capability, Transport, needs
 

@@ -29,16 +29,16 @@ from tests.file.apps import write_at_instants, write_numbers
 from tests.redis_servers import RedisServer
 from tests.redis_servers import redis_server as start_redis_server
 from trio_streams import App, Broker, Destination, MemoryBroker, MemoryStream, Position
+from trio_streams.core.positions import PositionKind
+from trio_streams.core.transport import Source
 from trio_streams.file import FileBroker, FileStream
 from trio_streams.file.envelope import open_envelope
 from trio_streams.file.reader import FileReader
 from trio_streams.file.writer import StreamWriter
 from trio_streams.memory.log import MemoryHub
-from trio_streams.positions import PositionKind
 from trio_streams.redis import RedisBroker, RedisChannel, RedisList, RedisStream
 from trio_streams.redis.frames import decode_frame, encode_frame
 from trio_streams.redis.wire import decode_fields, encode_fields
-from trio_streams.transport import Source
 
 __all__ = [
     "TRANSPORTS",

@@ -11,8 +11,8 @@ from contextlib import asynccontextmanager
 import pytest
 
 from trio_streams import App, AppFailed, Context, MemoryBroker, MemoryStream
-from trio_streams.errors import BaseExceptionRaised
-from trio_streams.escapes import escaped
+from trio_streams.core._escapes import escaped
+from trio_streams.core.errors import BaseExceptionRaised
 
 
 def _fails_with(app: App, broker: MemoryBroker) -> AppFailed:

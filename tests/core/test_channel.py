@@ -6,8 +6,8 @@ import pytest
 import trio
 import trio.testing
 
-from trio_streams.channel import DeliveryChannel
-from trio_streams.delivery import Delivery
+from trio_streams.core._channel import DeliveryChannel
+from trio_streams.core.delivery import Delivery
 
 
 def make(n: int) -> list[Delivery]:

@@ -12,7 +12,7 @@ from tests.cli.support import ROOT, Lines, cli
 
 async def run_app(*args: str, mood: str = "finishes") -> trio.Process:
     return await trio.lowlevel.open_process(
-        [sys.executable, "-m", "trio_streams.cli", "run", *args],
+        [sys.executable, "-m", "trio_streams", "run", *args],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -77,7 +77,7 @@ def test_run_explains_a_target_that_is_not_an_app() -> None:
         ("tests.apps.signals_app:broker", "is MemoryBroker, not a trio_streams.App"),
     ]:
         result = subprocess.run(
-            [sys.executable, "-m", "trio_streams.cli", "run", target],
+            [sys.executable, "-m", "trio_streams", "run", target],
             cwd=ROOT,
             capture_output=True,
             text=True,
@@ -92,7 +92,7 @@ def test_version_on_the_command_line() -> None:
     from trio_streams import __version__
 
     result = subprocess.run(
-        [sys.executable, "-m", "trio_streams.cli", "--version"],
+        [sys.executable, "-m", "trio_streams", "--version"],
         capture_output=True,
         text=True,
         timeout=30,

@@ -9,7 +9,7 @@ import msgspec
 import pydantic
 import pytest
 
-from trio_streams.codec import DecodeError, EncodeError, decoder_for, encode
+from trio_streams.core.codec import DecodeError, EncodeError, decoder_for, encode
 
 
 @dataclass

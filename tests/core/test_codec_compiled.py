@@ -16,7 +16,7 @@ import msgspec
 import pydantic
 import pytest
 
-from trio_streams.codec import (
+from trio_streams.core.codec import (
     DecodeError,
     _compiled_decoder,
     _general_decoder,

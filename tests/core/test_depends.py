@@ -24,11 +24,11 @@ from trio_streams import (
     drop,
     retry,
 )
-from trio_streams.depends import CLEANUP_TIMEOUT
-from trio_streams.driver import Seeker
-from trio_streams.handler import analyse
+from trio_streams.core.depends import CLEANUP_TIMEOUT
+from trio_streams.core.driver import Seeker
+from trio_streams.core.handler import analyse
+from trio_streams.core.outcome import Outcome
 from trio_streams.memory.broker import MemorySubscription
-from trio_streams.outcome import Outcome
 
 
 @dataclass

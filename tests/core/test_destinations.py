@@ -23,7 +23,7 @@ from trio_streams import (
     Router,
     UnsupportedError,
 )
-from trio_streams.destinations import DestinationKind
+from trio_streams.core.destinations import DestinationKind
 from trio_streams.file import FileBroker
 from trio_streams.memory.broker import MemoryTransport
 

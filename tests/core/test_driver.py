@@ -15,11 +15,11 @@ import trio
 import trio.testing
 
 from trio_streams import Position, SeekRefused
-from trio_streams.channel import DeliveryChannel
-from trio_streams.delivery import Delivery
-from trio_streams.driver import SubscriptionDriver
-from trio_streams.outcome import Outcome
-from trio_streams.transport import SubscriptionSource, Unsettled
+from trio_streams.core._channel import DeliveryChannel
+from trio_streams.core.delivery import Delivery
+from trio_streams.core.driver import SubscriptionDriver
+from trio_streams.core.outcome import Outcome
+from trio_streams.core.transport import SubscriptionSource, Unsettled
 
 LOG = logging.getLogger("tests.driver")
 

@@ -14,10 +14,10 @@ import pytest
 import trio
 
 from trio_streams import App, AppFailed, ConfigurationError, MemoryBroker, MemoryStream
+from trio_streams.core.groups import leaves, lone_error, raise_lone_errors
+from trio_streams.core.reporting import failure_lines
+from trio_streams.core.transport import Transport
 from trio_streams.file.errors import ChecksumError, WriterLockedError
-from trio_streams.groups import leaves, lone_error, raise_lone_errors
-from trio_streams.reporting import failure_lines
-from trio_streams.transport import Transport
 
 pytest_plugins = ["pytester"]
 HINT = "see the traceback"

@@ -1,5 +1,5 @@
 """``host.answered()``: faults the server's silence caused clear when it answers again, those it
-answered with an error do not (see ``trio_streams/host.py``)."""
+answered with an error do not (see ``trio_streams/core/host.py``)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import logging
 import pytest
 import trio
 
-from trio_streams.host import Fault, SubscriptionHost
-from trio_streams.routing import SubscriberOptions
-from trio_streams.transport import SourceFault
+from trio_streams.core.host import Fault, SubscriptionHost
+from trio_streams.core.routing import SubscriberOptions
+from trio_streams.core.transport import SourceFault
 
 
 def _host(nursery: trio.Nursery, changes: list[Fault]) -> SubscriptionHost:

@@ -12,10 +12,10 @@ from trio_streams import (
     Headers,
     Position,
 )
-from trio_streams.delivery import Delivery
-from trio_streams.depends import DependencyScope
-from trio_streams.driver import Seeker
-from trio_streams.handler import analyse
+from trio_streams.core.delivery import Delivery
+from trio_streams.core.depends import DependencyScope
+from trio_streams.core.driver import Seeker
+from trio_streams.core.handler import analyse
 
 
 @dataclass

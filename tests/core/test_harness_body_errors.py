@@ -7,7 +7,7 @@ import pytest
 import trio
 
 from trio_streams import App, AppFailed, MemoryBroker, MemoryStream
-from trio_streams.groups import leaves
+from trio_streams.core.groups import leaves
 
 
 def shop() -> App:

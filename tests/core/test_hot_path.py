@@ -14,15 +14,15 @@ import trio
 import trio.testing
 
 from trio_streams import App, Context, MemoryBroker, MemoryStream
-from trio_streams.delivery import Delivery, SequenceDelivery
-from trio_streams.dispatch import RUN
+from trio_streams.core.delivery import Delivery, SequenceDelivery
+from trio_streams.core.dispatch import RUN
+from trio_streams.core.outcome import Outcome, retry
+from trio_streams.core.positions import Position, delivered_position
+from trio_streams.core.subscription import SubscriptionRunner
+from trio_streams.core.transport import SourceFault, SubscriptionSource
 from trio_streams.file import FileBroker, FileStream
 from trio_streams.memory.broker import MemorySubscription
-from trio_streams.outcome import Outcome, retry
-from trio_streams.positions import Position, delivered_position
 from trio_streams.redis.group import GroupSubscription
-from trio_streams.subscription import SubscriptionRunner
-from trio_streams.transport import SourceFault, SubscriptionSource
 
 from .test_source_host import Script, publish_one_and_stop, scripted_app
 

@@ -22,12 +22,12 @@ from trio_streams import (
     TrioStreamsError,
     retry_after,
 )
-from trio_streams.delivery import Delivery
+from trio_streams.core.delivery import Delivery
+from trio_streams.core.logs import JsonFormatter, LogConfigError, configure
+from trio_streams.core.transport import Source
 from trio_streams.file import FileBroker, FileStream
 from trio_streams.file.writer import StreamWriter
-from trio_streams.logs import JsonFormatter, LogConfigError, configure
 from trio_streams.memory.broker import MemorySubscription, MemoryTransport
-from trio_streams.transport import Source
 
 pytestmark = pytest.mark.usefixtures("autojump_clock")
 
@@ -236,7 +236,7 @@ def test_configure_refuses_an_unknown_level_or_format() -> None:
 
 
 def test_app_run_leaves_a_configured_logging_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    from trio_streams.logs import configure_default
+    from trio_streams.core.logs import configure_default
 
     root = logging.getLogger()
     handler = logging.StreamHandler(sys.stderr)

@@ -19,10 +19,10 @@ from trio_streams import (
     MemoryStream,
     Router,
 )
-from trio_streams.broker import Broker
+from trio_streams.core.broker import Broker
+from trio_streams.core.transport import Source
 from trio_streams.file import FileBroker, FileStream
 from trio_streams.redis import RedisBroker, RedisChannel, RedisList, RedisStream
-from trio_streams.transport import Source
 
 #: Never connected: every check here is made at mount, before anything connects.
 URL = "redis://127.0.0.1:1"

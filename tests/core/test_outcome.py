@@ -3,7 +3,7 @@ import math
 import pytest
 
 from trio_streams import ack, drop, retry, retry_after
-from trio_streams.outcome import OutcomeKind
+from trio_streams.core.outcome import OutcomeKind
 
 
 def test_outcomes_are_values_that_compare_equal() -> None:

@@ -28,8 +28,8 @@ from trio_streams import (
     retry,
     retry_after,
 )
+from trio_streams.core.pipeline import Pipeline, Segment
 from trio_streams.file import FileBroker, FileStream
-from trio_streams.pipeline import Pipeline, Segment
 
 
 def test_a_handler_that_takes_a_pipeline_is_refused_at_mount_without_a_window() -> None:

@@ -3,7 +3,7 @@ import datetime as dt
 import pytest
 
 from trio_streams import InvalidPosition, Position
-from trio_streams.positions import MAX_SEQUENCE, MAX_TIMESTAMP_MS, PositionKind
+from trio_streams.core.positions import MAX_SEQUENCE, MAX_TIMESTAMP_MS, PositionKind
 
 
 def test_position_kinds() -> None:

@@ -20,7 +20,7 @@ from trio_streams import (
     retry,
     retry_after,
 )
-from trio_streams.codec import DecodeError, decoder_for
+from trio_streams.core.codec import DecodeError, decoder_for
 
 
 @dataclass

@@ -17,14 +17,14 @@ import trio
 import trio.testing
 
 from trio_streams import App, MemoryBroker, MemoryStream
-from trio_streams.app import State
-from trio_streams.delivery import Delivery
-from trio_streams.host import SubscriptionHost
+from trio_streams.core.app import State
+from trio_streams.core.delivery import Delivery
+from trio_streams.core.host import SubscriptionHost
+from trio_streams.core.outcome import Outcome, drop
+from trio_streams.core.subscription import SubscriptionRunner, SubscriptionState
+from trio_streams.core.transport import DeadLetter, Source, Unsettled
 from trio_streams.memory.broker import MemorySubscription, MemoryTransport
 from trio_streams.memory.log import MemoryHub
-from trio_streams.outcome import Outcome, drop
-from trio_streams.subscription import SubscriptionRunner, SubscriptionState
-from trio_streams.transport import DeadLetter, Source, Unsettled
 
 LOG = logging.getLogger("tests.runner")
 

@@ -18,12 +18,18 @@ import trio
 import trio.testing
 
 from trio_streams import App, AppFailed, Context, HealthState, MemoryBroker, MemoryStream, Position
-from trio_streams.delivery import RETRY_COUNT_HEADER, Delivery
-from trio_streams.host import Fault, SubscriptionHost
+from trio_streams.core.delivery import RETRY_COUNT_HEADER, Delivery
+from trio_streams.core.host import Fault, SubscriptionHost
+from trio_streams.core.outcome import Outcome, retry_after
+from trio_streams.core.subscription import SubscriptionStats
+from trio_streams.core.transport import (
+    DEAD_LETTER_HEADERS,
+    DeadLetter,
+    Source,
+    SourceFault,
+    Unsettled,
+)
 from trio_streams.memory.broker import MemorySubscription, MemoryTransport
-from trio_streams.outcome import Outcome, retry_after
-from trio_streams.subscription import SubscriptionStats
-from trio_streams.transport import DEAD_LETTER_HEADERS, DeadLetter, Source, SourceFault, Unsettled
 
 Behaviour = Callable[["Scripted"], None]
 
@@ -190,7 +196,7 @@ async def test_faults_reach_fault_observers_in_order() -> None:
     app, broker = scripted_app(script)
     broker.subscriber(MemoryStream("s"), name="sub")(_noop)
     seen: list[Fault] = []
-    from trio_streams.app import RunOptions, connect_broker
+    from trio_streams.core.app import RunOptions, connect_broker
 
     options = RunOptions(connect=connect_broker, shutdown_timeout=5, fault_observers=(seen.append,))
     async with trio.open_nursery() as nursery:

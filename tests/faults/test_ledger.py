@@ -19,7 +19,7 @@ import pytest
 import trio
 
 from trio_streams import App, Context, MemoryBroker, MemoryStream, Outcome, retry
-from trio_streams.delivery import Delivery
+from trio_streams.core.delivery import Delivery
 from trio_streams.testing.faults import (
     MAX_LINE,
     Ledger,

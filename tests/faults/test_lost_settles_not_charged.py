@@ -12,11 +12,11 @@ import trio
 
 from tests.redis.client.redis_waits import eventually
 from trio_streams import App, Context, Delivery
+from trio_streams.core.transport import Source
 from trio_streams.redis import RedisBroker, RedisList, RedisStream
 from trio_streams.redis.client import connect
 from trio_streams.testing.faults import FaultProxy, Ledger, issued, ledger_middleware
 from trio_streams.testing.servers import RedisServer
-from trio_streams.transport import Source
 
 STEP = 20.0
 MAX_ATTEMPTS = 2

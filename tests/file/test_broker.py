@@ -27,7 +27,7 @@ from trio_streams import (
     retry,
     retry_after,
 )
-from trio_streams._process import process_name
+from trio_streams.core.process import process_name
 from trio_streams.file import (
     FileBroker,
     FilePosition,

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from trio_streams.cli import main as cli_main
+from trio_streams.cli.commands import main as cli_main
 from trio_streams.file.format import INTERNAL_KEY, decode_header
 from trio_streams.file.reader import FileReader
 
@@ -87,7 +87,7 @@ def test_decode_piped_into_write_in_real_processes_gives_the_file_back(
     vector: Path, tmp_path: Path
 ) -> None:
     target = tmp_path / "copy.ss"
-    command = [sys.executable, "-m", "trio_streams.cli", "file"]
+    command = [sys.executable, "-m", "trio_streams", "file"]
     with subprocess.Popen(
         [*command, "decode", "--format", "ndjson", str(vector)], stdout=subprocess.PIPE, cwd=REPO
     ) as decoding:

@@ -467,7 +467,7 @@ async def test_a_file_publisher_keeps_its_file_synced_within_the_interval_while_
 def test_the_cli_publish_prints_its_receipts_after_they_are_synced(
     tmp_path: Path, syncs: Syncs, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from trio_streams.cli import main
+    from trio_streams.cli.commands import main
 
     printed_at_sync: list[str] = []
     syncs.after = lambda: printed_at_sync.append(capsys.readouterr().out)

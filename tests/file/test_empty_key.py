@@ -10,7 +10,7 @@ import pytest
 
 from tests.cli.support import cli, stderr_lines, stream_file
 from tests.support import serving
-from trio_streams.errors import ConfigurationError
+from trio_streams.core.errors import ConfigurationError
 from trio_streams.file import open_publisher
 from trio_streams.file.errors import InvalidStreamKeyError
 from trio_streams.file.reader import FileReader

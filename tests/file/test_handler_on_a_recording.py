@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trio_streams.delivery import RETRY_COUNT_HEADER
+from trio_streams.core.delivery import RETRY_COUNT_HEADER
 from trio_streams.file import FileStream
 from trio_streams.file.envelope import open_envelope
 from trio_streams.file.reader import FileReader

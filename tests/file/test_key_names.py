@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.support import cli, stderr_lines
-from trio_streams._names import NameNotFound, check_names
+from trio_streams.core.names import NameNotFound, check_names
 from trio_streams.file.keys import check_file_keys
 from trio_streams.file.writer import StreamWriter
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trio_streams.cli import main as cli_main
+from trio_streams.cli.commands import main as cli_main
 from trio_streams.file.errors import UnprovenTailError
 from trio_streams.file.lock import hold_exclusively
 from trio_streams.file.reader import FileReader
@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 def repair(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     """``trio-streams file repair ARGS`` in a process of its own."""
     return subprocess.run(
-        [sys.executable, "-m", "trio_streams.cli", "file", "repair", *args],
+        [sys.executable, "-m", "trio_streams", "file", "repair", *args],
         input=stdin,
         capture_output=True,
         text=True,

@@ -14,7 +14,7 @@ import trio
 from tests.cli.support import cli, stderr_lines
 from tests.support import serving
 from trio_streams import App
-from trio_streams._names import NameNotFound
+from trio_streams.core.names import NameNotFound
 from trio_streams.file import FilePosition, FileStream, StreamKeyNotFoundError
 from trio_streams.file.keys import check_file_keys
 from trio_streams.file.writer import StreamWriter

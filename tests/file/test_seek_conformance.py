@@ -18,9 +18,9 @@ import trio.testing
 
 from tests.support import serving
 from trio_streams import App, Context, InvalidPosition, SeekRefused
+from trio_streams.core.positions import Position, PositionKind
 from trio_streams.file import FilePosition, FileStream
 from trio_streams.file.writer import StreamWriter
-from trio_streams.positions import Position, PositionKind
 
 from .apps import Watch, file_app, replay_app, run_to_end, write_numbers
 from .conftest import VECTORS

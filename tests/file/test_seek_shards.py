@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from trio_streams.core.positions import Position, PositionKind
 from trio_streams.file import FilePosition
 from trio_streams.file.errors import SeekError, SeekOutOfRangeError
 from trio_streams.file.follower import FileSource
 from trio_streams.file.format import MAX_U64, Message
 from trio_streams.file.reader import FileReader
 from trio_streams.file.writer import StreamWriter
-from trio_streams.positions import Position, PositionKind
 
 from .conftest import VECTORS
 

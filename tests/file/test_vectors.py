@@ -98,7 +98,7 @@ def test_producer_appends_reproduce_the_vector(vector: Vector, tmp_path: Path) -
 
 def _cli(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
-        [sys.executable, "-m", "trio_streams.cli", "file", *args],
+        [sys.executable, "-m", "trio_streams", "file", *args],
         input=stdin,
         capture_output=True,
         check=False,

@@ -24,7 +24,7 @@ import pytest
 
 from tests.support import serving
 from trio_streams import App
-from trio_streams.cli import main as cli_main
+from trio_streams.cli.commands import main as cli_main
 from trio_streams.file import FileBroker
 from trio_streams.file.errors import (
     ChecksumError,
@@ -347,7 +347,7 @@ def test_the_cli_write_command_refuses_an_unproven_tail_in_a_real_process(tmp_pa
     path.write_bytes(data)
     row = '{"stream_key": "orders", "shard": 0, "seq": 1, "timestamp_ms": 1, "payload": "x"}\n'
     result = subprocess.run(
-        [sys.executable, "-m", "trio_streams.cli", "file", "write", str(path)],
+        [sys.executable, "-m", "trio_streams", "file", "write", str(path)],
         input=row.encode(),
         capture_output=True,
         check=False,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from trio_streams._extras import EXTRAS, MissingExtra, importing, install_command
+from trio_streams.core.extras import EXTRAS, MissingExtra, importing, install_command
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Extras that are not features of the package: development and benchmark tools.
@@ -46,7 +46,9 @@ def test_the_command_names_this_installations_interpreter() -> None:
     assert words[:4] == [sys.executable, "-m", "pip", "install"]
 
 
-_PRINT_COMMAND = "from trio_streams._extras import install_command; print(install_command('tui'))"
+_PRINT_COMMAND = (
+    "from trio_streams.core.extras import install_command; print(install_command('tui'))"
+)
 
 
 def test_an_interpreter_path_with_a_space_is_quoted_for_the_shell(tmp_path: Path) -> None:
@@ -61,7 +63,7 @@ def test_an_interpreter_path_with_a_space_is_quoted_for_the_shell(tmp_path: Path
         [
             python,
             "-c",
-            "from trio_streams._extras import install_command; print(install_command('tui'))",
+            "from trio_streams.core.extras import install_command; print(install_command('tui'))",
         ],
         capture_output=True,
         text=True,
@@ -82,7 +84,7 @@ def _command_from_copy(tmp_path: Path, pyproject: str | None) -> str:
             sys.executable,
             "-S",
             "-c",
-            "from trio_streams._extras import install_command; print(install_command('redis'))",
+            "from trio_streams.core.extras import install_command; print(install_command('redis'))",
         ],
         cwd=tmp_path,
         capture_output=True,
@@ -117,12 +119,12 @@ def test_a_missing_submodule_of_an_installed_extra_is_not_called_a_missing_extra
 
 
 def test_a_missing_extra_is_an_import_error_naming_the_extra_and_the_command() -> None:
-    error = MissingExtra("prometheus", "trio_streams.prometheus")
+    error = MissingExtra("prometheus", "trio_streams.integrations.prometheus")
     assert isinstance(error, ImportError)
     assert (error.extra, error.name) == ("prometheus", "prometheus_client")
     assert error.command == install_command("prometheus")
     assert str(error) == (
-        "trio_streams.prometheus needs the 'prometheus' extra (prometheus-client, not "
+        "trio_streams.integrations.prometheus needs the 'prometheus' extra (prometheus-client, not "
         f"installed): {error.command}"
     )
 

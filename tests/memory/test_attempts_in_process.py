@@ -7,8 +7,8 @@ import pytest
 import trio
 
 from trio_streams import App, Context, Destination, MemoryBroker, MemoryStream
+from trio_streams.core.transport import Source
 from trio_streams.redis import RedisBroker, RedisList, RedisStream
-from trio_streams.transport import Source
 
 URL = "redis://127.0.0.1:1"  # never connected: app.test() runs every app in process
 

@@ -207,7 +207,7 @@ async def test_several_streams_are_read_in_publish_order() -> None:
 
 
 def test_the_memory_broker_refuses_sources_and_options_it_cannot_serve() -> None:
-    from trio_streams.transport import Source
+    from trio_streams.core.transport import Source
 
     class Other(MemoryStream):
         pass

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from trio_streams.supervisor_http import app_health
+from trio_streams.running.supervisor_http import app_health
 
 
 def answer(status: int, state: str, reason: str | None = None) -> tuple[int, int, bytes]:

@@ -23,8 +23,8 @@ from trio_streams import (
     ack,
     retry,
 )
-from trio_streams.http_endpoints import EndpointError, serve_endpoints
-from trio_streams.prometheus import PrometheusMiddleware
+from trio_streams.integrations.prometheus import PrometheusMiddleware
+from trio_streams.running.http_endpoints import EndpointError, serve_endpoints
 
 from .http_client import get
 
@@ -118,7 +118,16 @@ async def test_top_once_shows_a_running_apps_subscriptions_from_its_http_endpoin
         for n in (1, 2, 3):
             await t.publish("orders", Order(n))
         result = await trio.run_process(
-            [sys.executable, "-m", "trio_streams.cli", "top", url, "--once", "--interval", "0.2"],
+            [
+                sys.executable,
+                "-m",
+                "trio_streams",
+                "top",
+                url,
+                "--once",
+                "--interval",
+                "0.2",
+            ],
             capture_stdout=True,
             capture_stderr=True,
             check=False,
@@ -137,7 +146,7 @@ async def test_top_once_shows_a_running_apps_subscriptions_from_its_http_endpoin
 
 async def test_top_names_an_endpoint_that_does_not_answer() -> None:
     result = await trio.run_process(
-        [sys.executable, "-m", "trio_streams.cli", "top", "http://127.0.0.1:1", "--once"],
+        [sys.executable, "-m", "trio_streams", "top", "http://127.0.0.1:1", "--once"],
         capture_stdout=True,
         capture_stderr=True,
         check=False,

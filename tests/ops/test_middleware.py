@@ -26,7 +26,7 @@ from trio_streams import (
     Router,
     drop,
 )
-from trio_streams.codec import DecodeError
+from trio_streams.core.codec import DecodeError
 
 
 @dataclass

@@ -21,7 +21,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from tests.redis_servers import redis_server
 from tests.support import serving
 from trio_streams import App, Context, MemoryBroker, MemoryStream
-from trio_streams.otel import TracingMiddleware
+from trio_streams.integrations.otel import TracingMiddleware
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,9 +69,9 @@ async def test_a_consumer_span_per_delivery_and_a_producer_span_per_publish_in_o
     assert attributes["messaging.operation.type"] == "process"
     assert attributes["messaging.destination.name"] == "orders"
     assert attributes["messaging.message.delivery_count"] == 1
-    assert attributes["trio_streams.outcome"] == "ack"
+    assert attributes["trio_streams.core.outcome"] == "ack"
     assert noted.status.status_code is StatusCode.ERROR
-    assert dict(noted.attributes or {})["trio_streams.outcome"] == "drop"
+    assert dict(noted.attributes or {})["trio_streams.core.outcome"] == "drop"
     assert seen and seen[0].startswith("00-")  # W3C traceparent in the message's headers
 
 

@@ -13,7 +13,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from trio_streams.worker_metrics import AppFigures, WorkerScrape
+from trio_streams.running.worker_metrics import AppFigures, WorkerScrape
 
 from .test_metrics import samples as parse
 

@@ -19,9 +19,9 @@ import sys
 import trio
 
 from trio_streams import App, Context, Position
+from trio_streams.core.transport import Source
 from trio_streams.redis import RedisBroker, RedisList, RedisStream
 from trio_streams.testing.faults import Ledger
-from trio_streams.transport import Source
 
 
 def build(

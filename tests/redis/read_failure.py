@@ -9,7 +9,7 @@ import trio
 from tests.redis.client.redis_waits import eventually
 from tests.support import serving
 from trio_streams import App, AppFailed, RunningApp
-from trio_streams.subscription import SubscriptionState
+from trio_streams.core.subscription import SubscriptionState
 
 
 class FailedRead:

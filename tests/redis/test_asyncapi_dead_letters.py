@@ -13,13 +13,13 @@ from tests.redis.client.redis_waits import eventually
 from tests.redis_servers import RedisServer
 from tests.support import serving
 from trio_streams import App, Destination, Position
-from trio_streams.asyncapi import asyncapi_document
-from trio_streams.codec import encode
+from trio_streams.core.codec import encode
+from trio_streams.core.transport import Source
+from trio_streams.integrations.asyncapi import asyncapi_document
 from trio_streams.redis import RedisBroker, RedisChannel, RedisList, RedisStream
 from trio_streams.redis.client import Message, RedisClient
 from trio_streams.redis.frames import decode_frame, encode_frame
 from trio_streams.redis.wire import decode_fields, encode_fields
-from trio_streams.transport import Source
 
 TEXT = "5.50 €"
 

@@ -14,14 +14,14 @@ from tests.redis.client.redis_waits import eventually
 from tests.redis_servers import RedisServer
 from tests.support import serving
 from trio_streams import App, Destination, Position
-from trio_streams.codec import encode
-from trio_streams.errors import WrongKeyType
+from trio_streams.core.codec import encode
+from trio_streams.core.errors import WrongKeyType
+from trio_streams.core.transport import Source
 from trio_streams.redis import RedisBroker, RedisChannel, RedisList, RedisStream
 from trio_streams.redis.client import RedisClient
 from trio_streams.redis.client.errors import describe_command
 from trio_streams.redis.client.scripts import Script
 from trio_streams.redis.wire import encode_fields
-from trio_streams.transport import Source
 
 #: Each kind of Redis subscription with a dead letter in a key, and the type that key takes.
 SOURCES: dict[str, tuple[Source, str]] = {

@@ -15,8 +15,8 @@ from tests.redis.client.redis_waits import eventually
 from tests.redis_servers import RedisServer
 from tests.support import serving
 from trio_streams import App, Position
+from trio_streams.core.reporting import innermost
 from trio_streams.redis import RedisBroker, RedisStream
-from trio_streams.reporting import innermost
 
 _QUICK = "?backoff_initial=0.01&backoff_cap=0.1"
 #: The faults a consumer group meets when its server stops: its read, its reclaim pass and

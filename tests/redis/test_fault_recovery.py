@@ -15,9 +15,9 @@ import trio
 from tests.redis_servers import RedisServer
 from tests.support import serving
 from trio_streams import App, Destination, RunningApp
-from trio_streams.app import HealthState
+from trio_streams.core.app import HealthState
+from trio_streams.core.transport import Source
 from trio_streams.redis import RedisBroker, RedisList, RedisStream
-from trio_streams.transport import Source
 
 #: Within how long of SIGCONT every fault must have cleared (s): the periodic tasks that see
 #: the server answer run at least once a second.

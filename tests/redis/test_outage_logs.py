@@ -23,7 +23,7 @@ from trio_streams import (
     ack,
     retry,
 )
-from trio_streams.codec import encode
+from trio_streams.core.codec import encode
 from trio_streams.redis import RedisBroker, RedisChannel, RedisList, RedisStream
 from trio_streams.redis.client import RedisClient
 from trio_streams.redis.frames import decode_frame, encode_frame

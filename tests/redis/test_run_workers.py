@@ -16,7 +16,7 @@ from tests.redis.streams.procs import Consumer
 from tests.redis_servers import RedisServer
 from trio_streams.redis.client import RedisClient
 
-CLI = "trio_streams.cli"
+CLI = "trio_streams"
 
 
 def supervisor(url: str, *args: str, cwd: Path | None = None) -> Consumer:

@@ -183,7 +183,16 @@ async def test_top_shows_the_app_and_a_row_per_worker_from_the_supervisors_endpo
 
         await eventually(counted, within=60, what="40 counted")
         result = await trio.run_process(
-            [sys.executable, "-m", "trio_streams.cli", "top", url, "--once", "--interval", "0.2"],
+            [
+                sys.executable,
+                "-m",
+                "trio_streams",
+                "top",
+                url,
+                "--once",
+                "--interval",
+                "0.2",
+            ],
             capture_stdout=True,
             capture_stderr=True,
             check=False,

@@ -32,18 +32,18 @@ from typing import Any
 
 import trio
 
-from .._names import NameNotFound
-from .._process import process_name
-from .._schedule import FairShare
-from ..broker import Broker
-from ..delivery import Delivery, SequenceDelivery, attempt_from_headers, retry_headers
-from ..destinations import Destination
-from ..errors import ConfigurationError
-from ..groups import open_nursery
-from ..host import SubscriptionHost
-from ..outcome import Outcome, OutcomeKind
-from ..positions import Position, PositionKind
-from ..transport import (
+from ..core.broker import Broker
+from ..core.delivery import Delivery, SequenceDelivery, attempt_from_headers, retry_headers
+from ..core.destinations import Destination
+from ..core.errors import ConfigurationError
+from ..core.groups import open_nursery
+from ..core.host import SubscriptionHost
+from ..core.names import NameNotFound
+from ..core.outcome import Outcome, OutcomeKind
+from ..core.positions import Position, PositionKind
+from ..core.process import process_name
+from ..core.schedule import FairShare
+from ..core.transport import (
     SeekRefused,
     Source,
     SubscriptionSource,

@@ -26,7 +26,7 @@ import math
 import os
 from typing import Final, Literal, get_args
 
-from ..errors import ConfigurationError
+from ..core.errors import ConfigurationError
 
 __all__ = [
     "DEFAULT_DURABILITY",

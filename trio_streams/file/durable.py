@@ -42,8 +42,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from ..delivery import Delivery
-from ..errors import ConfigurationError
+from ..core.delivery import Delivery
+from ..core.errors import ConfigurationError
 from .errors import StreamFileError
 from .format import HEADER_SIZE
 

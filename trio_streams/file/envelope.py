@@ -25,7 +25,7 @@ import binascii
 import struct
 from collections.abc import Mapping
 
-from ..errors import TrioStreamsError
+from ..core.errors import TrioStreamsError
 
 __all__ = ["PREFIXES", "STORAGE_HEADERS", "EnvelopeError", "open_envelope", "seal"]
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from .._names import NameNotFound
-from ..errors import TrioStreamsError
+from ..core.errors import TrioStreamsError
+from ..core.names import NameNotFound
 
 
 class StreamFileError(TrioStreamsError):

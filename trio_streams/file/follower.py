@@ -29,7 +29,7 @@ from typing import Literal
 
 import trio
 
-from ..positions import Position
+from ..core.positions import Position
 from ._closing import AsyncClosing
 from .errors import FileRemovedError
 from .format import Header, Message

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Collection
 
-from .._names import check_names
+from ..core.names import check_names
 from .format import INTERNAL_KEY, markers_per_beacon
 from .reader import FileReader
 
@@ -27,7 +27,7 @@ _BATCH = 8192
 
 
 def check_file_keys(path: str | os.PathLike[str], keys: Collection[str] | None) -> None:
-    """Raise :class:`~trio_streams._names.NameNotFound` if a key of ``keys`` has no message in
+    """Raise :class:`~trio_streams.core.names.NameNotFound` if a key of ``keys`` has no message in
     the file at ``path``, listing the keys it holds, closest first. None or empty: any key."""
     keys = [key for key in keys or () if key != INTERNAL_KEY]  # always there, never listed
     if not keys:

@@ -1,14 +1,14 @@
 """Where a reader can be moved to: the beginning, the tip, a sequence number or an instant.
 
-Stream files use the core :class:`~trio_streams.positions.Position`, so a handler that seeks with
-``FilePosition.sequence(n)`` seeks the same way when its app runs on in-process transports under
-``app.test()``. ``FilePosition`` is that class under the name the stream-file API reads best with;
-:func:`parse_position` and :func:`format_position` are the command line's text form of it.
+Stream files use the core :class:`~trio_streams.core.positions.Position`, so a handler that seeks
+with ``FilePosition.sequence(n)`` seeks the same way when its app runs on in-process transports
+under ``app.test()``. ``FilePosition`` is that class under the name the stream-file API reads best
+with; :func:`parse_position` and :func:`format_position` are the command line's text form of it.
 """
 
 from __future__ import annotations
 
-from ..positions import Position, PositionKind
+from ..core.positions import Position, PositionKind
 
 __all__ = ["FilePosition", "format_position", "parse_position"]
 

@@ -20,7 +20,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..codec import encode
+from ..core.codec import encode
 from ._closing import AsyncClosing
 from .durability import DEFAULT_DURABILITY, Durability, check_durability
 from .envelope import seal

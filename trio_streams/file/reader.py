@@ -22,7 +22,7 @@ import stat
 from collections.abc import Collection, Generator, Iterator, Mapping
 from typing import NoReturn
 
-from ..positions import Position, PositionKind
+from ..core.positions import Position, PositionKind
 from .decoder import EosPolicy, FrameDecoder
 from .errors import (
     SeekError,

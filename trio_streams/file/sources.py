@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Self
 
-from ..errors import ConfigurationError
+from ..core.errors import ConfigurationError
+from ..core.positions import Position
+from ..core.transport import Source, check_source_args
 from ..memory.sources import MemoryStream
-from ..positions import Position
-from ..transport import Source, check_source_args
 from .durable import check_consumer_name
 from .format import INTERNAL_KEY, WILDCARD_KEY, key_is_valid
 

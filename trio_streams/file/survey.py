@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import enum
 
-from ..positions import Position, PositionKind
+from ..core.positions import Position, PositionKind
 from .format import Beacon, Marker
 
 

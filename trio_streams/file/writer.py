@@ -55,7 +55,7 @@ from typing import Any, NamedTuple, final
 
 import trio
 
-from ..positions import Position
+from ..core.positions import Position
 from ._closing import AsyncClosing
 from .catchup import catch_up
 from .durability import (

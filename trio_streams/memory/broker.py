@@ -8,22 +8,22 @@ from typing import Any, Protocol
 
 from trio.lowlevel import cancel_shielded_checkpoint, checkpoint, checkpoint_if_cancelled
 
-from .._schedule import FairShare
-from ..broker import Broker
-from ..delivery import (
+from ..core.broker import Broker
+from ..core.delivery import (
     RETRY_COUNT_HEADER,
     Delivery,
     SequenceDelivery,
     attempt_from_headers,
     retry_headers,
 )
-from ..destinations import Destination, DestinationKind
-from ..errors import ConfigurationError, UnsupportedError
-from ..host import SubscriptionHost
-from ..outcome import Outcome, OutcomeKind
-from ..pipeline import CommandCheck, Pipeline, Segment
-from ..positions import Position, delivered_position
-from ..transport import (
+from ..core.destinations import Destination, DestinationKind
+from ..core.errors import ConfigurationError, UnsupportedError
+from ..core.host import SubscriptionHost
+from ..core.outcome import Outcome, OutcomeKind
+from ..core.pipeline import CommandCheck, Pipeline, Segment
+from ..core.positions import Position, delivered_position
+from ..core.schedule import FairShare
+from ..core.transport import (
     SeekRefused,
     Source,
     SubscriptionSource,

@@ -21,10 +21,10 @@ from typing import Self
 
 from trio.lowlevel import checkpoint, checkpoint_if_cancelled
 
-from ..delivery import RETRY_COUNT_HEADER, Delivery, attempt_from_headers, retry_headers
-from ..host import SubscriptionHost
-from ..outcome import Outcome
-from ..transport import DeadLetter, Sharing, Source, SubscriptionSource
+from ..core.delivery import RETRY_COUNT_HEADER, Delivery, attempt_from_headers, retry_headers
+from ..core.host import SubscriptionHost
+from ..core.outcome import Outcome
+from ..core.transport import DeadLetter, Sharing, Source, SubscriptionSource
 from .log import Entry, MemoryHub, StreamLog
 
 __all__ = ["ChannelBus", "MemoryChannel", "MemoryChannelSubscription", "glob_match"]

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 
 from trio.lowlevel import ParkingLot
 
-from ..errors import WrongKeyType
-from ..pipeline import Segment
-from ..positions import Position, PositionKind
-from ..transport import SeekRefused
+from ..core.errors import WrongKeyType
+from ..core.pipeline import Segment
+from ..core.positions import Position, PositionKind
+from ..core.transport import SeekRefused
 
 if TYPE_CHECKING:
     from .queues import WorkQueue
@@ -131,7 +131,7 @@ class MemoryHub:
         return sorted(self._logs)
 
     def check_key(self, name: str, kind: str) -> None:
-        """Refuse, with :class:`~trio_streams.errors.WrongKeyType`, using ``name`` as a
+        """Refuse, with :class:`~trio_streams.core.errors.WrongKeyType`, using ``name`` as a
         ``kind`` (``"list"`` or ``"stream"``) while it holds the other: under ``app.test()`` a
         Redis broker's lists and streams share one key space, as in Redis (an empty list does
         not exist there, nor here)."""

@@ -29,11 +29,11 @@ from typing import Self
 
 from trio.lowlevel import cancel_shielded_checkpoint, checkpoint, checkpoint_if_cancelled
 
-from ..delivery import RETRY_COUNT_HEADER, Delivery, attempt_from_headers, retry_headers
-from ..host import SubscriptionHost
-from ..outcome import Outcome
-from ..pipeline import CommandCheck, Pipeline, Segment
-from ..transport import (
+from ..core.delivery import RETRY_COUNT_HEADER, Delivery, attempt_from_headers, retry_headers
+from ..core.host import SubscriptionHost
+from ..core.outcome import Outcome
+from ..core.pipeline import CommandCheck, Pipeline, Segment
+from ..core.transport import (
     DeadLetter,
     Sharing,
     Source,

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Self
 
-from ..errors import ConfigurationError
-from ..positions import Position, PositionKind
-from ..transport import Sharing, Source, check_source_args
+from ..core.errors import ConfigurationError
+from ..core.positions import Position, PositionKind
+from ..core.transport import Sharing, Source, check_source_args
 
 __all__ = ["MemoryStream"]
 

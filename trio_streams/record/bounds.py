@@ -15,8 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import final
 
-from ..errors import ConfigurationError
-from ..positions import MAX_SEQUENCE
+from ..core.errors import ConfigurationError
+from ..core.positions import MAX_SEQUENCE
 
 __all__ = ["BoundError", "StreamBounds", "parse_bounds"]
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal
 
-from ..errors import TrioStreamsError
+from ..core.errors import TrioStreamsError
 
 __all__ = [
     "CHANNEL_HEADER",

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import final
 
-from ..errors import ConfigurationError
+from ..core.errors import ConfigurationError
 
 __all__ = ["Pacing"]
 

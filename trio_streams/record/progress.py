@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 import trio
 
-from .._extras import available, importing, require
+from ..core.extras import available, importing, require
 from .recorder import RecordSummary
 
 __all__ = ["PlainProgress", "Progress", "RichProgress", "live_rate", "make_progress"]

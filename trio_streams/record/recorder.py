@@ -33,11 +33,11 @@ from typing import final
 
 import trio
 
-from ..errors import TrioStreamsError
+from ..core.errors import TrioStreamsError
+from ..core.groups import open_nursery
 from ..file.envelope import seal
 from ..file.format import key_is_valid
 from ..file.writer import StreamWriter
-from ..groups import open_nursery
 from ..redis.client import Backoff, RedisClient, RedisConnectionError
 from ..redis.client.errors import ReadOnlyError
 from ..redis.client.subscriber import Gap

@@ -32,13 +32,13 @@ from typing import Literal, final
 
 import trio
 
-from ..delivery import RETRY_COUNT_HEADER, RETRY_TARGET_HEADER
-from ..errors import TrioStreamsError
+from ..core.delivery import RETRY_COUNT_HEADER, RETRY_TARGET_HEADER
+from ..core.errors import TrioStreamsError
+from ..core.positions import Position, PositionKind
 from ..file.envelope import open_envelope
 from ..file.format import Message
 from ..file.keys import check_file_keys
 from ..file.reader import FileReader
-from ..positions import Position, PositionKind
 from ..redis.client import RedisClient
 from ..redis.frames import encode_frame
 from ..redis.wire import encode_fields

@@ -17,10 +17,10 @@ import os
 from dataclasses import dataclass
 from typing import final
 
-from ..errors import TrioStreamsError
+from ..core.errors import TrioStreamsError
+from ..core.positions import MAX_SEQUENCE
 from ..file.envelope import open_envelope
 from ..file.reader import FileReader
-from ..positions import MAX_SEQUENCE
 from ..redis.wire import split_id
 
 __all__ = ["KeyNotRecorded", "RecordedKey", "id_after", "recorded_key"]

@@ -47,9 +47,9 @@ from .companions import companion_key
 from .journal import RunJournal
 
 if TYPE_CHECKING:
-    from ..delivery import Delivery
-    from ..host import SubscriptionHost
-    from ..pipeline import Command
+    from ..core.delivery import Delivery
+    from ..core.host import SubscriptionHost
+    from ..core.pipeline import Command
 
 __all__ = [
     "SHIP_EVERY",

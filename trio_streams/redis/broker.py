@@ -33,15 +33,15 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, ClassVar
 
-from .._extras import require
-from .._process import process_name
-from ..broker import Broker
-from ..destinations import Destination, DestinationKind
-from ..errors import ConfigurationError, UnsupportedError, WrongKeyType
-from ..pipeline import CommandCheck
-from ..positions import InvalidPosition, Position
-from ..routing import _Declared
-from ..transport import Source, SubscriptionSource, Transport, read_count_option
+from ..core.broker import Broker
+from ..core.destinations import Destination, DestinationKind
+from ..core.errors import ConfigurationError, UnsupportedError, WrongKeyType
+from ..core.extras import require
+from ..core.pipeline import CommandCheck
+from ..core.positions import InvalidPosition, Position
+from ..core.process import process_name
+from ..core.routing import _Declared
+from ..core.transport import Source, SubscriptionSource, Transport, read_count_option
 from .channels import RedisChannel
 from .client import RedisClient, connect, key_slot, parse_url
 from .client.errors import ReplyError

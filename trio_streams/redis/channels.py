@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Self
 
-from ..errors import ConfigurationError
+from ..core.errors import ConfigurationError
+from ..core.transport import Source
 from ..memory.channels import MemoryChannel
-from ..transport import Source
 
 __all__ = ["RedisChannel"]
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..delivery import Delivery
-from ..positions import Position
+from ..core.delivery import Delivery
+from ..core.positions import Position
 from .wire import entry_position
 
 __all__ = ["EntryDelivery"]

@@ -56,14 +56,14 @@ from typing import Any
 
 import trio
 
-from ..delivery import RETRY_COUNT_HEADER, Delivery, retry_headers
-from ..errors import TrioStreamsError, WrongKeyType
-from ..host import SubscriptionHost
-from ..outcome import Outcome, OutcomeKind
-from ..pipeline import Command, CommandCheck, Pipeline
-from ..positions import PositionKind
-from ..reporting import with_cause
-from ..transport import DeadLetter, SourceFault, SubscriptionSource, Unsettled
+from ..core.delivery import RETRY_COUNT_HEADER, Delivery, retry_headers
+from ..core.errors import TrioStreamsError, WrongKeyType
+from ..core.host import SubscriptionHost
+from ..core.outcome import Outcome, OutcomeKind
+from ..core.pipeline import Command, CommandCheck, Pipeline
+from ..core.positions import PositionKind
+from ..core.reporting import with_cause
+from ..core.transport import DeadLetter, SourceFault, SubscriptionSource, Unsettled
 from .attempts import SWEEP, AttemptLedger, ledger_key, runs_of
 from .client import Backoff, Connection, ReadOnlyError, RedisClient, RedisConnectionError
 from .client.errors import RedisError, ReplyError
@@ -301,7 +301,8 @@ class GroupSubscription(SubscriptionSource):
     async def _create_group(self) -> bool:
         """Create the group (and the stream); True if it was created, False if it existed.
 
-        A stream key or delay set of another type is :class:`~trio_streams.errors.WrongKeyType`,
+        A stream key or delay set of another type is
+        :class:`~trio_streams.core.errors.WrongKeyType`,
         naming the key, the group and what the key holds."""
         try:
             await self._client.execute(

@@ -3,7 +3,7 @@
 Redis keys share one namespace: a stream key may have been filled as a string, a list or a
 hash by another program, and the server then answers ``WRONGTYPE`` without naming the key.
 Every Redis subscription checks the keys it uses at open (a ``TYPE`` each) or turns a
-``WRONGTYPE`` reply into :class:`~trio_streams.errors.WrongKeyType` naming the key, what it
+``WRONGTYPE`` reply into :class:`~trio_streams.core.errors.WrongKeyType` naming the key, what it
 holds, and what the subscription wanted it for, so the start fails with one line an operator
 can act on.
 """
@@ -13,14 +13,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from ..destinations import Destination, DestinationKind
-from ..errors import WrongKeyType
+from ..core.destinations import Destination, DestinationKind
+from ..core.errors import WrongKeyType
 from .client import RedisClient
 from .client.errors import RedisError
 from .wire import text
 
 if TYPE_CHECKING:
-    from ..host import SubscriptionHost
+    from ..core.host import SubscriptionHost
 
 __all__ = [
     "check_dead_letter_key",
@@ -46,7 +46,7 @@ def wrong_key_type(label: str, key: str, found: str, expected: str, role: str) -
 async def check_key_type(
     client: RedisClient, key: str, expected: str, *, label: str, role: str
 ) -> None:
-    """Refuse, with :class:`~trio_streams.errors.WrongKeyType`, a ``key`` that exists and holds
+    """Refuse, with :class:`~trio_streams.core.errors.WrongKeyType`, a ``key`` that exists and holds
     something else than ``expected`` (a ``TYPE`` name: ``stream``, ``list``, ``zset``...).
 
     One ``TYPE`` command; cancelled, it raises nothing of its own (the key is left unchecked)."""
@@ -58,7 +58,7 @@ async def check_key_type(
 async def check_dead_letter_key(
     client: RedisClient, host: SubscriptionHost, expected: str, *, label: str
 ) -> None:
-    """Refuse, with :class:`~trio_streams.errors.WrongKeyType`, a ``dead_letter=`` key of the
+    """Refuse, with :class:`~trio_streams.core.errors.WrongKeyType`, a ``dead_letter=`` key of the
     subscription that exists and holds something else than ``expected``: found at the start,
     not at a message's last attempt, when the letter could not be written. One ``TYPE``
     command, none without a dead letter; cancelled, the key is left unchecked."""
@@ -73,7 +73,7 @@ async def check_dead_letter_key(
 async def check_publisher_keys(
     client: RedisClient, destinations: Iterable[tuple[str, Destination]]
 ) -> None:
-    """Refuse, with :class:`~trio_streams.errors.WrongKeyType`, a stream or list that a
+    """Refuse, with :class:`~trio_streams.core.errors.WrongKeyType`, a stream or list that a
     subscription's handler publishes its return value to (``(label, destination)`` pairs),
     when its key holds another type: found at the start, not at the first message handled.
     One ``TYPE`` command per key; cancelled, the rest are left unchecked."""

@@ -8,10 +8,10 @@ from typing import Any
 
 import trio
 
-from ..delivery import RETRY_COUNT_HEADER, Delivery, attempt_from_headers, retry_headers
-from ..host import SubscriptionHost
-from ..pipeline import Command
-from ..transport import DeadLetter, SubscriptionSource
+from ..core.delivery import RETRY_COUNT_HEADER, Delivery, attempt_from_headers, retry_headers
+from ..core.host import SubscriptionHost
+from ..core.pipeline import Command
+from ..core.transport import DeadLetter, SubscriptionSource
 from .client import Backoff, ReadOnlyError, RedisClient, RedisConnectionError
 from .client.errors import RedisError, ReplyError
 from .dedicated import DedicatedConnection

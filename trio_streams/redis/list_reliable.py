@@ -63,12 +63,12 @@ from typing import Any
 
 import trio
 
-from ..delivery import Delivery
-from ..host import SubscriptionHost
-from ..outcome import Outcome, OutcomeKind
-from ..pipeline import Command, CommandCheck, Pipeline
-from ..reporting import with_cause
-from ..transport import DeadLetter, SourceFault, Unsettled
+from ..core.delivery import Delivery
+from ..core.host import SubscriptionHost
+from ..core.outcome import Outcome, OutcomeKind
+from ..core.pipeline import Command, CommandCheck, Pipeline
+from ..core.reporting import with_cause
+from ..core.transport import DeadLetter, SourceFault, Unsettled
 from .attempts import SHIP_EVERY
 from .client import RedisClient
 from .client.connection import Connection

@@ -30,10 +30,10 @@ from typing import Any
 
 import trio
 
-from ..delivery import Delivery
-from ..outcome import Outcome, OutcomeKind
-from ..reporting import with_cause
-from ..transport import DeadLetter, SourceFault, Unsettled
+from ..core.delivery import Delivery
+from ..core.outcome import Outcome, OutcomeKind
+from ..core.reporting import with_cause
+from ..core.transport import DeadLetter, SourceFault, Unsettled
 from .client import Backoff, Connection
 from .client.errors import RedisConnectionError, RedisError, ReplyError, describe_command
 from .client.protocol import pack_command

@@ -27,8 +27,8 @@ import enum
 from dataclasses import dataclass
 from typing import Self
 
-from ..errors import ConfigurationError, TrioStreamsError, WrongKeyType
-from ..transport import Sharing, Source, check_source_args
+from ..core.errors import ConfigurationError, TrioStreamsError, WrongKeyType
+from ..core.transport import Sharing, Source, check_source_args
 from .companions import companion_key
 
 __all__ = [

@@ -26,11 +26,11 @@ from collections.abc import Sequence
 
 import trio
 
-from ..delivery import Delivery, attempt_from_headers, retry_headers
-from ..host import SubscriptionHost
-from ..outcome import Outcome
-from ..positions import MAX_SEQUENCE, Position, PositionKind
-from ..transport import SeekRefused, SubscriptionSource
+from ..core.delivery import Delivery, attempt_from_headers, retry_headers
+from ..core.host import SubscriptionHost
+from ..core.outcome import Outcome
+from ..core.positions import MAX_SEQUENCE, Position, PositionKind
+from ..core.transport import SeekRefused, SubscriptionSource
 from .client import Backoff, ReadOnlyError, RedisClient, RedisConnectionError
 from .client.errors import RedisError
 from .dedicated import DedicatedConnection

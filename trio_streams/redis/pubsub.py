@@ -46,11 +46,11 @@ from functools import partial
 
 import trio
 
-from ..delivery import Delivery, attempt_from_headers, retry_headers
-from ..errors import TrioStreamsError
-from ..host import SubscriptionHost
-from ..outcome import Outcome
-from ..transport import DeadLetter, SourceFault, SubscriptionSource
+from ..core.delivery import Delivery, attempt_from_headers, retry_headers
+from ..core.errors import TrioStreamsError
+from ..core.host import SubscriptionHost
+from ..core.outcome import Outcome
+from ..core.transport import DeadLetter, SourceFault, SubscriptionSource
 from .channels import RedisChannel
 from .client import Gap, Message, RedisClient, RedisCluster, RedisError, Subscription, key_slot
 from .client.errors import ClusterError, format_address

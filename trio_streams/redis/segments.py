@@ -20,8 +20,8 @@ is one the server is sent.
 
 from __future__ import annotations
 
-from ..errors import ConfigurationError
-from ..pipeline import Command, CommandCheck
+from ..core.errors import ConfigurationError
+from ..core.pipeline import Command, CommandCheck
 from .client.command_keys import KNOWN_COMMANDS
 from .client.commands import BLOCKING, block_seconds, kind_of, refusal
 from .client.keys import KeyFinder, key_slot

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from types import EllipsisType
 from typing import Self
 
-from ..errors import ConfigurationError
+from ..core.errors import ConfigurationError
+from ..core.positions import Position, PositionKind
+from ..core.transport import Sharing, Source, check_source_args
 from ..memory.sources import MemoryStream
-from ..positions import Position, PositionKind
-from ..transport import Sharing, Source, check_source_args
 
 #: Why a plain stream refuses ``Position.sequence`` (live, and under ``app.test()``).
 SEQUENCE_REFUSAL = (

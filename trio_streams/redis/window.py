@@ -33,7 +33,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, final
 
-from ..pipeline import Command, Pipeline, SegmentClosed
+from ..core.pipeline import Command, Pipeline, SegmentClosed
 
 __all__ = ["FlushPlan", "KeptSegment", "Window", "plan_items", "send_items"]
 

@@ -29,8 +29,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from ..errors import TrioStreamsError
-from ..positions import MAX_SEQUENCE, Position, PositionKind
+from ..core.errors import TrioStreamsError
+from ..core.positions import MAX_SEQUENCE, Position, PositionKind
 
 __all__ = [
     "HEADER_PREFIX",

@@ -18,12 +18,12 @@ from __future__ import annotations
 import difflib
 from collections.abc import Sequence
 
-from ..broker import Broker
-from ..destinations import Destination, DestinationKind
-from ..errors import ConfigurationError
+from ..core.broker import Broker
+from ..core.destinations import Destination, DestinationKind
+from ..core.errors import ConfigurationError
+from ..core.routing import Subscription
 from ..memory.channels import MemoryChannel
 from ..memory.queues import MemoryList
-from ..routing import Subscription
 
 __all__ = ["broker_for", "check_read", "check_written"]
 

@@ -21,26 +21,26 @@ from typing import TYPE_CHECKING, Any
 import trio
 from trio.lowlevel import ParkingLot
 
-from ..broker import Broker
-from ..codec import decoder_for
-from ..depends import check_overrides
-from ..destinations import Destination, DestinationKind
-from ..dispatch import HandledMessage
-from ..errors import ConfigurationError, TrioStreamsError
-from ..groups import open_nursery
-from ..host import Fault, SubscriptionHost
+from ..core.broker import Broker
+from ..core.codec import decoder_for
+from ..core.depends import check_overrides
+from ..core.destinations import Destination, DestinationKind
+from ..core.dispatch import HandledMessage
+from ..core.errors import ConfigurationError, TrioStreamsError
+from ..core.groups import open_nursery
+from ..core.host import Fault, SubscriptionHost
+from ..core.outcome import Outcome
+from ..core.pipeline import Command, Segment
+from ..core.transport import Transport
 from ..memory.broker import MemoryBroker, MemorySubscription, MemoryTransport
 from ..memory.channels import channel_bus
 from ..memory.log import MemoryHub
 from ..memory.queues import MemoryListSubscription, queue_of
-from ..outcome import Outcome
-from ..pipeline import Command, Segment
-from ..transport import Transport
 from .brokers import broker_for, check_read, check_written
 
 if TYPE_CHECKING:
-    from ..app import App, RunningApp
-    from ..subscription import SubscriptionRunner
+    from ..core.app import App, RunningApp
+    from ..core.subscription import SubscriptionRunner
 
 __all__ = ["HandlerRecord", "NotSettled", "PublishedMessage", "TestClient", "run_test_client"]
 
@@ -416,7 +416,7 @@ async def run_test_client(
     raise_errors: bool = False,
     dependency_overrides: Mapping[Callable[..., Any], Callable[..., Any]] | None = None,
 ) -> AsyncIterator[TestClient]:
-    from ..app import RunOptions
+    from ..core.app import RunOptions
 
     overrides = dict(dependency_overrides or {})
     check_overrides([s.handler for b in app.brokers for s in b.subscriptions], overrides)

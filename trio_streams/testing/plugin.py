@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from ..app import App
+from ..core.app import App
 from .harness import TestClient
 
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
-from ..errors import TrioStreamsError
+from ..core.errors import TrioStreamsError
 
 __all__ = [
     "START_TIMEOUT",

@@ -17,9 +17,9 @@ from typing import final
 
 import trio
 
-from .._extras import importing
-from ..errors import TrioStreamsError
-from ..http_get import NotHttp, get_over
+from ..core.errors import TrioStreamsError
+from ..core.extras import importing
+from ..running.http_get import NotHttp, get_over
 from .render import Table
 from .view import Screen, Watch
 
@@ -43,7 +43,7 @@ class MetricsMissing(EndpointError):
     def hint(self) -> str | None:
         return (
             "add the metrics to the app: App(name, middlewares=[PrometheusMiddleware()]) "
-            "with from trio_streams.prometheus import PrometheusMiddleware"
+            "with from trio_streams.integrations.prometheus import PrometheusMiddleware"
         )
 
 

@@ -25,8 +25,8 @@ from typing import Any, Literal
 
 import trio
 
-from .._extras import importing
-from ..groups import open_nursery
+from ..core.extras import importing
+from ..core.groups import open_nursery
 from .render import SORTS
 from .view import Screen, Watch
 

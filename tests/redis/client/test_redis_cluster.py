@@ -10,7 +10,7 @@ import pytest
 import trio
 
 from tests.redis_servers import RedisClusterServers
-from trio_streams.errors import ConfigurationError
+from trio_streams.core.errors import ConfigurationError
 from trio_streams.redis.client import (
     CrossSlotError,
     Gap,

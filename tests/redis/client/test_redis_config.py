@@ -6,7 +6,7 @@ import ssl
 
 import pytest
 
-from trio_streams.errors import ConfigurationError
+from trio_streams.core.errors import ConfigurationError
 from trio_streams.redis.client import ClientConfig, ConnectionOptions, parse_url
 
 

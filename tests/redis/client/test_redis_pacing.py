@@ -18,7 +18,7 @@ from tests.redis_servers import (
     command,
     redis_server,
 )
-from trio_streams.errors import ConfigurationError
+from trio_streams.core.errors import ConfigurationError
 from trio_streams.redis.client import (
     AuthenticationError,
     ConnectionSetupError,

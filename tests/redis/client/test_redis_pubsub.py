@@ -10,7 +10,7 @@ import trio
 
 from tests.redis_servers import RedisServer
 from tests.redis_servers import redis_server as start_redis_server
-from trio_streams.errors import ConfigurationError
+from trio_streams.core.errors import ConfigurationError
 from trio_streams.redis.client import (
     Gap,
     Message,

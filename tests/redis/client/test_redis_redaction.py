@@ -9,7 +9,7 @@ from contextlib import AbstractContextManager
 import pytest
 
 from tests.redis_servers import ACL_USER, RedisServer, redis_server
-from trio_streams.errors import ConfigurationError
+from trio_streams.core.errors import ConfigurationError
 from trio_streams.redis.client import (
     AuthenticationError,
     ConnectionOptions,

@@ -12,7 +12,7 @@ import trio
 
 from tests.redis.client.redis_waits import eventually
 from tests.redis_servers import RedisClusterServers, RedisServer, redis_server
-from trio_streams.errors import ConfigurationError
+from trio_streams.core.errors import ConfigurationError
 from trio_streams.redis.client import (
     CommandEncodingError,
     RedisError,

@@ -9,8 +9,8 @@ import trio
 from tests.redis_servers import RedisServer
 from tests.support import serving
 from trio_streams import App, Context, Destination, ack, retry
-from trio_streams.delivery import RETRY_COUNT_HEADER
-from trio_streams.errors import ConfigurationError, UnsupportedError, WrongKeyType
+from trio_streams.core.delivery import RETRY_COUNT_HEADER
+from trio_streams.core.errors import ConfigurationError, UnsupportedError, WrongKeyType
 from trio_streams.redis import RedisBroker, RedisList, RedisStream
 
 URL = "redis://127.0.0.1:1"  # never connected: app.test() runs in process

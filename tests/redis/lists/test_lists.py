@@ -10,8 +10,8 @@ from tests.redis.client.redis_waits import eventually
 from tests.redis_servers import RedisServer
 from tests.support import serving
 from trio_streams import App, AppFailed, Context, Destination, Outcome, drop, retry, retry_after
-from trio_streams.delivery import RETRY_COUNT_HEADER, RETRY_TARGET_HEADER
-from trio_streams.errors import ConfigurationError, UnsupportedError
+from trio_streams.core.delivery import RETRY_COUNT_HEADER, RETRY_TARGET_HEADER
+from trio_streams.core.errors import ConfigurationError, UnsupportedError
 from trio_streams.redis import RedisBroker, RedisList, WrongKeyType
 from trio_streams.redis.client import RedisClient
 from trio_streams.redis.delays import delay_key

@@ -13,7 +13,7 @@ from tests.redis.client.redis_waits import eventually
 from tests.redis_servers import RedisServer
 from tests.support import serving
 from trio_streams import App, Context, Destination
-from trio_streams.errors import ConfigurationError
+from trio_streams.core.errors import ConfigurationError
 from trio_streams.redis import ConsumerNameInUse, RedisBroker, RedisList
 from trio_streams.redis.client import RedisClient, connect
 from trio_streams.redis.frames import (

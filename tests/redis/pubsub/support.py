@@ -10,11 +10,11 @@ import trio
 
 from tests.redis.client.redis_waits import eventually
 from trio_streams import App, RunningApp
-from trio_streams.app import RunOptions, connect_broker
-from trio_streams.host import Fault
+from trio_streams.core.app import RunOptions, connect_broker
+from trio_streams.core.host import Fault
+from trio_streams.core.subscription import SubscriptionRunner
 from trio_streams.redis.client import RedisClient
 from trio_streams.redis.pubsub import ChannelSubscription
-from trio_streams.subscription import SubscriptionRunner
 
 
 @dataclass

@@ -24,7 +24,7 @@ from trio_streams import (
     retry,
     retry_after,
 )
-from trio_streams.errors import ConfigurationError, UnsupportedError
+from trio_streams.core.errors import ConfigurationError, UnsupportedError
 from trio_streams.redis import RedisBroker, RedisChannel, RedisStream
 from trio_streams.redis.client import Message, RedisClient
 from trio_streams.redis.frames import decode_frame, encode_frame

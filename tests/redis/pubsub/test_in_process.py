@@ -19,7 +19,7 @@ from trio_streams import (
     ack,
     retry,
 )
-from trio_streams.errors import UnsupportedError
+from trio_streams.core.errors import UnsupportedError
 from trio_streams.memory.channels import glob_match
 from trio_streams.redis import RedisBroker, RedisChannel, RedisStream
 from trio_streams.redis.client import Message, RedisClient

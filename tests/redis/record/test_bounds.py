@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from trio_streams.errors import ConfigurationError
-from trio_streams.positions import MAX_SEQUENCE
+from trio_streams.core.errors import ConfigurationError
+from trio_streams.core.positions import MAX_SEQUENCE
 from trio_streams.record import BoundError, StreamBounds, parse_bounds
 from trio_streams.record.pacing import Pacing
 

@@ -15,7 +15,7 @@ from tests.redis.client.redis_waits import eventually
 from tests.redis_servers import RedisServer
 from tests.support import serving
 from trio_streams import App, Destination, Position
-from trio_streams.delivery import RETRY_COUNT_HEADER
+from trio_streams.core.delivery import RETRY_COUNT_HEADER
 from trio_streams.file.writer import StreamWriter
 from trio_streams.redis import RedisBroker, RedisStream
 from trio_streams.redis.client import RedisClient, shapes

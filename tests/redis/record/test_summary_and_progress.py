@@ -12,7 +12,7 @@ import trio
 from tests.cli.support import ROOT
 from tests.redis.top.terminal import screen_shows, session, tmux
 from tests.redis_servers import RedisServer
-from trio_streams.record.cli import _record_line
+from trio_streams.cli.record import _record_line
 from trio_streams.record.progress import PlainProgress, live_rate
 from trio_streams.record.recorder import RecordSummary
 from trio_streams.redis.client import RedisClient
@@ -77,7 +77,7 @@ async def test_on_a_terminal_the_recording_draws_a_progress_bar(
 ) -> None:
     await add_entries(redis, "orders", 5)
     command = (
-        f"cd {ROOT} && {sys.executable} -m trio_streams.cli record {redis_server.url} orders "
+        f"cd {ROOT} && {sys.executable} -m trio_streams record {redis_server.url} orders "
         f"--to {tmp_path / 'r.ss'}; echo EXITED $?; read line"
     )
     await trio.to_thread.run_sync(

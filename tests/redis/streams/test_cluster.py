@@ -12,7 +12,7 @@ from tests.redis.client.redis_waits import eventually
 from tests.redis_servers import RedisClusterServers
 from tests.support import serving
 from trio_streams import App, Context, Outcome, Position, ack, retry, retry_after
-from trio_streams.errors import UnsupportedError
+from trio_streams.core.errors import UnsupportedError
 from trio_streams.redis import RedisBroker, RedisStream
 from trio_streams.redis.client import connect, key_slot
 from trio_streams.redis.delays import delay_key

@@ -11,7 +11,7 @@ from tests.redis_servers import RedisServer
 from tests.redis_servers import redis_server as start_redis_server
 from tests.support import serving
 from trio_streams import App, Context, Outcome, Position, ack, retry_after
-from trio_streams.delivery import RETRY_COUNT_HEADER
+from trio_streams.core.delivery import RETRY_COUNT_HEADER
 from trio_streams.redis import RedisBroker, RedisStream
 from trio_streams.redis.client import RedisClient, connect, key_slot
 from trio_streams.redis.delays import delay_key

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from trio_streams.delivery import Delivery
-from trio_streams.positions import Position
+from trio_streams.core.delivery import Delivery
+from trio_streams.core.positions import Position
 from trio_streams.redis.deliveries import EntryDelivery
 from trio_streams.redis.wire import entry_position
 

@@ -14,7 +14,7 @@ from tests.redis_servers import RedisServer
 from tests.redis_servers import redis_server as start_redis_server
 from tests.support import serving
 from trio_streams import RETRY_COUNT_HEADER, App, Context, Outcome, Position, ack, retry
-from trio_streams.app import AppFailed, HealthState
+from trio_streams.core.app import AppFailed, HealthState
 from trio_streams.redis import GroupVanished, RedisBroker, RedisStream
 from trio_streams.redis.client import RedisClient, connect
 from trio_streams.redis.wire import text

@@ -13,7 +13,7 @@ from tests.redis.client.redis_waits import eventually
 from tests.redis_servers import RedisServer
 from tests.support import serving
 from trio_streams import App, Context, Outcome, Position, RunningApp, ack, retry
-from trio_streams.delivery import RETRY_COUNT_HEADER, RETRY_TARGET_HEADER
+from trio_streams.core.delivery import RETRY_COUNT_HEADER, RETRY_TARGET_HEADER
 from trio_streams.redis import RedisBroker, RedisStream
 from trio_streams.redis.attempts import ledger_key
 from trio_streams.redis.client import RedisClient

@@ -11,7 +11,7 @@ from tests.redis.client.redis_waits import eventually
 from tests.redis_servers import RedisServer
 from tests.support import serving
 from trio_streams import App, Position
-from trio_streams.errors import ConfigurationError
+from trio_streams.core.errors import ConfigurationError
 from trio_streams.redis import ConsumerNameInUse, RedisBroker, RedisStream
 from trio_streams.redis.client import RedisClient
 from trio_streams.redis.streams import DEFAULT_REMOVE_IDLE

@@ -10,10 +10,10 @@ from tests.redis_servers import RedisServer
 from tests.redis_servers import redis_server as start_redis_server
 from tests.support import serving
 from trio_streams import App, Context, Outcome, Position, RunningApp, Seeker, ack, retry
-from trio_streams.errors import ConfigurationError
+from trio_streams.core.errors import ConfigurationError
+from trio_streams.core.transport import SeekRefused
 from trio_streams.redis import RedisBroker, RedisStream
 from trio_streams.redis.client import RedisClient
-from trio_streams.transport import SeekRefused
 
 from .support import entries, pending_count
 

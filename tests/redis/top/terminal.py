@@ -50,7 +50,7 @@ async def start_top(session: str, target: str, *args: str, columns: int, rows: i
     from tests.cli.support import ROOT
 
     command = (
-        f"cd {ROOT} && {sys.executable} -m trio_streams.cli top {target} {' '.join(args)}; "
+        f"cd {ROOT} && {sys.executable} -m trio_streams top {target} {' '.join(args)}; "
         "echo EXITED $?; read line"
     )
     await trio.to_thread.run_sync(

@@ -80,7 +80,7 @@ async def test_at_80_and_120_columns_every_column_that_holds_a_value_is_shown_wh
 ) -> None:
     await setup(redis)  # a group's lag (0), delayed retries and two of them due
     command = (
-        f"cd {ROOT} && {sys.executable} -m trio_streams.cli top {redis_server.url} "
+        f"cd {ROOT} && {sys.executable} -m trio_streams top {redis_server.url} "
         "--interval 0.2; read line"
     )
     await trio.to_thread.run_sync(

@@ -8,10 +8,10 @@ import trio
 
 from tests.cli.support import cli
 from tests.redis_servers import RedisServer
+from trio_streams.cli.top import screen_text
 from trio_streams.file.writer import StreamWriter
 from trio_streams.redis.client import RedisClient
 from trio_streams.top import FileSampler, file_rows, redis_rows, sample_redis
-from trio_streams.top.cli import screen_text
 from trio_streams.top.redis_sample import find_streams
 from trio_streams.top.view import RedisWatch
 

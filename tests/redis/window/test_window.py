@@ -29,7 +29,7 @@ from trio_streams import (
     retry,
     retry_after,
 )
-from trio_streams.errors import ConfigurationError, UnsupportedError
+from trio_streams.core.errors import ConfigurationError, UnsupportedError
 from trio_streams.redis import RedisBroker, RedisStream, SegmentRefused
 from trio_streams.redis.client import RedisClient, connect
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 
 from trio_streams import App, Context, Outcome, Pipeline, SegmentClosed, ack, drop
-from trio_streams.errors import ConfigurationError
+from trio_streams.core.errors import ConfigurationError
 from trio_streams.redis import RedisBroker, RedisStream
 
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trio_streams.pipeline import Command, Pipeline
+from trio_streams.core.pipeline import Command, Pipeline
 from trio_streams.redis.window import FlushPlan, Window, plan_items
 
 

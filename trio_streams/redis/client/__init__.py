@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..._extras import require
+from ...core.extras import require
 from . import shapes
 from .backoff import Backoff
 from .client import Redis, RedisClient
@@ -70,7 +70,7 @@ def connect(url: str = "redis://127.0.0.1:6379", **overrides: Any) -> RedisClien
 def from_config(config: ClientConfig) -> RedisClient:
     """A client for an already built :class:`ClientConfig`.
 
-    Without hiredis (the ``redis`` extra) it raises :class:`~trio_streams._extras.MissingExtra`
+    Without hiredis (the ``redis`` extra) it raises :class:`~trio_streams.core.extras.MissingExtra`
     here, before anything connects."""
     require("redis", REDIS_CLIENT)
     if config.topology == "cluster":

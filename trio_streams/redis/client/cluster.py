@@ -21,7 +21,7 @@ from typing import Any
 
 import trio
 
-from ...errors import ConfigurationError
+from ...core.errors import ConfigurationError
 from .backoff import Backoff
 from .client import RedisClient
 from .commands import check_command

@@ -13,7 +13,7 @@ The options accepted in the query string are the fields of :class:`ConnectionOpt
 ``ssl_check_hostname`` which build the TLS context.
 
 Every value is checked when the configuration is built (ports, timeouts, the URL's shape), so a
-mistake is a :class:`~trio_streams.errors.ConfigurationError` at ``connect`` rather than a
+mistake is a :class:`~trio_streams.core.errors.ConfigurationError` at ``connect`` rather than a
 surprise at the first command. Credentials never appear in a message or a repr: URLs are shown
 with the password replaced by ``***``.
 """
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from ...errors import ConfigurationError
+from ...core.errors import ConfigurationError
 from .errors import Address
 
 Topology = Literal["standalone", "cluster", "sentinel"]
@@ -301,7 +301,7 @@ def parse_url(url: str, **overrides: object) -> ClientConfig:
     """A :class:`ClientConfig` from a URL; keyword ``overrides`` win over the URL's values.
 
     The overrides take the same names as the query options, plus ``ssl_context``. Every
-    mistake raises :class:`~trio_streams.errors.ConfigurationError` naming the option and the
+    mistake raises :class:`~trio_streams.core.errors.ConfigurationError` naming the option and the
     URL, with the password shown as ``***``.
     """
     shown = redact_url(url)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import ConfigurationError, TrioStreamsError
+from ...core.errors import ConfigurationError, TrioStreamsError
 from .scripts import Script
 
 Address = tuple[str, int]

@@ -17,7 +17,7 @@ split. hiredis does the byte work in C; this module fixes its conventions in one
 
 hiredis is the ``redis`` extra. Without it this module still imports (so does everything
 that imports it: a stream-file app and the command line never parse RESP), and packing a
-command or making a parser raises :class:`~trio_streams._extras.MissingExtra`; ``connect``
+command or making a parser raises :class:`~trio_streams.core.extras.MissingExtra`; ``connect``
 and ``RedisBroker`` refuse the same way, before anything starts.
 """
 
@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
-from ..._extras import MissingExtra, optional
+from ...core.extras import MissingExtra, optional
 from .commands import encoding_error
 from .errors import RedisProtocolError, reply_error
 

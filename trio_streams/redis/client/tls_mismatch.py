@@ -16,7 +16,7 @@ import ssl
 
 import trio
 
-from ...groups import open_nursery
+from ...core.groups import open_nursery
 from .errors import Address, RedisConnectionError, format_address
 
 __all__ = ["PROBE_AFTER", "answers_plain", "plain_refused", "tls_handshake", "wrong_scheme_hint"]

@@ -46,10 +46,10 @@ from typing import Any
 
 #: The internals the kill points wrap: (module, attribute path, what it is for).
 INTERNALS: tuple[tuple[str, str, str], ...] = (
-    ("trio_streams.app", "App.serve_with", "where every run of an app begins"),
-    ("trio_streams.app", "App.middlewares", "the app's middlewares (after_deliveries)"),
-    ("trio_streams.routing", "Subscription.handler", "a mounted handler (inside_handler)"),
-    ("trio_streams.handler", "Handler.fn", "the handler's function (inside_handler)"),
+    ("trio_streams.core.app", "App.serve_with", "where every run of an app begins"),
+    ("trio_streams.core.app", "App.middlewares", "the app's middlewares (after_deliveries)"),
+    ("trio_streams.core.routing", "Subscription.handler", "a mounted handler (inside_handler)"),
+    ("trio_streams.core.handler", "Handler.fn", "the handler's function (inside_handler)"),
     (
         "trio_streams.redis.window",
         "Window.consumed",
@@ -137,7 +137,7 @@ def _report(fd: int, line: str) -> None:
 def _arm_apps(arm: _Arm | None, report_fd: int) -> None:
     """Every app this process serves reports ``started``, and gets the point's middleware or
     wrapped handlers."""
-    from trio_streams.app import App
+    from trio_streams.core.app import App
 
     serve_with = App.serve_with
 
@@ -163,7 +163,7 @@ def _arm_apps(arm: _Arm | None, report_fd: int) -> None:
 
 
 def _deliveries_middleware(arm: _Arm) -> Any:
-    from trio_streams.middleware import HandlerCall, Middleware
+    from trio_streams.core.middleware import HandlerCall, Middleware
 
     class KillAfterDeliveries(Middleware):
         @asynccontextmanager
@@ -286,7 +286,7 @@ def main(argv: list[str]) -> None:
     if arm is not None and arm.kind == "during_append":
         _arm_writer(arm)
     if how == "run":
-        from trio_streams.cli import main as cli_main
+        from trio_streams.cli.commands import main as cli_main
 
         sys.argv = ["trio-streams", "run", target, *args]
         raise SystemExit(cli_main(["run", target, *args]))

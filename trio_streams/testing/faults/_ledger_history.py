@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...errors import TrioStreamsError
+from ...core.errors import TrioStreamsError
 from .ledger_report import LedgerReport, OrderBreak
 
 __all__ = ["RUN_ENDS", "SETTLES", "History", "Id", "Lane", "LedgerError"]

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
-from ...delivery import Delivery
-from ...middleware import HandlerCall, Middleware
-from ...outcome import OutcomeKind
+from ...core.delivery import Delivery
+from ...core.middleware import HandlerCall, Middleware
+from ...core.outcome import OutcomeKind
 from ._ledger_history import Id, LedgerError
 from .ledger import Ledger, RunOutcome
 

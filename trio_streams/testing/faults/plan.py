@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Literal, get_args
 
-from ...errors import TrioStreamsError
+from ...core.errors import TrioStreamsError
 
 if TYPE_CHECKING:
     from .proxy import FaultProxy

@@ -34,8 +34,8 @@ from typing import Self
 
 import trio
 
-from ...errors import TrioStreamsError
-from ...groups import raise_lone_errors
+from ...core.errors import TrioStreamsError
+from ...core.groups import raise_lone_errors
 
 __all__ = [
     "AppProcess",

@@ -34,7 +34,7 @@ from typing import Any, Literal, Protocol, Self
 
 import trio
 
-from ...groups import raise_lone_errors
+from ...core.groups import raise_lone_errors
 from .plan import (
     Fault,
     FaultKind,

@@ -1,0 +1,224 @@
+"""``trio-streams top TARGET``: a live view of a Redis deployment's streams, of a stream file,
+or of a running app's subscriptions.
+
+``TARGET`` is a Redis URL (``redis://``, ``rediss://``, ``redis+cluster://``,
+``redis+sentinel://``), the path of a stream file, or the ``http://HOST:PORT`` of an app run
+with ``--http`` (its ``/metrics`` and ``/readyz``). ``--once`` takes two snapshots
+``--interval`` apart and prints the second as text (rates are over the time between them),
+for scripts and tests; without it, the live view needs a terminal and the ``tui`` extra (rich).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import signal
+import sys
+from collections.abc import Callable, Sequence
+
+import trio
+
+from ..core.errors import ConfigurationError, TrioStreamsError
+from ..core.extras import require
+from ..core.groups import open_nursery
+from ..core.names import check_names
+from ..file.errors import StreamFileNotFoundError
+from ..file.keys import check_file_keys
+from ..redis.client import RedisClient, connect, redact_url
+from ..redis.wire import text
+from ..top.file_sample import FileSampler
+from ..top.live import LIVE_VIEW
+from ..top.redis_sample import scan_streams
+from ..top.render import SORTS, as_text
+from ..top.view import FileWatch, RedisWatch, Screen, Watch
+from .args import error_line, redis_url
+
+__all__ = ["register", "screen_text"]
+
+_REDIS_SCHEMES = ("redis://", "rediss://", "redis+", "rediss+")
+#: ``HOST:PORT`` (``[::1]:PORT`` too): a Redis address given without its ``redis://``.
+_HOST_PORT = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):\d{1,5}")
+
+
+def screen_text(screen: Screen) -> str:
+    """A screen as plain text: the title, then each table under its name."""
+    parts = [screen.title + "\n"]
+    for title, table in screen.tables:
+        parts.append(f"\n{title}:\n")
+        parts.append(as_text(table))
+    return "".join(parts)
+
+
+async def _show(watch: Watch, args: argparse.Namespace) -> None:
+    if args.once:
+        await watch.refresh()
+        await trio.sleep(args.interval)
+        await watch.refresh()
+        sys.stdout.write(screen_text(watch.screen(sort=args.sort, match=args.filter)))
+        return
+    from ..top.live import run_live
+
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with open_nursery() as nursery:
+
+            async def stop() -> None:
+                async for _ in signals:
+                    nursery.cancel_scope.cancel()
+
+            nursery.start_soon(stop)
+            await run_live(watch, interval=args.interval, sort=args.sort, match=args.filter)
+            nursery.cancel_scope.cancel()
+
+
+async def _top(args: argparse.Namespace) -> int:
+    if not args.once:
+        require("tui", LIVE_VIEW)
+        if not sys.stdout.isatty():
+            raise ConfigurationError("the live view needs a terminal; use --once for text")
+    if args.target.startswith("http://"):
+        from ..top.app_watch import APP_METRICS, AppWatch
+
+        require("prometheus", APP_METRICS)  # refused before the first request
+
+        await _show(AppWatch(args.target), args)
+        return 0
+    if args.target.startswith(_REDIS_SCHEMES):
+        shown = redact_url(args.target)  # the title and errors never show the password
+        async with connect(args.target) as client:
+            await _check_streams(client, args.stream, shown)
+            watch: Watch = RedisWatch(
+                client,
+                shown,
+                streams=args.stream,
+                scan_match=args.match,
+                dead_letter_globs=args.dead_letter,
+                stuck_after=args.stuck_after,
+            )
+            await _show(watch, args)
+        return 0
+    if _HOST_PORT.fullmatch(args.target) and not await trio.Path(args.target).exists():
+        raise StreamFileNotFoundError(
+            "no such stream file (a Redis URL starts with redis://)",
+            path=args.target,
+        )
+    with FileSampler(args.target) as sampler:
+        check_file_keys(args.target, args.stream)
+        await _show(FileWatch(sampler, keys=args.stream), args)
+    return 0
+
+
+async def _check_streams(client: RedisClient, streams: Sequence[str], url: str) -> None:
+    """Refuse a ``--stream`` that is not a stream on the server (a typo would show an empty
+    table), listing the streams that are there, closest first."""
+    there: set[str] = set()
+    for key in dict.fromkeys(streams):
+        if text(await client.execute("TYPE", key)) == "stream":
+            there.add(key)
+    if len(there) < len(set(streams)):
+        found, _ = await scan_streams(client)
+        check_names("stream", streams, there | set(found), url)
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        return int(trio.run(_top, args))
+    except TrioStreamsError as exc:
+        sys.stderr.write(error_line(str(exc)) + "\n")
+        hint = exc.hint()
+        if hint is not None:
+            sys.stderr.write(f"  {hint}\n")
+        return 1
+
+
+def _seconds(minimum: float) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+        if not (math.isfinite(value) and value >= minimum):
+            raise argparse.ArgumentTypeError(f"must be >= {minimum} seconds, not {text}")
+        return value
+
+    return parse
+
+
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def _target(text: str) -> str:
+    """A Redis URL and an app's ``http://HOST:PORT`` are checked by the parser (a bad one, or
+    a URL of another scheme, is a bad command line); a file is looked at when the view starts."""
+    if text.startswith(_REDIS_SCHEMES):
+        return redis_url(text)
+    if text.startswith("http://"):
+        return _app_address(text)
+    scheme = _SCHEME.match(text)
+    if scheme is not None:
+        raise argparse.ArgumentTypeError(
+            f"{scheme.group(1)}:// is not supported: top reads a Redis URL (redis://, "
+            "rediss://, redis+cluster://, redis+sentinel://), a stream file, or the "
+            f"http://HOST:PORT of an app's --http; got {redact_url(text)!r}"
+        )
+    return text
+
+
+def _app_address(text: str) -> str:
+    """``http://HOST:PORT`` of an app's ``--http``, with nothing after the port: top reads
+    ``/metrics`` and ``/readyz`` itself."""
+    address = text.removeprefix("http://").removesuffix("/")
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536 or "/" in address or "@" in host:
+        raise argparse.ArgumentTypeError(
+            f"expected http://HOST:PORT (the address an app's --http listens on, with no "
+            f"path), got {redact_url(text)!r}"
+        )
+    return text
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``top`` to the ``trio-streams`` parser."""
+    top = commands.add_parser(
+        "top",
+        help="a live view of a Redis deployment's streams, a stream file, or a running app",
+        description="Per stream and group: length, entries added/s, delivered/s, acked/s, "
+        "pending, lag, consumers and their idle times (stuck ones marked), delayed retries and "
+        "how many are due, dead-letter streams. Per key of a stream file: messages, messages/s, "
+        "sequence range, bytes behind the writer. Per subscription of an app run with --http "
+        "(http://HOST:PORT): received/s, handled/s, outcomes, retries, in flight, queued, lag, "
+        "faults, degraded (with --workers: the app's line, then one per worker). Read-only: it "
+        "joins no group. Keys in the live view: s sort, / filter, p pause, q quit.",
+    )
+    top.add_argument(
+        "target",
+        type=_target,
+        metavar="URL|FILE",
+        help="a Redis URL, a stream file (.ss), or http://HOST:PORT of an app's --http",
+    )
+    top.add_argument(
+        "--once", action="store_true",
+        help="print one snapshot as text (two samples --interval apart) and exit",
+    )  # fmt: skip
+    top.add_argument(
+        "--interval", type=_seconds(0.01), default=1.0, metavar="SECONDS",
+        help="time between snapshots (default 1)",
+    )  # fmt: skip
+    top.add_argument(
+        "--stream", action="append", default=[], metavar="KEY",
+        help="watch this stream, or this key of a stream file (repeatable; default: every "
+        "stream SCAN finds, every key of the file)",
+    )  # fmt: skip
+    top.add_argument("--match", default="*", metavar="GLOB", help="SCAN only keys matching GLOB")
+    top.add_argument(
+        "--dead-letter", action="append", default=[], metavar="GLOB",
+        help="streams matching GLOB are dead-letter streams (trio-streams' own are found "
+        "by their headers)",
+    )  # fmt: skip
+    top.add_argument(
+        "--stuck-after", type=_seconds(0.0), default=30.0, metavar="SECONDS",
+        help="a consumer with pending entries idle this long is stuck (default 30)",
+    )  # fmt: skip
+    top.add_argument("--sort", choices=list(SORTS), default="name", help="the first sort order")
+    top.add_argument("--filter", default="", metavar="TEXT", help="only streams matching TEXT")
+    top.set_defaults(handler=_run)

@@ -1,0 +1,1 @@
+"""The runtime core: the app, subscriptions, dispatch and the kit transports build on."""

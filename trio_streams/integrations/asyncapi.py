@@ -1,0 +1,433 @@
+"""An app's AsyncAPI 3.0 document: its servers, channels, operations and message schemas.
+
+:func:`asyncapi_document` reads what an app declares, without running it:
+
+- **servers** — one per broker, keyed by its name (two brokers of one name: ``redis``,
+  ``redis_2``): a Redis broker's URL (host, port, ``redis``/``rediss``, and its
+  cluster or sentinel topology; a password in the URL is never written), a stream file's path
+  (protocol ``file``), the in-process broker (protocol ``in-process``);
+- **channels** — one per stream, list or Pub/Sub channel a subscription reads or a publisher
+  writes, on the server of the broker that reads or writes it (a handler reading one broker and
+  publishing through another has its publisher's channel on the other), with the Redis
+  binding that says how it is read or written (``xreadgroup`` with the group and consumer,
+  ``xread``, ``blmove``/``blpop``, ``subscribe``/``psubscribe``/``ssubscribe``; ``xadd``,
+  ``rpush``/``lpush``, ``publish``/``spublish``), the shape FastStream's documents use, so
+  AsyncAPI tools show both alike;
+  A subscription's ``dead_letter=`` destination is a channel of its own on the subscription's
+  broker, written as the transport writes it (``xadd`` on streams; on lists and Pub/Sub the
+  source's ``dead_letter_kind``). Retry copies go back to the stream, list or channel they came
+  from, so they have no channel of their own;
+- **operations** — ``receive`` for each subscription (its handler's name and docstring),
+  ``send`` for each publisher (what the handlers it decorates return, whichever broker they
+  read), and ``send`` of each subscription's dead letters;
+- **messages** — their payload schemas from the annotations: dataclasses, ``msgspec.Struct``,
+  enums and plain types through msgspec's JSON Schema, pydantic models through
+  their own ``model_json_schema``, ``bytes`` as a binary string; shared definitions go to
+  ``components/schemas``. Each says the content type the codec writes for it:
+  ``text/plain; charset=utf-8`` for ``str`` (written as its UTF-8 text, not as a JSON string),
+  ``application/octet-stream`` for ``bytes``, ``application/json`` for everything else. A dead
+  letter's message has the subscribed payload (the payload as it arrived) and the
+  ``x-dead-letter-*`` headers saying why.
+
+``trio-streams asyncapi MODULE:ATTRIBUTE`` writes it as JSON.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+import msgspec
+
+from ..core.app import App
+from ..core.broker import Broker
+from ..core.destinations import Destination, DestinationKind
+from ..core.outcome import Outcome
+from ..core.routing import Publisher, Subscription
+from ..core.transport import DEAD_LETTER_HEADERS
+
+__all__ = ["ASYNCAPI_VERSION", "asyncapi_document"]
+
+ASYNCAPI_VERSION = "3.0.0"
+
+_REF = "#/components/schemas/{name}"
+_BINARY: dict[str, Any] = {"type": "string", "format": "binary"}
+_TEXT = "text/plain; charset=utf-8"
+_OCTETS = "application/octet-stream"
+_JSON = "application/json"
+
+#: What each ``x-dead-letter-*`` header holds (the headers of ``DeadLetter.headers_for``).
+_DEAD_LETTER_HEADER_SCHEMAS: Mapping[str, dict[str, Any]] = {
+    "x-dead-letter-reason": {
+        "type": "string",
+        "enum": ["max-attempts", "undecodable", "by-key", "unencodable"],
+        "description": "why it was dead-lettered",
+    },
+    "x-dead-letter-error": {
+        "type": "string",
+        "description": "the type and message of the last failure, on one line ('' if none)",
+    },
+    "x-dead-letter-attempts": {
+        "type": "string",
+        "pattern": "^[0-9]+$",
+        "description": "how many times its handler ran",
+    },
+    "x-dead-letter-stream": {
+        "type": "string",
+        "description": "the stream, list or channel it was read from",
+    },
+    "x-dead-letter-position": {
+        "type": "string",
+        "description": "where it was read there ('' where the transport has no position)",
+    },
+    "x-dead-letter-subscription": {
+        "type": "string",
+        "description": "the subscription that dead-lettered it",
+    },
+    "x-dead-letter-at-ms": {
+        "type": "string",
+        "pattern": "^[0-9]+$",
+        "description": "when it was dead-lettered, in milliseconds since the Unix epoch",
+    },
+}
+
+
+def asyncapi_document(
+    app: App, *, version: str = "0.1.0", description: str | None = None
+) -> dict[str, Any]:
+    """The AsyncAPI 3.0 document of ``app`` (a JSON-ready dict); see the module docstring."""
+    builder = _Builder()
+    for broker in app.brokers:
+        builder.server(broker)
+    for broker in app.brokers:
+        builder.add_subscriptions(broker)
+    for broker in app.brokers:
+        builder.add_lone_publishers(broker)
+    info: dict[str, Any] = {"title": app.name, "version": version}
+    if description:
+        info["description"] = description
+    document: dict[str, Any] = {
+        "asyncapi": ASYNCAPI_VERSION,
+        "info": info,
+        "defaultContentType": "application/json",
+        "servers": builder.servers,
+        "channels": builder.channels,
+        "operations": builder.operations,
+    }
+    components: dict[str, Any] = {}
+    if builder.messages:
+        components["messages"] = builder.messages
+    if builder.schemas:
+        components["schemas"] = builder.schemas
+    if components:
+        document["components"] = components
+    return document
+
+
+def _key(text: str) -> str:
+    """A component key AsyncAPI accepts (``^[a-zA-Z0-9.\\-_]+$``)."""
+    return re.sub(r"[^A-Za-z0-9.\-_]+", "_", text) or "_"
+
+
+class _Builder:
+    def __init__(self) -> None:
+        self.servers: dict[str, Any] = {}
+        self.channels: dict[str, Any] = {}
+        self.operations: dict[str, Any] = {}
+        self.messages: dict[str, Any] = {}
+        self.schemas: dict[str, Any] = {}
+        #: The server key of each broker (by identity: two brokers may share a name).
+        self._server_keys: dict[int, str] = {}
+        #: The publishers that decorate a handler of the app (by identity).
+        self._decorating: set[int] = set()
+
+    # ---- servers -----------------------------------------------------------------------------
+
+    def server(self, broker: Broker) -> str:
+        """The key of ``broker``'s server, added on first use: one per broker, even for two
+        brokers of one name (``redis``, ``redis_2``)."""
+        key = self._server_keys.get(id(broker))
+        if key is None:
+            key = self._server_keys[id(broker)] = self._unique(self.servers, _key(broker.name))
+            self.servers[key] = _server_of(broker)
+        return key
+
+    def add_subscriptions(self, broker: Broker) -> None:
+        """A receive per subscription of ``broker``, and a send per publisher decorating its
+        handler, each on the publisher's own broker, carrying what the handler returns."""
+        server = self.server(broker)
+        for subscription in broker.subscriptions:
+            self._receive(server, subscription)
+            self._send_dead_letters(server, subscription)
+            returns = _return_type(subscription.handler.fn)
+            for publisher in subscription.publishers:
+                self._decorating.add(id(publisher))
+                self._send(publisher, returns, subscription)
+
+    def add_lone_publishers(self, broker: Broker) -> None:
+        """A send per publisher of ``broker`` that decorates no handler of the app (its payload
+        is unknown); after :meth:`add_subscriptions` of every broker."""
+        for publisher in broker.all_publishers():
+            if id(publisher) not in self._decorating:
+                self._send(publisher, None, None)
+
+    # ---- operations --------------------------------------------------------------------------
+
+    def _receive(self, server: str, subscription: Subscription) -> None:
+        source = subscription.source
+        handler = subscription.handler
+        message = self._message(_subscribed_payload(subscription))
+        binding = _read_binding(source)
+        channels = []
+        for stream in source.streams:
+            channel = self._channel(server, stream, message, binding)
+            channels.append(channel)
+        operation: dict[str, Any] = {
+            "action": "receive",
+            "channel": {"$ref": f"#/channels/{channels[0]}"},
+            "summary": f"{subscription.name}: {source!r}",
+            "messages": [{"$ref": f"#/channels/{channels[0]}/messages/{message}"}],
+        }
+        doc = inspect.getdoc(handler.fn)
+        if doc:
+            operation["description"] = doc
+        self.operations[self._unique(self.operations, _key(f"{server}.{subscription.name}"))] = (
+            operation
+        )
+        # A source of several streams: one operation per further channel, the same handler.
+        for channel in channels[1:]:
+            self.operations[self._unique(self.operations, _key(f"{server}.{channel}.receive"))] = {
+                **operation,
+                "channel": {"$ref": f"#/channels/{channel}"},
+                "messages": [{"$ref": f"#/channels/{channel}/messages/{message}"}],
+            }
+
+    def _send(self, publisher: Publisher, returns: Any, subscription: Subscription | None) -> None:
+        """A send on the publisher's own broker (whichever broker the handler reads)."""
+        broker = publisher.broker
+        server = self.server(broker)
+        target = publisher.target
+        message = self._message(returns)
+        channel = self._channel(server, target.name, message, _write_binding(broker, target))
+        operation: dict[str, Any] = {
+            "action": "send",
+            "channel": {"$ref": f"#/channels/{channel}"},
+            "messages": [{"$ref": f"#/channels/{channel}/messages/{message}"}],
+        }
+        if subscription is not None:
+            operation["summary"] = f"what {subscription.name} returns"
+        name = _key(f"{server}.{target.name}.send")
+        self.operations[self._unique(self.operations, name)] = operation
+
+    def _send_dead_letters(self, server: str, subscription: Subscription) -> None:
+        """A send of the subscription's dead letters, if it has a ``dead_letter=``: on its own
+        broker, with the payload as it arrived and the headers saying why."""
+        destination = subscription.options.policy.dead_letter
+        if destination is None:
+            return
+        message = self._message(_subscribed_payload(subscription), dead_letter=True)
+        binding = _dead_letter_binding(subscription)
+        channel = self._channel(server, destination, message, binding)
+        self.operations[
+            self._unique(self.operations, _key(f"{server}.{subscription.name}.dead_letter"))
+        ] = {
+            "action": "send",
+            "channel": {"$ref": f"#/channels/{channel}"},
+            "summary": f"the dead letters of {subscription.name}",
+            "messages": [{"$ref": f"#/channels/{channel}/messages/{message}"}],
+        }
+
+    # ---- channels and messages ---------------------------------------------------------------
+
+    def _channel(
+        self, server: str, address: str, message: str, binding: Mapping[str, Any] | None
+    ) -> str:
+        key = _key(f"{server}.{address}")
+        channel = self.channels.get(key)
+        if channel is None:
+            channel = self.channels[key] = {
+                "address": address,
+                "servers": [{"$ref": f"#/servers/{server}"}],
+                "messages": {},
+            }
+            if binding is not None:
+                channel["bindings"] = {"redis": {**binding, "bindingVersion": "custom"}}
+        channel["messages"][message] = {"$ref": f"#/components/messages/{message}"}
+        return key
+
+    def _message(self, payload: Any, *, dead_letter: bool = False) -> str:
+        """The key of the message whose payload is ``payload`` (a type; None: unknown), or of
+        the dead letter carrying it."""
+        name, schema = self._payload_schema(payload)
+        if dead_letter:
+            name = f"{name}.dead_letter"
+        key = _key(name)
+        if key not in self.messages:
+            message: dict[str, Any] = {
+                "name": name,
+                "contentType": _content_type(payload),
+                "payload": schema,
+            }
+            if dead_letter:
+                message["summary"] = "a delivery its subscription gave up on, as it arrived"
+                message["headers"] = {
+                    "type": "object",
+                    "properties": {k: dict(v) for k, v in _DEAD_LETTER_HEADER_SCHEMAS.items()},
+                    "required": list(DEAD_LETTER_HEADERS),
+                }
+            self.messages[key] = message
+        return key
+
+    def _payload_schema(self, payload: Any) -> tuple[str, dict[str, Any]]:
+        if payload is None or payload is Any or payload is inspect.Parameter.empty:
+            return "Message", {}
+        if payload in (bytes, bytearray, memoryview):
+            return "Bytes", dict(_BINARY)
+        name = getattr(payload, "__name__", None) or _key(repr(payload))
+        model_schema = getattr(payload, "model_json_schema", None)
+        if callable(model_schema):  # a pydantic model
+            schema = model_schema(ref_template="#/components/schemas/{model}")
+            for def_name, definition in schema.pop("$defs", {}).items():
+                self.schemas.setdefault(def_name, definition)
+            return name, schema
+        try:
+            (schema,), components = msgspec.json.schema_components((payload,), ref_template=_REF)
+        except TypeError:
+            return name, {}
+        self.schemas.update(components)
+        return name, schema
+
+    @staticmethod
+    def _unique(existing: Mapping[str, Any], key: str) -> str:
+        if key not in existing:
+            return key
+        n = 2
+        while f"{key}_{n}" in existing:
+            n += 1
+        return f"{key}_{n}"
+
+
+def _content_type(payload: Any) -> str:
+    """What the codec writes for ``payload`` (``codec.encode``; ``codec.decoder_for`` reads
+    it alike): a ``str`` as its UTF-8 text, bytes as they are, everything else as JSON."""
+    if payload is str:
+        return _TEXT
+    if payload in (bytes, bytearray, memoryview):
+        return _OCTETS
+    return _JSON
+
+
+def _subscribed_payload(subscription: Subscription) -> Any:
+    """The type of one message the subscription reads (a batch handler's element type)."""
+    handler = subscription.handler
+    payload = handler.payload_type
+    if handler.is_batch:
+        (payload,) = typing.get_args(payload) or (bytes,)
+    return payload
+
+
+def _return_type(fn: Any) -> Any:
+    """What a handler's publishers publish: its return annotation less ``None`` and
+    ``Outcome``, which settle the delivery and publish nothing (``-> str | None`` publishes a
+    ``str``); None if that leaves nothing, or the annotation does not resolve."""
+    try:
+        hints = typing.get_type_hints(fn, include_extras=False)
+    except (NameError, TypeError):  # an annotation that does not resolve: document it untyped
+        return None
+    returns = hints.get("return")
+    if typing.get_origin(returns) in (typing.Union, types.UnionType):
+        published = [a for a in typing.get_args(returns) if not _publishes_nothing(a)]
+        if not published:
+            return None
+        return published[0] if len(published) == 1 else typing.Union[tuple(published)]  # noqa: UP007
+    return None if _publishes_nothing(returns) else returns
+
+
+def _publishes_nothing(annotation: Any) -> bool:
+    return annotation is type(None) or (
+        isinstance(annotation, type) and issubclass(annotation, Outcome)
+    )
+
+
+def _server_of(broker: Broker) -> dict[str, Any]:
+    url = getattr(broker, "url", None)
+    path = getattr(broker, "path", None)
+    if isinstance(url, str):
+        parts = urlsplit(url)
+        host = parts.hostname or "localhost"
+        port = f":{parts.port}" if parts.port else ""
+        server: dict[str, Any] = {
+            "host": f"{host}{port}",
+            "protocol": parts.scheme or "redis",
+            "description": "a Redis cluster" if getattr(broker, "cluster", False) else "Redis",
+        }
+        if parts.path and parts.path != "/":
+            server["pathname"] = parts.path
+        return server
+    if isinstance(path, str):
+        return {
+            "host": "localhost",
+            "protocol": "file",
+            "pathname": "/" + path.lstrip("/"),
+            "description": f"the stream file {path} (SeaStreamer format)",
+        }
+    return {
+        "host": "localhost",
+        "protocol": "in-process",
+        "description": f"{broker.name}: in-process streams of one process",
+    }
+
+
+def _read_binding(source: Any) -> dict[str, Any] | None:
+    """How a subscription reads Redis (the binding FastStream's documents use), or None."""
+    kind = type(source).__name__
+    if kind == "RedisStream":
+        mode = getattr(source.mode, "value", source.mode)
+        if mode == "group":
+            binding = {"method": "xreadgroup", "groupName": source.group}
+            if source.consumer:
+                binding["consumerName"] = source.consumer
+            return binding
+        return {"method": "xread"}
+    if kind == "RedisList":
+        return {"method": "blmove" if source.reliable else "blpop"}
+    if kind == "RedisChannel":
+        method = "psubscribe" if source.pattern else "ssubscribe" if source.sharded else "subscribe"
+        return {"method": method}
+    return None
+
+
+_WRITES: Mapping[DestinationKind, str] = {
+    DestinationKind.STREAM: "xadd",
+    DestinationKind.LIST: "rpush",
+    DestinationKind.CHANNEL: "publish",
+    DestinationKind.SHARD_CHANNEL: "spublish",
+}
+
+
+def _dead_letter_binding(subscription: Subscription) -> dict[str, Any] | None:
+    """How a subscription writes its dead letters to Redis, or None for a broker that is not
+    Redis: ``xadd`` from a stream (or where ``dead_letter_kind="stream"``), else as its list is
+    pushed or its channel published."""
+    if not isinstance(getattr(subscription.broker, "url", None), str):
+        return None
+    source = subscription.source
+    kind = getattr(source, "dead_letter_kind", None)
+    if getattr(kind, "value", kind) in (None, "stream"):
+        return {"method": "xadd"}
+    end = getattr(source, "pop", None)  # a list's end: its letters are pushed at the other
+    if end is not None:
+        return {"method": end.push.lower()}
+    return {"method": "spublish" if getattr(source, "sharded", False) else "publish"}
+
+
+def _write_binding(broker: Broker, target: Destination) -> dict[str, Any] | None:
+    """How a publisher writes Redis, or None for a broker that is not Redis."""
+    if not isinstance(getattr(broker, "url", None), str):
+        return None
+    return {"method": _WRITES[target.kind]}

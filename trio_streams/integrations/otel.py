@@ -1,0 +1,129 @@
+"""OpenTelemetry traces of an app: a consumer span per delivery, a producer span per publish.
+
+``App("billing", middlewares=[TracingMiddleware()])`` uses ``opentelemetry-api`` (the ``otel``
+extra; configure an SDK and an exporter as for any OpenTelemetry program). Spans follow the
+messaging semantic conventions:
+
+- **process** — one ``CONSUMER`` span per delivery, named ``process <stream>``, from before
+  decoding to after the settle, with ``messaging.system`` (``redis``, ``trio_streams.file``,
+  ``trio_streams.memory``), ``messaging.operation.type`` ``process``,
+  ``messaging.destination.name``, ``messaging.message.id`` (its position), the consumer group
+  where there is one, the attempt (``messaging.message.delivery_count``), and the outcome
+  (``trio_streams.core.outcome``); a handler's exception is recorded on it and sets its status to
+  error.
+- **send** — one ``PRODUCER`` span per publish, named ``send <destination>``, a child of the
+  delivery being handled when a handler publishes.
+
+The trace context travels in the message headers (``traceparent``, ``tracestate``: the W3C
+format, through the globally configured propagator), so a trace crosses stream files, Redis
+and processes: the process span of a delivery is a child of the send span that published it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+
+from ..core.extras import importing
+from ..core.middleware import HandlerCall, Middleware, PublishCall
+
+with importing("otel", "trio_streams.integrations.otel"):
+    from opentelemetry import context as otel_context
+    from opentelemetry import propagate, trace
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+
+__all__ = ["TracingMiddleware"]
+
+_SCOPE = "trio_streams"
+
+
+def _system(kind: str) -> str:
+    """``messaging.system`` of a broker kind (``redis``, ``file``, ``memory``, other)."""
+    return "redis" if kind == "redis" else f"trio_streams.{kind}"
+
+
+class TracingMiddleware(Middleware):
+    """Spans per delivery and per publish, with the trace context in the headers (see the
+    module). ``tracer_provider`` defaults to the global one."""
+
+    def __init__(self, *, tracer_provider: trace.TracerProvider | None = None) -> None:
+        self._tracer = trace.get_tracer(_SCOPE, tracer_provider=tracer_provider)
+
+    @asynccontextmanager
+    async def handle(self, call: HandlerCall) -> AsyncIterator[None]:
+        delivery = call.delivery
+        parent = propagate.extract(_Carrier(delivery.headers))
+        attributes: dict[str, Any] = {
+            "messaging.system": _system(call.kind),
+            "messaging.operation.type": "process",
+            "messaging.operation.name": "process",
+            "messaging.destination.name": delivery.stream,
+            "messaging.message.delivery_count": delivery.attempt,
+            "trio_streams.core.subscription": call.subscription,
+        }
+        if delivery.position is not None:
+            attributes["messaging.message.id"] = str(delivery.position)
+        group = getattr(call.source, "group", None)
+        if isinstance(group, str):
+            attributes["messaging.consumer.group.name"] = group
+        span = self._tracer.start_span(
+            f"process {delivery.stream}", context=parent, kind=SpanKind.CONSUMER,
+            attributes=attributes,
+        )  # fmt: skip
+        token = otel_context.attach(trace.set_span_in_context(span))
+        try:
+            yield
+        except trio.Cancelled:
+            span.set_attribute("trio_streams.cancelled", True)  # a stop, not a failure
+            raise
+        except BaseException as exc:
+            span.record_exception(exc)
+            span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+            raise
+        finally:
+            otel_context.detach(token)
+            verdict = call.verdict
+            if verdict is not None:
+                outcome = "dead_letter" if verdict.dead_letter else verdict.outcome.kind.value
+                span.set_attribute("trio_streams.core.outcome", outcome)
+            if call.error is not None:
+                span.record_exception(call.error)
+                span.set_status(Status(StatusCode.ERROR, type(call.error).__name__))
+            span.end()
+
+    @asynccontextmanager
+    async def publish(self, call: PublishCall) -> AsyncIterator[None]:
+        name = call.destination.name
+        with self._tracer.start_as_current_span(
+            f"send {name}",
+            kind=SpanKind.PRODUCER,
+            attributes={
+                "messaging.system": _system(call.kind),
+                "messaging.operation.type": "send",
+                "messaging.operation.name": "send",
+                "messaging.destination.name": name,
+            },
+        ):
+            propagate.inject(call.headers)
+            yield
+
+
+class _Carrier(Mapping[str, str]):
+    """The delivery's headers as a propagator's carrier (read only)."""
+
+    __slots__ = ("_headers",)
+
+    def __init__(self, headers: Mapping[str, str]) -> None:
+        self._headers = headers
+
+    def __getitem__(self, key: str) -> str:
+        return self._headers[key]
+
+    def __iter__(self) -> Any:
+        return iter(self._headers)
+
+    def __len__(self) -> int:
+        return len(self._headers)

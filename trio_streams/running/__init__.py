@@ -1,0 +1,1 @@
+"""Running apps as services: worker processes, their supervisor, HTTP endpoints."""
