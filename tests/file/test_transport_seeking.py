@@ -2,7 +2,7 @@
 carried by deliveries, milliseconds converted without loss, and file/in-process parity.
 
 The Seeking contract itself is stated once for every transport in
-``tests/conformance/test_seeking.py``. Files hold messages whose payload is their sequence
+``trio_streams/testing/conformance/seeking.py``. Files hold messages whose payload is their sequence
 number, so ``seen`` lists read like positions.
 """
 
