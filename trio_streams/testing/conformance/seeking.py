@@ -24,7 +24,7 @@ from trio_streams import (
     Seeker,
     SeekRefused,
 )
-from trio_streams.core.positions import MAX_SEQUENCE, MAX_TIMESTAMP_MS
+from trio_streams.core.positions import MAX_SEQUENCE, MAX_TIMESTAMP_MS, PositionKind
 from trio_streams.core.subscription import SubscriptionStats
 
 from ._running import Watch, run_to_end, serving
@@ -424,3 +424,121 @@ class Seeking(TransportSuite):
     ) -> None:
         with pytest.raises(ConfigurationError, match="entry ids address Redis streams"):
             transport.replay("s", start_at=Position.entry("1-0"))
+
+    @needs(Capability.SEEK, Capability.REPLAY)
+    async def test_a_raw_constructor_position_fails_the_handler_that_built_it_not_the_app(
+        self, transport: TransportUnderTest
+    ) -> None:
+        errors: list[BaseException] = []
+        seen: list[int] = []
+
+        async def handle(n: int, ctx: Context) -> None:
+            seen.append(n)
+            if n == 2 and ctx.attempt == 1:
+                try:
+                    await ctx.seeker.seek(Position(PositionKind.SEQUENCE, None))
+                except InvalidPosition as exc:
+                    errors.append(exc)
+
+        await run_to_end((await replay_app(transport, 5, handle))[0])
+        assert len(errors) == 1
+        assert seen == [1, 2, 3, 4, 5]
+
+    # ---- "An ended live subscription delivers nothing more": a refused live seek drops what
+    # the subscription had read and queued.
+
+    @needs(Capability.SEEK, Capability.POSITIONS, Capability.RETAIN)
+    async def test_a_refused_live_seek_ends_the_subscription_and_delivers_nothing_more(
+        self, transport: TransportUnderTest
+    ) -> None:
+        app, broker = transport.app("seek")
+        await transport.preload(broker, 40)
+        seen: list[int] = []
+        refused = trio.Event()
+
+        @broker.subscriber(
+            transport.live("s", start_at=Position.beginning()), buffer=16, name="live"
+        )
+        async def handle(n: int, ctx: Context) -> None:
+            seen.append(n)
+            if n == 2:
+                with pytest.raises(SeekRefused):
+                    await ctx.seeker.seek(Position.sequence(500))
+                refused.set()
+
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                running: RunningApp = await nursery.start(app.serve)
+                await running.wait_stopped()  # its only subscription ended: the app stops
+        assert refused.is_set()
+        assert seen == [1, 2]
+        assert running.stats()["live"].stale >= 1
+
+    # ---- "After shutdown begins every seek is refused, and no stream of seek requests can
+    # starve the driver's reads or its stop."
+
+    @needs(Capability.SEEK)
+    @pytest.mark.parametrize(
+        "live",
+        [
+            pytest.param(False, marks=needs(Capability.REPLAY)),
+            pytest.param(True, marks=needs(Capability.POSITIONS, Capability.RETAIN)),
+        ],
+        ids=["replay", "live"],
+    )
+    async def test_after_shutdown_begins_every_seek_is_refused_and_the_drain_is_prompt(
+        self, transport: TransportUnderTest, live: bool
+    ) -> None:
+        app, broker = transport.app("seek", shutdown_timeout=30)
+        await transport.preload(broker, 50)
+        moved_after_stop = 0
+        refused_after_stop = 0
+        stopping = False
+        looping = trio.Event()
+        source = transport.live("s", start_at=Position.beginning()) if live else transport.replay()
+
+        @broker.subscriber(source, workers=4, buffer=8)
+        async def handle(n: int, ctx: Context) -> None:
+            nonlocal moved_after_stop, refused_after_stop
+            while True:
+                looping.set()
+                try:
+                    await ctx.seeker.seek(Position.sequence(1 + n % 7))
+                except SeekRefused:
+                    if stopping:
+                        refused_after_stop += 1
+                    return
+                if stopping:
+                    moved_after_stop += 1
+
+        async with trio.open_nursery() as nursery:
+            running: RunningApp = await nursery.start(app.serve)
+            with trio.fail_after(10):
+                await looping.wait()
+                for _ in range(200):
+                    await trio.lowlevel.checkpoint()  # let the seek storm build up
+                stopping = True
+                with trio.CancelScope() as clock:
+                    clock.deadline = trio.current_time() + 10
+                    await running.aclose()
+                assert not clock.cancelled_caught
+        # The seek in progress when the stop came may finish; nothing later moves the reader.
+        assert moved_after_stop <= 4
+        assert refused_after_stop >= 1
+
+    @needs(Capability.SEEK, Capability.REPLAY, Capability.VIRTUAL_TIME)
+    async def test_a_seek_storm_does_not_starve_the_reads(
+        self, transport: TransportUnderTest, autojump_clock: trio.abc.Clock
+    ) -> None:
+        """Four workers that re-seek as soon as they hear back still let the driver read on."""
+        seen: set[int] = set()
+
+        async def handle(n: int, ctx: Context) -> None:
+            seen.add(n)
+            if n % 50 == 0 and len(seen) < 200:
+                for _ in range(3):
+                    await ctx.seeker.seek(Position.sequence(n + 1))
+
+        app, _ = await replay_app(transport, 200, handle, workers=4, buffer=4, read=4)
+        await run_to_end(app, seconds=60)
+        assert seen == set(range(1, 201))
