@@ -1,4 +1,4 @@
-"""Back-pressure by bounded channels only (DESIGN.md), stated once for every transport: a slow
+"""Back-pressure by bounded channels only (docs: Architecture, Tasks and their owners): a slow
 handler makes the driver stop reading, never queue more than the channel holds."""
 
 from __future__ import annotations

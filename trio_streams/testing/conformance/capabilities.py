@@ -24,8 +24,7 @@ class Capabilities(TransportSuite):
                 assert isinstance(capability, Capability) and reason.strip(), kind.name
 
     def test_using_a_capability_without_declaring_it_fails_rather_than_skips(
-        self,
-        transport: TransportUnderTest,
+        self, transport: TransportUnderTest
     ) -> None:
         with pytest.raises(pytest.fail.Exception, match="without declaring @needs"):
             transport.replay("s")

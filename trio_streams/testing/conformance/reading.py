@@ -19,8 +19,7 @@ class Reading(TransportSuite):
 
     @needs(Capability.REPLAY)
     async def test_a_replay_delivers_every_message_in_order_then_the_app_stops_by_itself(
-        self,
-        transport: TransportUnderTest,
+        self, transport: TransportUnderTest
     ) -> None:
         app, broker = transport.app("reading")
         await transport.preload(broker, 50)
@@ -39,8 +38,7 @@ class Reading(TransportSuite):
 
     @needs(Capability.POSITIONS)
     async def test_a_live_subscription_starts_at_the_tip_and_gets_what_is_published_after(
-        self,
-        transport: TransportUnderTest,
+        self, transport: TransportUnderTest
     ) -> None:
         app, broker = transport.app("reading")
         await transport.preload(broker, 3)  # before the tip: never delivered
@@ -81,8 +79,7 @@ class Reading(TransportSuite):
 
     @needs(Capability.POSITIONS, Capability.RETAIN)
     async def test_a_live_subscription_started_at_a_sequence_reads_from_there_then_follows(
-        self,
-        transport: TransportUnderTest,
+        self, transport: TransportUnderTest
     ) -> None:
         app, broker = transport.app("reading")
         await transport.preload(broker, 10)

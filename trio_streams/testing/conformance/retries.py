@@ -83,8 +83,7 @@ class RetrySemantics(TransportSuite):
 
     @needs(Capability.FAN_OUT, Capability.POSITIONS, Capability.RETAIN)
     async def test_a_subscription_of_the_same_name_in_another_app_passes_over_the_copy(
-        self,
-        transport: TransportUnderTest,
+        self, transport: TransportUnderTest
     ) -> None:
         app, broker = transport.app("billing")
         retried = trio.Event()
@@ -233,8 +232,7 @@ class RetrySemantics(TransportSuite):
 
     @needs(Capability.RETAIN)
     async def test_a_dead_letter_reader_handles_a_spent_letter_with_its_own_attempts(
-        self,
-        transport: TransportUnderTest,
+        self, transport: TransportUnderTest
     ) -> None:
         app, broker = transport.app("svc")
         audited: list[tuple[int, int, str]] = []
@@ -262,8 +260,7 @@ class RetrySemantics(TransportSuite):
 
     @needs(Capability.RETAIN)
     async def test_a_publish_cancelled_before_it_starts_publishes_nothing(
-        self,
-        transport: TransportUnderTest,
+        self, transport: TransportUnderTest
     ) -> None:
         app, broker = transport.app("svc")
         async with serving(app):
@@ -276,8 +273,7 @@ class RetrySemantics(TransportSuite):
 
     @needs(Capability.RETAIN)
     async def test_a_handler_forwarding_a_retry_copys_headers_does_not_make_the_next_stage_skip_it(
-        self,
-        transport: TransportUnderTest,
+        self, transport: TransportUnderTest
     ) -> None:
         app, broker = transport.app("pipeline")
         forwarded: list[dict[str, str]] = []

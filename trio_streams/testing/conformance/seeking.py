@@ -1,4 +1,4 @@
-"""The Seeking contract (DESIGN.md), stated once for every transport that can seek.
+"""The Seeking contract (docs: Architecture, Seeking), for every transport that can seek.
 
 Streams hold messages whose payload is their sequence number, so ``seen`` lists read like
 positions.
@@ -75,17 +75,16 @@ async def replay_with_seeks(
     return seen
 
 
-# ---- "ctx.seeker.seek(position) sends a command to the subscription's driver; the driver runs
-# the client's seek to completion, outside any race with the next read, and answers when done."
-
-
 class Seeking(TransportSuite):
     """The Seeking contract, on every transport that can seek (``SEEK``)."""
 
+    # ---- "ctx.seeker.seek(position) sends a command to the subscription's driver; the driver
+    # runs the client's seek to completion, outside any race with the next read, and answers
+    # when done."
+
     @needs(Capability.SEEK)
     async def test_the_driver_runs_a_seek_to_completion_outside_any_race_with_the_next_read(
-        self,
-        transport: TransportUnderTest,
+        self, transport: TransportUnderTest
     ) -> None:
         app, broker = transport.app("seek")
         await transport.preload(broker, 5)
@@ -122,8 +121,7 @@ class Seeking(TransportSuite):
 
     @needs(Capability.SEEK, Capability.REPLAY)
     async def test_a_sequence_is_inclusive_so_a_captured_position_redelivers_exactly_that_message(
-        self,
-        transport: TransportUnderTest,
+        self, transport: TransportUnderTest
     ) -> None:
         seen: list[int] = []
         captured: list[Position] = []
@@ -142,8 +140,7 @@ class Seeking(TransportSuite):
 
     @needs(Capability.SEEK, Capability.REPLAY, Capability.PIN_INSTANTS)
     async def test_a_timestamp_seek_lands_on_the_first_message_strictly_later(
-        self,
-        transport: TransportUnderTest,
+        self, transport: TransportUnderTest
     ) -> None:
         app, broker = transport.app("seek")
         # Several messages share an instant: "strictly later" skips all of them.
@@ -192,8 +189,7 @@ class Seeking(TransportSuite):
 
     @needs(Capability.SEEK, Capability.REPLAY)
     async def test_a_seek_that_moved_the_reader_opens_a_new_generation_before_it_returns(
-        self,
-        transport: TransportUnderTest,
+        self, transport: TransportUnderTest
     ) -> None:
         generations: list[tuple[int, int]] = []
 
@@ -208,8 +204,7 @@ class Seeking(TransportSuite):
 
     @needs(Capability.SEEK, Capability.REPLAY)
     async def test_every_queued_delivery_of_an_older_generation_is_dropped(
-        self,
-        transport: TransportUnderTest,
+        self, transport: TransportUnderTest
     ) -> None:
         seen: list[int] = []
         stale: list[int] = []
@@ -254,8 +249,7 @@ class Seeking(TransportSuite):
 
     @needs(Capability.SEEK, Capability.REPLAY)
     async def test_a_refused_seek_keeps_a_replay_where_it_was_with_what_it_had_read_still_queued(
-        self,
-        transport: TransportUnderTest,
+        self, transport: TransportUnderTest
     ) -> None:
         seen: list[int] = []
         refusals: list[str] = []
@@ -283,8 +277,7 @@ class Seeking(TransportSuite):
 
     @needs(Capability.SEEK, Capability.REPLAY)
     async def test_seeking_to_the_next_sequence_to_be_written_is_allowed_and_waits_at_the_tip(
-        self,
-        transport: TransportUnderTest,
+        self, transport: TransportUnderTest
     ) -> None:
         seeks = {(2, 1): Position.sequence(6)}  # the tip: nothing more to replay
         assert await replay_with_seeks(transport, 5, seeks) == [1, 2]
@@ -322,8 +315,7 @@ class Seeking(TransportSuite):
 
     @needs(Capability.SEEK, Capability.REPLAY)
     async def test_a_replay_that_reached_the_end_can_still_seek_and_delivers_again_from_there(
-        self,
-        transport: TransportUnderTest,
+        self, transport: TransportUnderTest
     ) -> None:
         # Each time message 5 is handled the replay has read everything and reported its end: this
         # handler is the last one in flight.
@@ -336,8 +328,7 @@ class Seeking(TransportSuite):
 
     @needs(Capability.SEEK, Capability.REPLAY)
     async def test_seeks_are_served_while_the_channel_is_full_and_its_handler_is_the_one_waiting(
-        self,
-        transport: TransportUnderTest,
+        self, transport: TransportUnderTest
     ) -> None:
         seen: list[int] = []
         before_seek: list[tuple[int, int]] = []
@@ -395,8 +386,7 @@ class Seeking(TransportSuite):
 
     @needs(Capability.SEEK, Capability.REPLAY)
     async def test_a_redis_entry_id_is_refused_to_the_handler_not_the_app_where_streams_use_sequences(  # noqa: E501
-        self,
-        transport: TransportUnderTest,
+        self, transport: TransportUnderTest
     ) -> None:
         """Stream files and in-process streams are addressed by sequence numbers and instants."""
         app, broker = transport.app("entry")
@@ -419,8 +409,7 @@ class Seeking(TransportSuite):
 
     @needs(Capability.SEEK, Capability.REPLAY)
     def test_a_source_that_reads_sequences_refuses_to_start_at_an_entry_id(
-        self,
-        transport: TransportUnderTest,
+        self, transport: TransportUnderTest
     ) -> None:
         with pytest.raises(ConfigurationError, match="entry ids address Redis streams"):
             transport.replay("s", start_at=Position.entry("1-0"))

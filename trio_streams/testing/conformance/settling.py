@@ -1,4 +1,4 @@
-"""Settling per the settle table (DESIGN.md, Outcomes), stated once for every transport.
+"""Settling per the settle table (docs: Outcomes, ordering, defaults), on every transport.
 
 ack (or returning None) and drop consume the delivery; retry delivers a copy to the subscription
 that asked for it, with its attempt counted; retry_after(d) does so after d on Trio's clock; an
@@ -67,8 +67,7 @@ class Settling(TransportSuite):
 
     @needs(Capability.REPLAY)
     async def test_retry_delivers_a_copy_with_attempt_2_to_that_subscription(
-        self,
-        transport: TransportUnderTest,
+        self, transport: TransportUnderTest
     ) -> None:
         app, broker = transport.app("settling")
         await transport.preload(broker, 2)
@@ -88,8 +87,7 @@ class Settling(TransportSuite):
 
     @needs(Capability.FAN_OUT)
     async def test_a_retry_copy_reaches_only_the_subscription_that_asked_for_it(
-        self,
-        transport: TransportUnderTest,
+        self, transport: TransportUnderTest
     ) -> None:
         app, broker = transport.app("settling")
         asked: list[tuple[int, int]] = []
@@ -150,8 +148,7 @@ class Settling(TransportSuite):
         assert 30 <= waited < 31, waited
 
     async def test_an_exception_retries_up_to_max_attempts_then_dead_letters_payload_and_headers(
-        self,
-        transport: TransportUnderTest,
+        self, transport: TransportUnderTest
     ) -> None:
         app, broker = transport.app("settling")
         attempts: list[int] = []

@@ -84,8 +84,7 @@ class Shutdown(TransportSuite):
         assert running.stats()["sub"].outstanding == 0  # counted out, never settled
 
     async def test_cancelling_the_nursery_running_serve_stops_the_app_without_app_failed(
-        self,
-        transport: TransportUnderTest,
+        self, transport: TransportUnderTest
     ) -> None:
         app, broker = transport.app("cancel")
         started = trio.Event()
