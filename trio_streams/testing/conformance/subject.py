@@ -140,7 +140,9 @@ class TransportUnderTest(ABC):
         """A live subscription's source: it starts at the tip (or ``start_at``) and follows."""
 
     def replay_source(self, streams: tuple[str, ...], start_at: Position | None) -> Source:
-        """A replay's source: from the beginning (or ``start_at``) to the last message."""
+        """A replay's source: from the beginning (or ``start_at``) to the last message. The
+        replay tests size reads with the ``count=`` subscriber option (messages per read), so a
+        broker that replays accepts it."""
         raise NotImplementedError(f"{self.name} declares that it can replay but cannot")
 
     def past_the_end_refusal(self, *, asked: int, last: int) -> tuple[str, ...]:
