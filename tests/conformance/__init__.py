@@ -1,1 +1,1 @@
-"""The transport conformance suite: each contract sentence stated once, run on every transport."""
+"""The transport conformance suite on this repository's own transports."""

@@ -1,34 +1,22 @@
-"""What the conformance suite needs from a transport, and one fixture class per transport.
+"""This repository's transports as the conformance suite sees them: one
+:class:`~trio_streams.testing.conformance.TransportUnderTest` each, by parameter id.
 
-A test asks its ``transport`` fixture for an app with a broker of that transport, preloads
-stream ``"s"`` with messages whose payload is their sequence number (so ``seen`` lists read like
-positions), and mounts sources it makes (``transport.live()`` / ``transport.replay()``).
-
-A transport joins the suite by adding a subclass of :class:`Transport` to :data:`TRANSPORTS`
-and declaring, in ``cannot``, each :class:`Capability` it lacks and why. A test that needs a
-capability says so with ``@needs(Capability...)`` (on the test or its module): the ``transport``
-fixture skips it, with the transport's reason, where the capability is declared missing. A test
-that uses a capability it did not declare fails instead of skipping, so nothing is skipped
-silently; ``test_capabilities.py`` checks that the declarations tell the truth.
+Each declares, in ``cannot``, what its transport cannot do and why; the suite skips the tests
+that need it, saying so.
 """
 
 from __future__ import annotations
 
 import contextlib
-import enum
 import itertools
-import json
-from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-import pytest
-
-from tests.file.apps import write_at_instants, write_numbers
+from tests.file.apps import write_numbers
 from tests.redis_servers import RedisServer
 from tests.redis_servers import redis_server as start_redis_server
-from trio_streams import App, Broker, Destination, MemoryBroker, MemoryStream, Position
+from trio_streams import Broker, Destination, MemoryBroker, MemoryStream, Position
 from trio_streams.core.positions import PositionKind
 from trio_streams.core.transport import Source
 from trio_streams.file import FileBroker, FileStream
@@ -39,165 +27,20 @@ from trio_streams.memory.log import MemoryHub
 from trio_streams.redis import RedisBroker, RedisChannel, RedisList, RedisStream
 from trio_streams.redis.frames import decode_frame, encode_frame
 from trio_streams.redis.wire import decode_fields, encode_fields
+from trio_streams.testing.conformance import Capability, Message, TransportUnderTest
 
 __all__ = [
     "TRANSPORTS",
-    "Capability",
     "FileTransport",
     "MemoryTransport",
     "RedisListTransport",
     "RedisPubSubTransport",
     "RedisSimpleListTransport",
     "RedisTransport",
-    "Transport",
-    "needs",
 ]
 
 
-class Capability(enum.Enum):
-    """Something a test may need that not every transport can do."""
-
-    #: Handlers seek their subscription (``ctx.seeker``); sources report ``seekable``.
-    SEEK = "seek a subscription"
-    #: ``.replay()``: read a stream from its beginning and end after its last message.
-    REPLAY = "replay a stream from its beginning"
-    #: Preload messages written at instants the test chooses (for timestamp seeks).
-    PIN_INSTANTS = "write messages at chosen instants"
-    #: Run on Trio's ``autojump_clock``: every wait of the transport is on Trio's clock or
-    #: local (a file's fsync), so jumping the clock while all tasks wait skips nothing real.
-    VIRTUAL_TIME = "run on an autojump clock"
-    #: Every subscription of a stream gets every message (a work queue gives each to one).
-    FAN_OUT = "give every subscription of a stream every message"
-    #: A live subscription starts at the tip (what was there before is never delivered) or at a
-    #: position it names.
-    POSITIONS = "start a live subscription at the tip or at a position"
-    #: Keep what was published: a message stays once handled, for ``messages`` to read back,
-    #: and a live subscription can start before the tip. Pub/Sub keeps nothing; a list entry
-    #: is gone once handled.
-    RETAIN = "keep what was published, handled or not"
-
-
-def needs(*capabilities: Capability) -> pytest.MarkDecorator:
-    """Mark a test (or a module, with ``pytestmark``) as needing ``capabilities``."""
-    return pytest.mark.needs(*capabilities)
-
-
-class Transport(ABC):
-    """One transport as the conformance tests see it (a test fixture, not the core's ABC)."""
-
-    #: The pytest id of the parameter.
-    name: ClassVar[str]
-    #: What this transport cannot do, with the reason a skipped test reports.
-    cannot: ClassVar[Mapping[Capability, str]] = {}
-
-    def __init__(self, tmp_path: Path) -> None:
-        #: The test's own directory, for transports that keep files.
-        self.tmp_path = tmp_path
-        #: What the running test declared it needs (``@needs``), set by the fixture.
-        self.needed: frozenset[Capability] = frozenset()
-
-    def close(self) -> None:  # noqa: B027 - an optional hook; most transports start nothing
-        """Release what the transport started for the test (a server); called at teardown."""
-
-    def can(self, capability: Capability) -> bool:
-        return capability not in self.cannot
-
-    def skip_unless_able(self, capabilities: frozenset[Capability]) -> None:
-        """Skip the test, saying why, unless this transport can do all of ``capabilities``
-        (called by the fixture: a skip raised inside a Trio test loses its reason)."""
-        self.needed = capabilities
-        for capability in sorted(capabilities, key=lambda c: c.name):
-            if capability in self.cannot:
-                pytest.skip(f"{self.name} cannot {capability.value}: {self.cannot[capability]}")
-
-    def require(self, *capabilities: Capability) -> None:
-        """Fail unless the test declared these with ``@needs``: undeclared, a transport that
-        cannot do them would fail the test instead of skipping it with a reason."""
-        missing = [c.name for c in capabilities if c not in self.needed]
-        if missing:
-            pytest.fail(f"the test uses {missing} without declaring @needs(...) for them")
-
-    # ---- apps and brokers --------------------------------------------------------------------
-
-    @abstractmethod
-    def broker(self) -> Broker:
-        """A fresh broker of this transport (nothing shared with earlier ones)."""
-
-    @abstractmethod
-    def broker_like(self, broker: Broker) -> Broker:
-        """A new broker over the same streams as ``broker`` (as another service would open)."""
-
-    def app(self, name: str = "conformance", **options: Any) -> tuple[App, Broker]:
-        """An app (``options`` are ``App``'s) with one fresh broker of this transport."""
-        app = App(name, **options)
-        return app, app.broker(self.broker())
-
-    # ---- preloading, before the app runs -----------------------------------------------------
-
-    @abstractmethod
-    def preload(self, broker: Broker, count: int, *, stream: str = "s") -> None:
-        """Write ``count`` messages to ``stream``, payloads 1..count: each its sequence number."""
-
-    def preload_json(self, broker: Broker, values: Sequence[Any], *, stream: str = "s") -> None:
-        """Write each of ``values`` to ``stream``, JSON-encoded."""
-        for value in values:
-            self._append(broker, stream, json.dumps(value).encode())
-
-    @abstractmethod
-    def _append(self, broker: Broker, stream: str, payload: bytes) -> None: ...
-
-    @abstractmethod
-    def messages(self, broker: Broker, stream: str) -> list[tuple[bytes, dict[str, str]]]:
-        """Every message in ``stream`` now, as (payload, headers), in order."""
-
-    def dead_lettered(self, broker: Broker, name: str) -> list[tuple[bytes, dict[str, str]]]:
-        """Every dead letter in ``name`` (a ``dead_letter=`` destination: a stream, kept on
-        every transport), as ``messages`` gives them."""
-        return self.messages(broker, name)
-
-    def to(self, name: str) -> str | Destination:
-        """What the tests publish to for ``name``: a stream, or what this transport's
-        ``live(name)`` reads (a Pub/Sub channel)."""
-        return name
-
-    def dead_letters(self, name: str) -> Source:
-        """A live source reading the dead letters sent to ``dead_letter=name``: a stream."""
-        return self.live(name)
-
-    def preload_at(self, broker: Broker, instants: Sequence[int], *, stream: str = "s") -> None:
-        """As ``preload``, the n-th message written at ``instants[n - 1]`` (epoch ms)."""
-        self.require(Capability.PIN_INSTANTS)
-        self._preload_at(broker, instants, stream)
-
-    def _preload_at(self, broker: Broker, instants: Sequence[int], stream: str) -> None:
-        raise NotImplementedError(f"{self.name} declares that it can pin instants but cannot")
-
-    # ---- sources -----------------------------------------------------------------------------
-
-    @abstractmethod
-    def live(self, *streams: str, start_at: Position | None = None) -> Source:
-        """A live subscription's source: it starts at the tip (or ``start_at``) and follows."""
-
-    def replay(self, *streams: str, start_at: Position | None = None) -> Source:
-        """A replay's source: from the beginning (or ``start_at``) to the last message."""
-        self.require(Capability.REPLAY)
-        return self._replay(streams or ("s",), start_at)
-
-    def _replay(self, streams: tuple[str, ...], start_at: Position | None) -> Source:
-        raise NotImplementedError(f"{self.name} declares that it can replay but cannot")
-
-    # ---- what a refusal says -----------------------------------------------------------------
-
-    @abstractmethod
-    def past_the_end_refusal(self, *, asked: int, last: int) -> tuple[str, ...]:
-        """Fragments the refusal of ``sequence(asked)`` on stream ``s`` (whose last sequence is
-        ``last``) must contain: it says why, and where."""
-
-    def __repr__(self) -> str:
-        return f"<{self.name} transport>"
-
-
-class MemoryTransport(Transport):
+class MemoryTransport(TransportUnderTest):
     name = "memory"
 
     def broker(self) -> Broker:
@@ -208,10 +51,10 @@ class MemoryTransport(Transport):
         twin.hub = self._hub(broker)
         return twin
 
-    def _append(self, broker: Broker, stream: str, payload: bytes) -> None:
+    async def append(self, broker: Broker, stream: str, payload: bytes) -> None:
         self._hub(broker).append(stream, payload, {})
 
-    def messages(self, broker: Broker, stream: str) -> list[tuple[bytes, dict[str, str]]]:
+    async def messages(self, broker: Broker, stream: str) -> list[Message]:
         log = self._hub(broker).log(stream)
         return [(e.payload, dict(e.headers)) for e in log.slice(log.first_seq, log.next_seq)]
 
@@ -220,29 +63,25 @@ class MemoryTransport(Transport):
         assert isinstance(broker, MemoryBroker)
         return broker.hub
 
-    def preload(self, broker: Broker, count: int, *, stream: str = "s") -> None:
+    async def preload(self, broker: Broker, count: int, *, stream: str = "s") -> None:
         hub = self._hub(broker)
         for n in range(1, count + 1):
             assert hub.append(stream, str(n).encode(), {}).seq == n
 
-    def _preload_at(self, broker: Broker, instants: Sequence[int], stream: str) -> None:
-        hub = self._hub(broker)
-        for n, ms in enumerate(instants, 1):
-            entry = hub.append(stream, str(n).encode(), {})
-            assert entry.seq == n
-            entry.timestamp_ms = ms  # pin the instant
+    async def append_at(self, broker: Broker, stream: str, payload: bytes, at_ms: int) -> None:
+        self._hub(broker).append(stream, payload, {}).timestamp_ms = at_ms  # pin the instant
 
-    def live(self, *streams: str, start_at: Position | None = None) -> Source:
-        return MemoryStream(*(streams or ("s",)), start_at=start_at)
+    def live_source(self, streams: tuple[str, ...], start_at: Position | None) -> Source:
+        return MemoryStream(*streams, start_at=start_at)
 
-    def _replay(self, streams: tuple[str, ...], start_at: Position | None) -> Source:
+    def replay_source(self, streams: tuple[str, ...], start_at: Position | None) -> Source:
         return MemoryStream(*streams, start_at=start_at).replay()
 
     def past_the_end_refusal(self, *, asked: int, last: int) -> tuple[str, ...]:
         return (f"sequence {asked} of stream 's'", f"past the next one it will write ({last + 1})")
 
 
-class FileTransport(Transport):
+class FileTransport(TransportUnderTest):
     name = "file"
 
     def __init__(self, tmp_path: Path) -> None:
@@ -255,11 +94,11 @@ class FileTransport(Transport):
     def broker_like(self, broker: Broker) -> Broker:
         return FileBroker(self._path(broker))
 
-    def _append(self, broker: Broker, stream: str, payload: bytes) -> None:
+    async def append(self, broker: Broker, stream: str, payload: bytes) -> None:
         with StreamWriter(self._path(broker), beacon_interval=1024) as writer:
             writer.append(stream, payload)
 
-    def messages(self, broker: Broker, stream: str) -> list[tuple[bytes, dict[str, str]]]:
+    async def messages(self, broker: Broker, stream: str) -> list[Message]:
         path = self._path(broker)
         if not path.exists():
             return []
@@ -279,23 +118,24 @@ class FileTransport(Transport):
         assert isinstance(broker, FileBroker)
         return Path(broker.path)
 
-    def preload(self, broker: Broker, count: int, *, stream: str = "s") -> None:
+    async def preload(self, broker: Broker, count: int, *, stream: str = "s") -> None:
         write_numbers(self._path(broker), count, key=stream)
 
-    def _preload_at(self, broker: Broker, instants: Sequence[int], stream: str) -> None:
-        write_at_instants(self._path(broker), list(instants), key=stream)
+    async def append_at(self, broker: Broker, stream: str, payload: bytes, at_ms: int) -> None:
+        with StreamWriter(self._path(broker), beacon_interval=1024) as writer:
+            writer.append(stream, payload, timestamp_ms=at_ms)
 
-    def live(self, *streams: str, start_at: Position | None = None) -> Source:
-        return FileStream(*(streams or ("s",)), start_at=start_at)
+    def live_source(self, streams: tuple[str, ...], start_at: Position | None) -> Source:
+        return FileStream(*streams, start_at=start_at)
 
-    def _replay(self, streams: tuple[str, ...], start_at: Position | None) -> Source:
+    def replay_source(self, streams: tuple[str, ...], start_at: Position | None) -> Source:
         return FileStream(*streams, start_at=start_at).replay()
 
     def past_the_end_refusal(self, *, asked: int, last: int) -> tuple[str, ...]:
         return (str(self.tmp_path), f"seq:{asked}", "stream 's'", f"past the last sequence {last}")
 
 
-class RedisTransport(Transport):
+class RedisTransport(TransportUnderTest):
     """Redis streams read through consumer groups, on a server of the test's own.
 
     ``live`` subscriptions are group members with the default group (one per subscription).
@@ -337,20 +177,20 @@ class RedisTransport(Transport):
         assert isinstance(broker, RedisBroker)
         return RedisBroker(broker.url)
 
-    def _append(self, broker: Broker, stream: str, payload: bytes) -> None:
+    async def append(self, broker: Broker, stream: str, payload: bytes) -> None:
         self.server.command("XADD", stream, "*", *encode_fields(payload, {}))
 
-    def messages(self, broker: Broker, stream: str) -> list[tuple[bytes, dict[str, str]]]:
+    async def messages(self, broker: Broker, stream: str) -> list[Message]:
         return [
             decode_fields(fields) for _, fields in self.server.command("XRANGE", stream, "-", "+")
         ]
 
-    def preload(self, broker: Broker, count: int, *, stream: str = "s") -> None:
+    async def preload(self, broker: Broker, count: int, *, stream: str = "s") -> None:
         for n in range(1, count + 1):
             self.server.command("XADD", stream, f"0-{n}", *encode_fields(str(n).encode(), {}))
 
-    def live(self, *streams: str, start_at: Position | None = None) -> Source:
-        (stream,) = streams or ("s",)
+    def live_source(self, streams: tuple[str, ...], start_at: Position | None) -> Source:
+        (stream,) = streams
         if start_at is not None and start_at.kind is PositionKind.SEQUENCE:
             start_at = Position.entry(f"0-{start_at.seq}")
         return RedisStream(stream, start=start_at)
@@ -385,24 +225,20 @@ class RedisPubSubTransport(RedisTransport):
     def dead_letters(self, name: str) -> Source:
         return RedisStream(name)
 
-    def dead_lettered(self, broker: Broker, name: str) -> list[tuple[bytes, dict[str, str]]]:
-        return super().messages(broker, name)
+    async def dead_lettered(self, broker: Broker, name: str) -> list[Message]:
+        return await super().messages(broker, name)
 
-    def _append(self, broker: Broker, stream: str, payload: bytes) -> None:
+    async def append(self, broker: Broker, stream: str, payload: bytes) -> None:
         self.server.command("PUBLISH", stream, encode_frame(payload, {}))
 
-    def messages(self, broker: Broker, stream: str) -> list[tuple[bytes, dict[str, str]]]:
+    async def messages(self, broker: Broker, stream: str) -> list[Message]:
         self.require(Capability.RETAIN)
         raise NotImplementedError("declared: a channel keeps nothing")
 
-    def preload(self, broker: Broker, count: int, *, stream: str = "s") -> None:
-        for n in range(1, count + 1):
-            self._append(broker, stream, str(n).encode())
-
-    def live(self, *streams: str, start_at: Position | None = None) -> Source:
+    def live_source(self, streams: tuple[str, ...], start_at: Position | None) -> Source:
         if start_at is not None:
             self.require(Capability.RETAIN)
-        return RedisChannel(*(streams or ("s",)), dead_letter_kind="stream")
+        return RedisChannel(*streams, dead_letter_kind="stream")
 
 
 class _ListBroker(RedisBroker):
@@ -445,18 +281,14 @@ class RedisListTransport(RedisTransport):
         assert isinstance(broker, RedisBroker)
         return _ListBroker(broker.url)
 
-    def _append(self, broker: Broker, stream: str, payload: bytes) -> None:
+    async def append(self, broker: Broker, stream: str, payload: bytes) -> None:
         self.server.command("RPUSH", stream, encode_frame(payload, {}))
 
-    def messages(self, broker: Broker, stream: str) -> list[tuple[bytes, dict[str, str]]]:
+    async def messages(self, broker: Broker, stream: str) -> list[Message]:
         return [decode_frame(value) for value in self.server.command("LRANGE", stream, 0, -1)]
 
-    def preload(self, broker: Broker, count: int, *, stream: str = "s") -> None:
-        for n in range(1, count + 1):
-            self._append(broker, stream, str(n).encode())
-
-    def live(self, *streams: str, start_at: Position | None = None) -> Source:
-        (stream,) = streams or ("s",)
+    def live_source(self, streams: tuple[str, ...], start_at: Position | None) -> Source:
+        (stream,) = streams
         assert start_at is None, "a list has no positions (the test needs POSITIONS)"
         return RedisList(stream, reliable=self.reliable)
 
@@ -469,11 +301,11 @@ class RedisSimpleListTransport(RedisListTransport):
 
 
 #: Every transport the suite runs on, by parameter id.
-TRANSPORTS: dict[str, type[Transport]] = {
-    "memory": MemoryTransport,
-    "file": FileTransport,
-    "redis": RedisTransport,
-    "redis-pubsub": RedisPubSubTransport,
-    "redis-list": RedisListTransport,
-    "redis-list-simple": RedisSimpleListTransport,
-}
+TRANSPORTS: list[type[TransportUnderTest]] = [
+    MemoryTransport,
+    FileTransport,
+    RedisTransport,
+    RedisPubSubTransport,
+    RedisListTransport,
+    RedisSimpleListTransport,
+]

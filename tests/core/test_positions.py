@@ -92,3 +92,34 @@ def test_seq_is_the_number_of_a_sequence_position_and_refused_for_others() -> No
     for other in (Position.beginning(), Position.end(), Position.timestamp(5)):
         with pytest.raises(ValueError, match="not a sequence position"):
             _ = other.seq
+
+
+@pytest.mark.parametrize(
+    ("kind", "value", "stream"),
+    [
+        (PositionKind.SEQUENCE, None, None),
+        (PositionKind.SEQUENCE, "5", None),
+        (PositionKind.SEQUENCE, -1, None),
+        (PositionKind.SEQUENCE, 2**64, None),
+        (PositionKind.SEQUENCE, True, None),
+        (PositionKind.SEQUENCE, 1.0, None),
+        (PositionKind.TIMESTAMP, -5, None),
+        (PositionKind.TIMESTAMP, None, None),
+        (PositionKind.BEGINNING, 3, None),
+        (PositionKind.END, None, "s"),
+        (PositionKind.SEQUENCE, 1, ""),
+        (PositionKind.SEQUENCE, 1, 7),
+        ("sequence", 1, None),
+    ],
+)
+def test_the_raw_constructor_validates_like_the_named_ones(
+    kind: object, value: object, stream: object
+) -> None:
+    with pytest.raises(InvalidPosition):
+        Position(kind, value, stream)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("shard", [-1, 2**64, "1", 1.5])
+def test_a_shard_outside_u64_is_refused(shard: object) -> None:
+    with pytest.raises(InvalidPosition):
+        Position.sequence(1, shard=shard)  # type: ignore[arg-type]

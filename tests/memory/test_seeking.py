@@ -2,7 +2,7 @@
 and subscriptions to several streams.
 
 The Seeking contract itself is stated once for every transport in
-``tests/conformance/test_seeking.py``.
+``trio_streams/testing/conformance/seeking.py``.
 """
 
 import trio

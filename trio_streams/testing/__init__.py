@@ -1,7 +1,9 @@
 """Testing support: run an app on in-process transports and assert on what it did.
 
 ``async with app.test() as t`` (or the pytest plugin's ``app_client`` fixture) gives a
-``TestClient``; see ``trio_streams.testing.harness``.
+``TestClient``; see ``trio_streams.testing.harness``. A transport is checked against the
+contract with ``trio_streams.testing.conformance``, which is imported on its own (it needs
+pytest).
 """
 
 import sys

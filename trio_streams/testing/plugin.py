@@ -11,6 +11,10 @@ running on in-process transports, shut down gracefully afterwards. Tests run und
     async def test_totals(app_client: TestClient) -> None:
         await app_client.publish("orders", Order(1, 2.0))
         assert app_client.handler(total).outcomes == [ack()]
+
+It also registers the marker of the transport conformance suite
+(:mod:`trio_streams.testing.conformance`), so a project running the suite under
+``--strict-markers`` needs no configuration for it.
 """
 
 from __future__ import annotations
@@ -21,6 +25,16 @@ import pytest
 
 from ..core.app import App
 from .harness import TestClient
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the conformance suite's marker (the name is the suite's ``MARKER``; the suite
+    itself is not imported here)."""
+    config.addinivalue_line(
+        "markers",
+        "conformance_needs(*capabilities): the conformance test needs these transport "
+        "capabilities (trio_streams.testing.conformance.needs)",
+    )
 
 
 @pytest.fixture
