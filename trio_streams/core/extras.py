@@ -150,7 +150,7 @@ def install_command(extra: str) -> str:
 
 def _source_tree() -> tuple[Path, bool] | None:
     """Where trio-streams was installed from, and whether editably; None for an index."""
-    checkout = Path(__file__).resolve().parent.parent
+    checkout = Path(__file__).resolve().parents[2]  # trio_streams/core/extras.py -> the tree
     if _is_project(checkout):
         return checkout, True  # imported from the tree itself: an editable install or a path
     try:
