@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import trio
@@ -72,9 +73,29 @@ def load_app(target: str, *, factory: bool = False) -> App:
     _check_module_name(module_name, attribute)
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
+    module = _import_target(module_name)
+    value: Any = module
+    for part in attribute.split("."):
+        try:
+            value = getattr(value, part)
+        except AttributeError:
+            raise AppNotFound(f"{module_name!r} has no attribute {attribute!r}") from None
+    app = _call_factory(value, target) if factory else _app_named(value, target)
+    if problem := unregistered_brokers(module):
+        raise AppNotFound(problem)
+    try:
+        app.check_installed()
+    except MissingExtra as exc:  # a broker's extra: usage, refused before the app starts
+        raise AppNotFound(f"{target}: {exc}") from exc
+    return app
+
+
+def _import_target(module_name: str) -> ModuleType:
+    """Import the target's module: a wrong name or a refusal as declared is usage
+    (:class:`AppNotFound`), anything the module's own code raised is :class:`AppImportFailed`."""
     try:
         with importing(module_name):
-            module = importlib.import_module(module_name)
+            return importlib.import_module(module_name)
     except MissingExtra as exc:  # a feature's extra: usage, as for every command
         raise AppNotFound(f"cannot import {module_name!r}: {exc}") from exc
     except ConfigurationError as exc:  # refused as declared (at mount, app.run()): usage
@@ -85,48 +106,44 @@ def load_app(target: str, *, factory: bool = False) -> App:
         raise AppNotFound(f"cannot import {module_name!r}: {exc}") from exc
     except Exception as exc:
         raise AppImportFailed(f"importing {module_name!r} failed: {describe(exc)}") from exc
-    value: Any = module
-    for part in attribute.split("."):
-        try:
-            value = getattr(value, part)
-        except AttributeError:
-            raise AppNotFound(f"{module_name!r} has no attribute {attribute!r}") from None
-    if factory:
-        if not callable(value):
-            raise AppNotFound(
-                f"--factory: {target} is {value!r}, not callable; "
-                "--factory needs a function that returns the App (leave it out if "
-                f"{target} is the App itself)"
-            )
-        try:
-            value = value()
-        except MissingExtra as exc:  # as from the import: a feature's extra is usage
-            raise AppNotFound(f"--factory: calling {target}() failed: {exc}") from exc
-        except Exception as exc:
-            raise AppImportFailed(f"--factory: calling {target}() failed: {describe(exc)}") from exc
-        if inspect.iscoroutine(value):
-            value.close()
-            raise AppNotFound(
-                f"--factory: {target} is an async function; the factory must be a plain one"
-            )
-        if not isinstance(value, App):
-            raise AppNotFound(
-                f"--factory: {target}() returned {type(value).__name__}, not a trio_streams.App"
-            )
-    elif isinstance(value, type):  # a class is no factory: calling it makes one of its own
+
+
+def _call_factory(value: Any, target: str) -> App:
+    """``--factory``: call ``value`` with no argument; it must return the App."""
+    if not callable(value):
+        raise AppNotFound(
+            f"--factory: {target} is {value!r}, not callable; "
+            "--factory needs a function that returns the App (leave it out if "
+            f"{target} is the App itself)"
+        )
+    try:
+        made = value()
+    except MissingExtra as exc:  # as from the import: a feature's extra is usage
+        raise AppNotFound(f"--factory: calling {target}() failed: {exc}") from exc
+    except Exception as exc:
+        raise AppImportFailed(f"--factory: calling {target}() failed: {describe(exc)}") from exc
+    if inspect.iscoroutine(made):
+        made.close()
+        raise AppNotFound(
+            f"--factory: {target} is an async function; the factory must be a plain one"
+        )
+    if not isinstance(made, App):
+        raise AppNotFound(
+            f"--factory: {target}() returned {type(made).__name__}, not a trio_streams.App"
+        )
+    return made
+
+
+def _app_named(value: Any, target: str) -> App:
+    """The attribute the target names, which must be the App itself."""
+    if isinstance(value, type):  # a class is no factory: calling it makes one of its own
         raise AppNotFound(
             f"{target} is the class {value.__name__}, not a trio_streams.App: "
             "name the App instance (module:app)"
         )
-    elif not isinstance(value, App):
+    if not isinstance(value, App):
         hint = " (is it a factory? add --factory)" if callable(value) else ""
         raise AppNotFound(f"{target} is {type(value).__name__}, not a trio_streams.App{hint}")
-    if problem := unregistered_brokers(module):
-        raise AppNotFound(problem)
-    try:
-        value.check_installed()
-    except MissingExtra as exc:  # a broker's extra: usage, refused before the app starts
-        raise AppNotFound(f"{target}: {exc}") from exc
     return value
 
 
