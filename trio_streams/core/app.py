@@ -18,7 +18,7 @@ import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, final
 
 import trio
 from trio_util import AsyncValue
@@ -72,6 +72,7 @@ class HealthState(enum.Enum):
     FAILED = "failed"
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class Health:
     state: HealthState

@@ -26,7 +26,7 @@ import math
 import re
 import ssl
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, final
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from ...core.errors import ConfigurationError
@@ -96,6 +96,7 @@ def _whole(name: str, value: object, *, minimum: int) -> None:
         )
 
 
+@final
 @dataclass(frozen=True, slots=True, repr=False)
 class ConnectionOptions:
     """How to open and set up one connection (the same for every node of a deployment)."""
@@ -136,6 +137,7 @@ class ConnectionOptions:
         return _masked_repr(self, frozenset({"password"}))
 
 
+@final
 @dataclass(frozen=True, slots=True, repr=False)
 class ClientConfig:
     """Everything a client needs: the topology, its addresses, connection and pool options."""
