@@ -225,3 +225,45 @@ def test_records_are_frozen(qualname: str) -> None:
 def test_the_exception_lists_name_exported_records() -> None:
     stale = (set(NOT_FROZEN) | set(NOT_FINAL)) - set(RECORDS)
     assert not stale, f"listed, but no public module exports them: {stale}"
+
+
+#: Imports of another module's private name, each until the name gets a public home (then
+#: the test below asks for the entry's removal).
+PRIVATE_IMPORTS = {
+    ("trio_streams.cli.publish", "trio_streams.cli.file._beacon_interval"),
+    ("trio_streams.cli.publish", "trio_streams.cli.file._guarded"),
+    ("trio_streams.core.broker", "trio_streams.core.routing._Declared"),
+    ("trio_streams.redis.broker", "trio_streams.core.routing._Declared"),
+}
+
+
+def _private_imports() -> set[tuple[str, str]]:
+    """(importer, module.name) for every ``from module import _name`` inside the package."""
+    found = set()
+    for path in sorted((ROOT / "trio_streams").rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        is_package = parts[-1] == "__init__"
+        module = ".".join(parts[:-1] if is_package else parts)
+        package = module if is_package else module.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                source = ".".join([*base, node.module] if node.module else base)
+            else:
+                source = node.module or ""
+            for alias in node.names:
+                private = alias.name.startswith("_") and not alias.name.startswith("__")
+                if private and source.startswith("trio_streams"):
+                    found.add((module, f"{source}.{alias.name}"))
+    return found
+
+
+def test_no_module_imports_another_modules_private_name() -> None:
+    """A ``_name`` is its module's own: what another module needs has a public name (private
+    modules are the import contracts' business: pyproject.toml)."""
+    found = _private_imports()
+    assert not found - PRIVATE_IMPORTS, f"private names imported: {found - PRIVATE_IMPORTS}"
+    stale = PRIVATE_IMPORTS - found
+    assert not stale, f"gone, remove them from PRIVATE_IMPORTS: {stale}"
