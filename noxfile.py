@@ -69,11 +69,13 @@ def chaos(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff (with the ASYNC rules) and mypy --strict over the package, tests and benchmarks."""
+    """ruff (with the ASYNC rules and the complexity cap), mypy --strict over the package, tests
+    and benchmarks, and the import contracts between the layers (docs/architecture.md, "Layout")."""
     session.install("-e", ".[lint]")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("mypy")
+    session.run("lint-imports")  # the contracts: pyproject.toml, [tool.importlinter]
     session.run("python", "-m", "tests.docs_blocks")  # the docs' examples, mypy --strict
 
 

@@ -11,15 +11,16 @@ import os
 import signal
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import trio
 
-from ..core import _signals
-from ..core._loading import importing, unregistered_brokers
+from ..core import signal_guard
 from ..core.app import App, AppFailed
 from ..core.errors import ConfigurationError, TrioStreamsError
 from ..core.extras import MissingExtra, require
+from ..core.loading import importing, unregistered_brokers
 from ..core.logs import FORMATS, LEVELS, LogConfigError, configure
 from ..core.reporting import describe, report
 from ..running.http_endpoints import EndpointError
@@ -72,9 +73,29 @@ def load_app(target: str, *, factory: bool = False) -> App:
     _check_module_name(module_name, attribute)
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
+    module = _import_target(module_name)
+    value: Any = module
+    for part in attribute.split("."):
+        try:
+            value = getattr(value, part)
+        except AttributeError:
+            raise AppNotFound(f"{module_name!r} has no attribute {attribute!r}") from None
+    app = _call_factory(value, target) if factory else _app_named(value, target)
+    if problem := unregistered_brokers(module):
+        raise AppNotFound(problem)
+    try:
+        app.check_installed()
+    except MissingExtra as exc:  # a broker's extra: usage, refused before the app starts
+        raise AppNotFound(f"{target}: {exc}") from exc
+    return app
+
+
+def _import_target(module_name: str) -> ModuleType:
+    """Import the target's module: a wrong name or a refusal as declared is usage
+    (:class:`AppNotFound`), anything the module's own code raised is :class:`AppImportFailed`."""
     try:
         with importing(module_name):
-            module = importlib.import_module(module_name)
+            return importlib.import_module(module_name)
     except MissingExtra as exc:  # a feature's extra: usage, as for every command
         raise AppNotFound(f"cannot import {module_name!r}: {exc}") from exc
     except ConfigurationError as exc:  # refused as declared (at mount, app.run()): usage
@@ -85,48 +106,44 @@ def load_app(target: str, *, factory: bool = False) -> App:
         raise AppNotFound(f"cannot import {module_name!r}: {exc}") from exc
     except Exception as exc:
         raise AppImportFailed(f"importing {module_name!r} failed: {describe(exc)}") from exc
-    value: Any = module
-    for part in attribute.split("."):
-        try:
-            value = getattr(value, part)
-        except AttributeError:
-            raise AppNotFound(f"{module_name!r} has no attribute {attribute!r}") from None
-    if factory:
-        if not callable(value):
-            raise AppNotFound(
-                f"--factory: {target} is {value!r}, not callable; "
-                "--factory needs a function that returns the App (leave it out if "
-                f"{target} is the App itself)"
-            )
-        try:
-            value = value()
-        except MissingExtra as exc:  # as from the import: a feature's extra is usage
-            raise AppNotFound(f"--factory: calling {target}() failed: {exc}") from exc
-        except Exception as exc:
-            raise AppImportFailed(f"--factory: calling {target}() failed: {describe(exc)}") from exc
-        if inspect.iscoroutine(value):
-            value.close()
-            raise AppNotFound(
-                f"--factory: {target} is an async function; the factory must be a plain one"
-            )
-        if not isinstance(value, App):
-            raise AppNotFound(
-                f"--factory: {target}() returned {type(value).__name__}, not a trio_streams.App"
-            )
-    elif isinstance(value, type):  # a class is no factory: calling it makes one of its own
+
+
+def _call_factory(value: Any, target: str) -> App:
+    """``--factory``: call ``value`` with no argument; it must return the App."""
+    if not callable(value):
+        raise AppNotFound(
+            f"--factory: {target} is {value!r}, not callable; "
+            "--factory needs a function that returns the App (leave it out if "
+            f"{target} is the App itself)"
+        )
+    try:
+        made = value()
+    except MissingExtra as exc:  # as from the import: a feature's extra is usage
+        raise AppNotFound(f"--factory: calling {target}() failed: {exc}") from exc
+    except Exception as exc:
+        raise AppImportFailed(f"--factory: calling {target}() failed: {describe(exc)}") from exc
+    if inspect.iscoroutine(made):
+        made.close()
+        raise AppNotFound(
+            f"--factory: {target} is an async function; the factory must be a plain one"
+        )
+    if not isinstance(made, App):
+        raise AppNotFound(
+            f"--factory: {target}() returned {type(made).__name__}, not a trio_streams.App"
+        )
+    return made
+
+
+def _app_named(value: Any, target: str) -> App:
+    """The attribute the target names, which must be the App itself."""
+    if isinstance(value, type):  # a class is no factory: calling it makes one of its own
         raise AppNotFound(
             f"{target} is the class {value.__name__}, not a trio_streams.App: "
             "name the App instance (module:app)"
         )
-    elif not isinstance(value, App):
+    if not isinstance(value, App):
         hint = " (is it a factory? add --factory)" if callable(value) else ""
         raise AppNotFound(f"{target} is {type(value).__name__}, not a trio_streams.App{hint}")
-    if problem := unregistered_brokers(module):
-        raise AppNotFound(problem)
-    try:
-        value.check_installed()
-    except MissingExtra as exc:  # a broker's extra: usage, refused before the app starts
-        raise AppNotFound(f"{target}: {exc}") from exc
     return value
 
 
@@ -187,7 +204,7 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     try:
         return _load_and_run(args)
-    except _signals.StopSignal as stop:
+    except signal_guard.StopSignal as stop:
         # Came while the app was imported or checked, before Trio: nothing runs yet.
         _log.warning("%s: %s received while starting, stopping at once", _PROG, stop.name)
         return _EXIT_CUT_SHORT
@@ -230,7 +247,7 @@ def _load_and_run(args: argparse.Namespace) -> int:
         _serve_http(app, args.http)
     serve_worker_endpoints(app)
     watch_supervisor()
-    _signals.hold()
+    signal_guard.hold()
     try:
         graceful = app.run_until_stopped(shutdown_timeout=args.shutdown_timeout)
     except AppFailed as failure:
@@ -263,7 +280,7 @@ def _supervise(app: App, args: argparse.Namespace) -> int:
         reload=args.reload,
         reload_dirs=tuple(Path(d).resolve() for d in args.reload_dir),
     )
-    _signals.hold()
+    signal_guard.hold()
     try:
         return trio.run(
             functools.partial(supervise, http=args.http), worker_command(_worker_argv(args)), policy

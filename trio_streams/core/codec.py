@@ -290,6 +290,19 @@ def _converter(annotation: Any) -> _Convert:
     args = typing.get_args(annotation)
     if origin is typing.Annotated:
         return _converter(args[0])
+    convert = _plain_converter(annotation)
+    if convert is None:
+        convert = _generic_converter(origin, args)
+    if convert is None and isinstance(annotation, type):
+        convert = _class_converter(annotation)
+    if convert is None:
+        raise TypeError(f"trio-streams cannot decode a payload into {annotation!r}")
+    return convert
+
+
+def _plain_converter(annotation: Any) -> _Convert | None:
+    """The converter of a JSON value's own type (``None``, ``bool``, ``int``, ``float``,
+    ``str``, a bare ``dict`` or ``list``) or of anything at all, else None."""
     if annotation is None or annotation is type(None):
         return _exact(type(None), "null")
     if annotation is bool:
@@ -306,6 +319,11 @@ def _converter(annotation: Any) -> _Convert:
         return _exact(dict, "an object")
     if annotation in (list, Sequence):
         return _exact(list, "an array")
+    return None
+
+
+def _generic_converter(origin: Any, args: tuple[Any, ...]) -> _Convert | None:
+    """The converter of a union, a literal or a parametrised container, else None."""
     if origin in (typing.Union, types.UnionType):
         return _union(args)
     if origin is typing.Literal:
@@ -318,18 +336,23 @@ def _converter(annotation: Any) -> _Convert:
         return _set(origin, _converter(args[0]) if args else _passthrough)
     if origin in (dict, Mapping, typing.Mapping):
         return _dict(_converter(args[1]) if len(args) == 2 else _passthrough, args)
-    if isinstance(annotation, type):
-        if dataclasses.is_dataclass(annotation):
-            return _dataclass(annotation)
-        if issubclass(annotation, enum.Enum):
-            return _enum(annotation)
-        if annotation is _dt.datetime:
-            return _datetime
-        if annotation in _MSGSPEC_LEAVES:
-            return _msgspec_leaf(annotation)
-        if _model_decoder(annotation) is not None:
-            return _model_from_value(annotation)
-    raise TypeError(f"trio-streams cannot decode a payload into {annotation!r}")
+    return None
+
+
+def _class_converter(annotation: type) -> _Convert | None:
+    """The converter of a record class (a dataclass, an enum, a datetime, a msgspec leaf, a
+    model with a decoder), else None."""
+    if dataclasses.is_dataclass(annotation):
+        return _dataclass(annotation)
+    if issubclass(annotation, enum.Enum):
+        return _enum(annotation)
+    if annotation is _dt.datetime:
+        return _datetime
+    if annotation in _MSGSPEC_LEAVES:
+        return _msgspec_leaf(annotation)
+    if _model_decoder(annotation) is not None:
+        return _model_from_value(annotation)
+    return None
 
 
 def _passthrough(value: Any, path: str) -> Any:

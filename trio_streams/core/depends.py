@@ -38,7 +38,7 @@ import logging
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, final
 
 import trio
 
@@ -56,6 +56,7 @@ CLEANUP_TIMEOUT = 5.0
 _EMPTY = inspect.Parameter.empty
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class Depends:
     """Marks a parameter as filled by ``dependency``: ``Annotated[Db, Depends(get_db)]``.

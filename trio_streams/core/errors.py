@@ -7,6 +7,14 @@ their packages (``trio_streams.file.errors``, ``trio_streams.redis.client.errors
 
 from __future__ import annotations
 
+__all__ = [
+    "BaseExceptionRaised",
+    "ConfigurationError",
+    "TrioStreamsError",
+    "UnsupportedError",
+    "WrongKeyType",
+]
+
 
 class TrioStreamsError(Exception):
     """Base class of every error trio-streams raises on purpose."""

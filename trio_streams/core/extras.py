@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from types import ModuleType
+from typing import final
 from urllib.parse import unquote, urlparse
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
 _DISTRIBUTION = "trio-streams"
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class Extra:
     """One extra of ``pyproject.toml``: the distributions it installs, the modules they bring."""

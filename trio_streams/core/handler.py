@@ -24,7 +24,7 @@ import inspect
 import typing
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, final
 
 from .codec import DecodeError, Decoder, decoder_for
 from .context import Context
@@ -45,6 +45,7 @@ _EMPTY = inspect.Parameter.empty
 UNDECODED: Any = object()
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class Header:
     """Marks a parameter as one header's value: ``Annotated[int, Header("x-count")]``.

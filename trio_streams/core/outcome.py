@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass
+from typing import final
 
 __all__ = ["Outcome", "OutcomeKind", "ack", "drop", "retry", "retry_after"]
 
@@ -21,6 +22,7 @@ class OutcomeKind(enum.Enum):
     RETRY_AFTER = "retry_after"
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """The settled fate of one delivery. Build it with the module functions, not directly."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as _dt
 import enum
 from dataclasses import dataclass
+from typing import final
 
 from .errors import ConfigurationError
 
@@ -23,6 +24,7 @@ __all__ = [
     "InvalidPosition",
     "Position",
     "PositionKind",
+    "delivered_position",
 ]
 
 #: Sequence numbers are unsigned 64-bit on the wire.
@@ -48,6 +50,7 @@ class PositionKind(enum.Enum):
     ENTRY = "entry"
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class Position:
     """Where a subscription reads next.

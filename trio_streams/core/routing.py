@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, final
 
 from ._failure import FailurePolicy, RetryDelay
 from .destinations import Destination
@@ -22,7 +22,7 @@ from .transport import Source
 if TYPE_CHECKING:
     from .broker import Broker
 
-__all__ = ["Publisher", "Router", "SubscriberOptions", "Subscription"]
+__all__ = ["KeyFunction", "Publisher", "Router", "SubscriberOptions", "Subscription"]
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 KeyFunction = Callable[[Any], Hashable]
@@ -37,6 +37,7 @@ def _batch_publisher_error(name: str) -> ConfigurationError:
     )
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class SubscriberOptions:
     """How the core runs one subscription (transport options travel separately)."""
@@ -84,6 +85,7 @@ class SubscriberOptions:
         return max(2 * self.workers * (self.batch or 1), 16, read_count)
 
 
+@final
 @dataclass(slots=True)
 class Subscription:
     """A handler mounted on a broker, with everything needed to run it."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from trio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
 
-__all__ = ["FairShare"]
+__all__ = ["DEFAULT_SHARE", "FairShare"]
 
 DEFAULT_SHARE = 32
 

@@ -226,87 +226,44 @@ class FrameDecoder:
         append = out.append
         mk = self.beacon_markers
         try:
-            while len(out) < max_n:
+            while len(out) < max_n and p < end:
                 if off == nb:
-                    parsed = decode_beacon(buf, p, off, self.path)
-                    if parsed is None:
+                    passed = self._pass_beacon(buf, p, off)
+                    if passed is None:
                         break
-                    beacon, size = parsed
-                    if beacon.remaining:
-                        raise BeaconError(
-                            f"beacon between two frames says {beacon.remaining} bytes of a "
-                            "frame remain",
-                            path=self.path,
-                            offset=off,
-                        )
-                    if beacon.markers:
-                        self._check_markers(beacon, off, None)
-                    self.last_beacon = (off // interval, beacon)
-                    mk += len(beacon.markers)
+                    size, markers = passed
+                    mk += markers
                     p += size
                     off += size
                     nb += interval
                     continue
-                if p >= end:
-                    break
                 klen = buf[p]
                 head_len = klen + _HEAD_FIXED
-                met: _Met | None = None
-                if off + head_len <= nb:
-                    if p + head_len > end:
-                        break
+                flen = 0  # the frame's size, once its head is read here (0: not read)
+                if off + head_len <= nb and p + head_len <= end:
                     shard, seq, ts, plen = _unpack_fixed(buf, p + 1 + klen)
                     flen = head_len + plen + 3
-                    if off + flen <= nb:
-                        # Fast path: the whole frame lies inside this beacon page.
-                        if p + flen > end:
-                            break
-                        kb = buf[p + 1 : p + 1 + klen]
-                        ps = p + head_len
-                        pe = ps + plen
-                        payload = buf[ps:pe]
-                        received = (buf[pe] << 8) | buf[pe + 1]
-                        last_byte = buf[pe + 2]
-                        np, noff, nnb = p + flen, off + flen, nb
-                    else:
-                        got = self._gather(buf, p, off, nb, flen)
-                        if got is None:
-                            break
-                        frame, np, noff, nnb, met = got
-                        kb = frame[1 : 1 + klen]
-                        payload = frame[head_len : head_len + plen]
-                        received = (frame[-3] << 8) | frame[-2]
-                        last_byte = frame[-1]
-                        self._check_remaining(met, 0)
+                met: _Met | None = None
+                if flen and off + flen <= nb and p + flen <= end:
+                    # Fast path: the whole frame lies inside this beacon page, and the buffer.
+                    kb = buf[p + 1 : p + 1 + klen]
+                    ps = p + head_len
+                    pe = ps + plen
+                    payload = buf[ps:pe]
+                    received = (buf[pe] << 8) | buf[pe + 1]
+                    last_byte = buf[pe + 2]
+                    np, noff, nnb = p + flen, off + flen, nb
                 else:
-                    got = self._gather(buf, p, off, nb, head_len)
-                    if got is None:
+                    split = self._split_frame(buf, p, off, nb, klen)
+                    if split is None:
                         break
-                    head, hp, hoff, hnb, hmet = got
-                    shard, seq, ts, plen = _unpack_fixed(head, 1 + klen)
-                    got = self._gather(buf, hp, hoff, hnb, plen + 3)
-                    if got is None:
-                        break
-                    rest, np, noff, nnb, met = got
-                    self._check_remaining(hmet, plen + 3)
-                    self._check_remaining(met, 0)
-                    met = hmet + met
-                    kb = head[1 : 1 + klen]
-                    payload = rest[:plen]
-                    received = (rest[-3] << 8) | rest[-2]
-                    last_byte = rest[-1]
-                info = key_info.get(kb)
-                if info is None:
-                    info = self._learn_key(kb, off)
-                if ts > MAX_TIMESTAMP_MS:
-                    raise TimestampRangeError(
-                        f"message timestamp {ts} ms lies after the year 9999",
-                        path=self.path,
-                        offset=off,
+                    shard, seq, ts, plen, kb, payload, received, last_byte, np, noff, nnb, met = (
+                        split
                     )
+                info = key_info.get(kb) or self._learn_key(kb, off)
                 computed = crc16(payload)
-                if computed != received or last_byte != 13:
-                    raise self._frame_error(received, computed, last_byte, plen, head_len, off)
+                if ts > MAX_TIMESTAMP_MS or computed != received or last_byte != 13:
+                    raise self._frame_error(ts, received, computed, last_byte, plen, head_len, off)
                 if met is None:
                     # A stream's sequence numbers follow each other; the common case is shard
                     # 0 and the next number (before a stream's first message info[3] is -2).
@@ -319,14 +276,9 @@ class FrameDecoder:
                     gm = self._follow_split(info, kb, shard, seq, off, met)
                 if info[2] and payload == EOS_PAYLOAD and self._on_eos != "include":
                     eos = _new_message(Message, (info[0], shard, seq, ts, payload, off))
-                    if self._on_eos == "hold":
-                        self.held_eos = eos
-                        self.held_eos_bytes = buf[p:np]
-                        self._held_next = (np, noff, nnb, mk + gm)
-                    else:
-                        self.eos = eos
-                        p, off, nb = np, noff, nnb
-                        mk += gm
+                    p, off, nb, mk = self._meet_eos(
+                        eos, buf[p:np], (p, off, nb, mk), (np, noff, nnb, mk + gm)
+                    )
                     break
                 if info[1]:
                     append(_new_message(Message, (info[0], shard, seq, ts, payload, off)))
@@ -338,6 +290,65 @@ class FrameDecoder:
                 raise
         self._commit(p, off, nb, mk)
         return out
+
+    def _pass_beacon(self, buf: bytes, p: int, off: int) -> tuple[int, int] | None:
+        """Check the beacon at ``buf[p:]`` (offset ``off``), between two frames; returns its
+        size and how many markers it holds, or None if the buffer ends inside it."""
+        parsed = decode_beacon(buf, p, off, self.path)
+        if parsed is None:
+            return None
+        beacon, size = parsed
+        if beacon.remaining:
+            raise BeaconError(
+                f"beacon between two frames says {beacon.remaining} bytes of a frame remain",
+                path=self.path,
+                offset=off,
+            )
+        if beacon.markers:
+            self._check_markers(beacon, off, None)
+        self.last_beacon = (off // self.beacon_interval, beacon)
+        return size, len(beacon.markers)
+
+    def _split_frame(
+        self, buf: bytes, p: int, off: int, nb: int, klen: int
+    ) -> tuple[int, int, int, int, bytes, bytes, int, int, int, int, int, _Met] | None:
+        """The frame at ``buf[p:]`` (offset ``off``) that a beacon splits, or whose head is not
+        all in the buffer: its shard, seq, timestamp, payload size, key, payload, checksum and
+        last byte, the buffer index, offset and next beacon after it, and the beacons it met
+        (each checked to say how many frame bytes follow it); None if the buffer ends first."""
+        head_len = klen + _HEAD_FIXED
+        got = self._gather(buf, p, off, nb, head_len)
+        if got is None:
+            return None
+        head, hp, hoff, hnb, hmet = got
+        shard, seq, ts, plen = _unpack_fixed(head, 1 + klen)
+        got = self._gather(buf, hp, hoff, hnb, plen + 3)
+        if got is None:
+            return None
+        rest, np, noff, nnb, met = got
+        self._check_remaining(hmet, plen + 3)
+        self._check_remaining(met, 0)
+        received = (rest[-3] << 8) | rest[-2]
+        kb, payload = head[1 : 1 + klen], rest[:plen]
+        return shard, seq, ts, plen, kb, payload, received, rest[-1], np, noff, nnb, hmet + met
+
+    def _meet_eos(
+        self,
+        eos: Message,
+        frame: bytes,
+        before: tuple[int, int, int, int],
+        after: tuple[int, int, int, int],
+    ) -> tuple[int, int, int, int]:
+        """An end-of-stream message, not returned as a message: held (``on_eos="hold"``: the
+        reader decides whether the stream ended) or the end of the stream. Returns where the
+        decoder stays: ``before`` it when held, ``after`` it when it ended the stream."""
+        if self._on_eos == "hold":
+            self.held_eos = eos
+            self.held_eos_bytes = frame
+            self._held_next = after
+            return before
+        self.eos = eos
+        return after
 
     def _commit(self, p: int, off: int, nb: int, markers: int) -> None:
         self._pos = p
@@ -358,8 +369,20 @@ class FrameDecoder:
         return info
 
     def _frame_error(
-        self, received: int, computed: int, last_byte: int, plen: int, head_len: int, off: int
+        self,
+        ts: int,
+        received: int,
+        computed: int,
+        last_byte: int,
+        plen: int,
+        head_len: int,
+        off: int,
     ) -> StreamFormatError:
+        """What is wrong with a frame: first its timestamp, then its checksum, then its end."""
+        if ts > MAX_TIMESTAMP_MS:
+            return TimestampRangeError(
+                f"message timestamp {ts} ms lies after the year 9999", path=self.path, offset=off
+            )
         if computed != received:
             return ChecksumError(received=received, computed=computed, path=self.path, offset=off)
         return FrameEndError(

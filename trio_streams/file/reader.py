@@ -344,68 +344,95 @@ class FileReader:
         if shard is not None and not 0 <= shard <= MAX_U64:
             raise SeekError(f"shard {shard} is outside 0..2**64-1", path=self.path)
         target = target_value(position)
-        by_seq = position.kind is PositionKind.SEQUENCE
         size = self.file_size()
-        interval = self.beacon_interval
-        left = 0
-        # Highest seq of the stream seen so far (None: no message of it seen).
-        last_seq: int | None = None
-        # Below 571 bytes writers put no marker in beacons: there is nothing to survey (reading
-        # them would cost a probe per beacon and rule nothing out).
-        if markers_per_beacon(interval):
-            survey = Survey(position, key, shard, size // interval)
-            while (index := survey.next_probe()) is not None:
-                survey.observe(index, self.read_beacon(index))
-                if survey.probes % _PROBES_PER_STEP == 0:
-                    yield
-            left = survey.left
-            if survey.left_marker is not None:
-                last_seq = survey.left_marker[0]
-        start = self._align(left * interval if left else HEADER_SIZE, size)
+        left, last_seq = yield from self._survey_steps(position, key, shard, size)
+        start = self._align(left * self.beacon_interval if left else HEADER_SIZE, size)
         other_shards: set[int] = set()
         if start is not None:
-            # An end-of-stream message on the way does not stop the search: it ends a reader that
-            # reads through it, but a position after it is where the seek lands.
-            markers = self._beacon_markers(left) if left and start > HEADER_SIZE else {}
-            scan = FrameDecoder(
-                interval, start, keys=(key,), on_eos="include", path=self.path, known=markers
+            landed, last_seq = yield from self._scan_steps(
+                position, target, key, shard, left, start, size, last_seq, other_shards
             )
-            at = start
-            # The target is usually within a page of the bracketing beacon: read a little first,
-            # then more and more, so a seek decodes about a page, a scan whole chunks.
-            chunk = min(READ_CHUNK, max(_FIRST_SCAN_CHUNK, 2 * interval))
-            while True:
-                batch_at, before = scan.offset, scan.known_streams()
-                batch = scan.next_messages(256)
-                for message in batch:
-                    if shard is not None and message.shard != shard:
-                        other_shards.add(message.shard)
-                        continue
-                    if (message.seq >= target) if by_seq else (message.timestamp_ms > target):
-                        # What a reader starting here must know to check its first frame.
-                        known = self._streams_between(batch_at, message.offset, before)
-                        self._commit(message.offset, known, scan.whole_file)
-                        return message.offset
-                    if last_seq is None or message.seq > last_seq:
-                        last_seq = message.seq
-                if batch:
-                    continue
-                if scan.eos is not None or at >= size:
-                    break
-                data = os.pread(self._fd, min(chunk, size - at), at)
-                if not data:
-                    break
-                scan.feed(data)
-                at += len(data)
-                chunk = min(READ_CHUNK, 2 * chunk)
-                yield
-        if by_seq and target <= (last_seq or 0) + 1:
+            if landed is not None:
+                return landed
+        if position.kind is PositionKind.SEQUENCE and target <= (last_seq or 0) + 1:
             tip = self._find_tip()
             self._commit(tip, *self._tip_known)
             return tip
         # With no message of (key, shard) no beacon is left of anything: the scan above read
         # the whole file, so other_shards is every shard the key has.
         self._refuse(position, key, shard, last_seq, other_shards)
+
+    def _survey_steps(
+        self, position: Position, key: str, shard: int | None, size: int
+    ) -> Generator[None, None, tuple[int, int | None]]:
+        """Survey the beacons for the one that brackets ``position`` (see :meth:`seek_steps`);
+        returns its index (0: read from the first message) and the highest seq of the stream it
+        records (None: no message of it seen)."""
+        interval = self.beacon_interval
+        # Below 571 bytes writers put no marker in beacons: there is nothing to survey (reading
+        # them would cost a probe per beacon and rule nothing out).
+        if not markers_per_beacon(interval):
+            return 0, None
+        survey = Survey(position, key, shard, size // interval)
+        while (index := survey.next_probe()) is not None:
+            survey.observe(index, self.read_beacon(index))
+            if survey.probes % _PROBES_PER_STEP == 0:
+                yield
+        return survey.left, None if survey.left_marker is None else survey.left_marker[0]
+
+    def _scan_steps(
+        self,
+        position: Position,
+        target: int,
+        key: str,
+        shard: int | None,
+        left: int,
+        start: int,
+        size: int,
+        last_seq: int | None,
+        other_shards: set[int],
+    ) -> Generator[None, None, tuple[int | None, int | None]]:
+        """Read forward from ``start`` (at or after beacon ``left``) through the messages of
+        ``key`` for the first one at ``position``, and commit to it: returns its offset (None:
+        there is none) and the highest seq of the stream seen, ``last_seq`` included; the shards
+        of the key other than ``shard`` passed on the way go into ``other_shards``."""
+        by_seq = position.kind is PositionKind.SEQUENCE
+        interval = self.beacon_interval
+        # An end-of-stream message on the way does not stop the search: it ends a reader that
+        # reads through it, but a position after it is where the seek lands.
+        markers = self._beacon_markers(left) if left and start > HEADER_SIZE else {}
+        scan = FrameDecoder(
+            interval, start, keys=(key,), on_eos="include", path=self.path, known=markers
+        )
+        at = start
+        # The target is usually within a page of the bracketing beacon: read a little first,
+        # then more and more, so a seek decodes about a page, a scan whole chunks.
+        chunk = min(READ_CHUNK, max(_FIRST_SCAN_CHUNK, 2 * interval))
+        while True:
+            batch_at, before = scan.offset, scan.known_streams()
+            batch = scan.next_messages(256)
+            for message in batch:
+                if shard is not None and message.shard != shard:
+                    other_shards.add(message.shard)
+                    continue
+                if (message.seq >= target) if by_seq else (message.timestamp_ms > target):
+                    # What a reader starting here must know to check its first frame.
+                    known = self._streams_between(batch_at, message.offset, before)
+                    self._commit(message.offset, known, scan.whole_file)
+                    return message.offset, last_seq
+                if last_seq is None or message.seq > last_seq:
+                    last_seq = message.seq
+            if batch:
+                continue
+            if scan.eos is not None or at >= size:
+                return None, last_seq
+            data = os.pread(self._fd, min(chunk, size - at), at)
+            if not data:
+                return None, last_seq
+            scan.feed(data)
+            at += len(data)
+            chunk = min(READ_CHUNK, 2 * chunk)
+            yield
 
     def read_beacon(self, index: int) -> Beacon | None:
         """The beacon at byte ``index``·interval (``index`` ≥ 1); None if it is not whole yet.

@@ -223,26 +223,25 @@ class _Segment(NamedTuple):
     length: int
 
 
-def _check_cut_frame(
-    read: Read, interval: int, start: int, size: int, path: str | None, streams: Streams
-) -> None:
-    """The tail starts at a frame that the bytes present do not complete."""
-    klen = read(start, 1)[0]
-    if klen > MAX_STREAM_KEY_BYTES:
-        raise _refuse(path, start, size, f"the frame's key length {klen} is above 249")
-    head_len = 1 + klen + FRAME_FIXED.size
+#: A beacon in a tail: its offset, its parsed prefix, and the frame bytes of the tail before it.
+_TailBeacon = tuple[int, _BeaconPrefix, int]
+
+
+def _tail_layout(
+    read: Read, interval: int, start: int, size: int, path: str | None
+) -> tuple[list[_Segment], list[_TailBeacon], tuple[int, bytes] | None]:
+    """Split the tail from ``start`` into the frame bytes between its beacons (segments) and
+    the beacons themselves, and the beacon cut by the end of the file with its bytes, if one
+    is; refuse a beacon longer than a writer writes and a tail of too many beacons."""
     segments: list[_Segment] = []
-    #: Beacons in the tail: (offset, parsed, frame bytes of the tail before it).
-    beacons: list[tuple[int, _BeaconPrefix, int]] = []
-    cut: tuple[int, bytes] | None = None  # a beacon cut by the end of the file
+    beacons: list[_TailBeacon] = []
     logical = 0
     at = start
     boundary = first_beacon_at_or_after(start, interval)
     while True:
         if boundary >= size:
             segments.append(_Segment(at, size - at))
-            logical += size - at
-            break
+            return segments, beacons, None
         segments.append(_Segment(at, boundary - at))
         logical += boundary - at
         raw = read(boundary, min(max_beacon_bytes(interval), size - boundary))
@@ -252,12 +251,23 @@ def _check_cut_frame(
             raise _refuse(path, start, size, why)
         beacons.append((boundary, beacon, logical))
         if beacon.size is None:
-            cut = (boundary, raw)
-            break
+            return segments, beacons, (boundary, raw)
         at = boundary + beacon.size
         boundary += interval
         if len(beacons) > MAX_TAIL_BEACONS:
             raise _refuse(path, start, size, "it holds too many beacons to check")
+
+
+def _check_cut_frame(
+    read: Read, interval: int, start: int, size: int, path: str | None, streams: Streams
+) -> None:
+    """The tail starts at a frame that the bytes present do not complete."""
+    klen = read(start, 1)[0]
+    if klen > MAX_STREAM_KEY_BYTES:
+        raise _refuse(path, start, size, f"the frame's key length {klen} is above 249")
+    head_len = 1 + klen + FRAME_FIXED.size
+    segments, beacons, cut = _tail_layout(read, interval, start, size, path)
+    logical = sum(segment.length for segment in segments)
     head = _frame_head(read, segments, head_len, path, start, size) if logical >= head_len else None
     known = None if head is None else _with_frame(streams, head)
     for offset, beacon, written in beacons:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Self
+from typing import Self, final
 
 from ..core.errors import ConfigurationError
 from ..core.positions import Position
@@ -15,6 +15,7 @@ from .format import INTERNAL_KEY, WILDCARD_KEY, key_is_valid
 __all__ = ["FileStream", "check_stream_key"]
 
 
+@final
 @dataclass(frozen=True, slots=True, init=False)
 class FileStream(Source):
     """One or more stream keys of a stream file.

@@ -48,46 +48,11 @@ def _match(p: bytes, pi: int, s: bytes, si: int, give_up: list[bool]) -> bool:
     while pi < plen and si < slen:
         c = p[pi]
         if c == 0x2A:  # '*'
-            while pi + 1 < plen and p[pi + 1] == 0x2A:
-                pi += 1
-            if pi + 1 == plen:
-                return True
-            while si < slen:
-                if _match(p, pi + 1, s, si, give_up):
-                    return True
-                if give_up[0]:
-                    return False
-                si += 1
-            give_up[0] = True
-            return False
+            return _match_star(p, pi, s, si, give_up)
         if c == 0x3F:  # '?'
             si += 1
         elif c == 0x5B:  # '['
-            pi += 1
-            negate = pi < plen and p[pi] == 0x5E  # '^'
-            if negate:
-                pi += 1
-            matched = False
-            while True:
-                if pi < plen and p[pi] == 0x5C and plen - pi >= 2:  # '\\' escapes
-                    pi += 1
-                    if p[pi] == s[si]:
-                        matched = True
-                elif pi < plen and p[pi] == 0x5D:  # ']'
-                    break
-                elif pi >= plen:  # unclosed: the set ran to the end of the pattern
-                    pi -= 1
-                    break
-                elif plen - pi >= 3 and p[pi + 1] == 0x2D:  # a range 'a-z'
-                    low, high = sorted((p[pi], p[pi + 2]))
-                    pi += 2
-                    if low <= s[si] <= high:
-                        matched = True
-                elif p[pi] == s[si]:
-                    matched = True
-                pi += 1
-            if negate:
-                matched = not matched
+            matched, pi = _match_set(p, pi + 1, s[si])
             if not matched:
                 return False
             si += 1
@@ -103,6 +68,53 @@ def _match(p: bytes, pi: int, s: bytes, si: int, give_up: list[bool]) -> bool:
                 pi += 1
             break
     return pi == plen and si == slen
+
+
+def _match_star(p: bytes, pi: int, s: bytes, si: int, give_up: list[bool]) -> bool:
+    """The rest of the match from the ``*`` at ``p[pi]``: the rest of the pattern against each
+    suffix of ``s`` from ``si``, shortest prefix first."""
+    plen, slen = len(p), len(s)
+    while pi + 1 < plen and p[pi + 1] == 0x2A:
+        pi += 1
+    if pi + 1 == plen:
+        return True
+    while si < slen:
+        if _match(p, pi + 1, s, si, give_up):
+            return True
+        if give_up[0]:
+            return False
+        si += 1
+    give_up[0] = True
+    return False
+
+
+def _match_set(p: bytes, pi: int, byte: int) -> tuple[bool, int]:
+    """Whether ``byte`` is in the set that starts at ``p[pi]`` (just after its ``[``), and
+    where the set ends: the index of its ``]``, or of the pattern's last byte if unclosed."""
+    plen = len(p)
+    negate = pi < plen and p[pi] == 0x5E  # '^'
+    if negate:
+        pi += 1
+    matched = False
+    while True:
+        if pi < plen and p[pi] == 0x5C and plen - pi >= 2:  # '\\' escapes
+            pi += 1
+            if p[pi] == byte:
+                matched = True
+        elif pi < plen and p[pi] == 0x5D:  # ']'
+            break
+        elif pi >= plen:  # unclosed: the set ran to the end of the pattern
+            pi -= 1
+            break
+        elif plen - pi >= 3 and p[pi + 1] == 0x2D:  # a range 'a-z'
+            low, high = sorted((p[pi], p[pi + 2]))
+            pi += 2
+            if low <= byte <= high:
+                matched = True
+        elif p[pi] == byte:
+            matched = True
+        pi += 1
+    return matched != negate, pi
 
 
 def _receivers(source: MemoryChannel, channel: str) -> int:

@@ -198,46 +198,14 @@ async def replay_file(
     key_list = None if keys is None else list(keys)
     check_file_keys(path, key_list)
     with FileReader(path, keys=key_list) as reader:
-        if start is not None and start.kind in (PositionKind.SEQUENCE, PositionKind.TIMESTAMP):
-            if not key_list or len(key_list) != 1:
-                where = "seq" if start.kind is PositionKind.SEQUENCE else "ts"
-                raise StartNeedsKey(
-                    f"{os.fspath(path)}: starting at {where}:{start.value} needs the one stream "
-                    f"key to start in ({'none' if not key_list else len(key_list)} given): each "
-                    "key of a stream file has its own sequence numbers and times"
-                )
-            reader.seek(start, key=key_list[0])
-        elif start is not None and start != Position.beginning():
-            reader.seek(start)
+        if start is not None:
+            _seek_start(reader, path, start, key_list)
         began = trio.current_time()
         pending: list[tuple[object, ...]] = []
         pending_keys: list[tuple[str, Target, Message]] = []
 
         async def send() -> None:
-            if not pending:
-                return
-            refusal = await send_in_order(client, pending)
-            confirmed = len(pending) if refusal is None else refusal.index
-            for key, kind, message in pending_keys[:confirmed]:
-                summary.kinds[key] = kind
-                summary.published += 1
-                summary.per_key[key] = summary.per_key.get(key, 0) + 1
-                if summary.first_timestamp_ms is None:
-                    summary.first_timestamp_ms = message.timestamp_ms
-                summary.last_timestamp_ms = message.timestamp_ms
-            if refusal is not None:
-                key, kind, message = pending_keys[refusal.index]
-                summary.refused_key = key
-                summary.kinds[key] = kind
-                on_batch(summary)
-                raise MessageRefused(
-                    f"message #{message.seq} of {message.stream_key!r} (at byte "
-                    f"{message.offset}) was refused by {key!r}: {refusal.error}; nothing after "
-                    "it was published"
-                )
-            pending.clear()
-            pending_keys.clear()
-            on_batch(summary)
+            await _send(client, pending, pending_keys, summary, on_batch)
 
         index = 0
         first_ts: int | None = None
@@ -272,3 +240,55 @@ async def replay_file(
         await send()
         reader.check_finished()
     return summary
+
+
+def _seek_start(
+    reader: FileReader, path: str | os.PathLike[str], start: Position, key_list: list[str] | None
+) -> None:
+    """Move ``reader`` to ``start``: a sequence number or a time needs exactly one key."""
+    if start.kind in (PositionKind.SEQUENCE, PositionKind.TIMESTAMP):
+        if not key_list or len(key_list) != 1:
+            where = "seq" if start.kind is PositionKind.SEQUENCE else "ts"
+            raise StartNeedsKey(
+                f"{os.fspath(path)}: starting at {where}:{start.value} needs the one stream "
+                f"key to start in ({'none' if not key_list else len(key_list)} given): each "
+                "key of a stream file has its own sequence numbers and times"
+            )
+        reader.seek(start, key=key_list[0])
+    elif start != Position.beginning():
+        reader.seek(start)
+
+
+async def _send(
+    client: RedisClient,
+    pending: list[tuple[object, ...]],
+    pending_keys: list[tuple[str, Target, Message]],
+    summary: ReplaySummary,
+    on_batch: Callable[[ReplaySummary], None],
+) -> None:
+    """Send the pending commands in order and count what the server confirmed; the first one
+    it refused stops the replay (:class:`MessageRefused`), counted up to it."""
+    if not pending:
+        return
+    refusal = await send_in_order(client, pending)
+    confirmed = len(pending) if refusal is None else refusal.index
+    for key, kind, message in pending_keys[:confirmed]:
+        summary.kinds[key] = kind
+        summary.published += 1
+        summary.per_key[key] = summary.per_key.get(key, 0) + 1
+        if summary.first_timestamp_ms is None:
+            summary.first_timestamp_ms = message.timestamp_ms
+        summary.last_timestamp_ms = message.timestamp_ms
+    if refusal is not None:
+        key, kind, message = pending_keys[refusal.index]
+        summary.refused_key = key
+        summary.kinds[key] = kind
+        on_batch(summary)
+        raise MessageRefused(
+            f"message #{message.seq} of {message.stream_key!r} (at byte "
+            f"{message.offset}) was refused by {key!r}: {refusal.error}; nothing after "
+            "it was published"
+        )
+    pending.clear()
+    pending_keys.clear()
+    on_batch(summary)

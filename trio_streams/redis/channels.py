@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Self
+from typing import Self, final
 
 from ..core.errors import ConfigurationError
 from ..core.transport import Source
@@ -15,6 +15,7 @@ _GLOB_SPECIALS = frozenset("*?[]\\")
 _DEAD_LETTER_KINDS = ("channel", "stream")
 
 
+@final
 @dataclass(frozen=True, slots=True, init=False)
 class RedisChannel(Source):
     """One or more Redis Pub/Sub channels: ``SUBSCRIBE``, ``PSUBSCRIBE`` or ``SSUBSCRIBE``.

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Self
+from typing import Self, final
 
 from ..core.errors import ConfigurationError, TrioStreamsError, WrongKeyType
 from ..core.transport import Sharing, Source, check_source_args
@@ -114,6 +114,7 @@ def consumers_key(key: str) -> str:
     return companion_key(key, "consumers")
 
 
+@final
 @dataclass(frozen=True, slots=True, init=False)
 class RedisList(Source):
     """One Redis list, read as a work queue: each entry goes to one consumer.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from types import EllipsisType
-from typing import Self
+from typing import Self, final
 
 from ..core.errors import ConfigurationError
 from ..core.positions import Position, PositionKind
@@ -50,6 +50,7 @@ class Mode(enum.Enum):
     REPLAY = "replay"
 
 
+@final
 @dataclass(frozen=True, slots=True, init=False)
 class RedisStream(Source):
     """One Redis stream, read through a consumer group (or plainly: :meth:`replay`,

@@ -41,7 +41,7 @@ import sys
 import tempfile
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -49,7 +49,7 @@ from typing import final
 
 import trio
 
-from ..core import _signals
+from ..core import signal_guard
 from ..core.app import App
 from ..core.extras import importing
 from ..core.transport import Sharing
@@ -294,24 +294,9 @@ async def supervise(
 async def _supervise(
     command: Sequence[str], policy: SupervisorPolicy, http: tuple[str, Path] | None
 ) -> int:
-    stopping = trio.Event()
-    gave_up = trio.Event()
-    forced = False
-    endpoints = None if http is None else http[1]
-    workers = [_Worker(i, command, policy, endpoints) for i in range(policy.workers)]
-    statuses: list[int] = [0] * len(workers)
-    reload_event = trio.Event()
-
-    async def run_slot(worker: _Worker) -> None:
-        nonlocal reload_event
-        while True:
-            statuses[worker.index] = await worker.run(stopping, gave_up, reload_event)
-            if not reload_event.is_set() or stopping.is_set():
-                return
-            reload_event = trio.Event()  # the restarted worker waits for the next change
-
+    run = _Supervision(command, policy, None if http is None else http[1])
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        early = _signals.take()  # came before the receiver opened, as Trio started
+        early = signal_guard.take()  # came before the receiver opened, as Trio started
         if early:
             name = signal.Signals(early[0]).name
             _log.warning("supervisor: %s received while starting, stopping at once", name)
@@ -320,68 +305,104 @@ async def _supervise(
             _log.info(
                 "supervisor: starting %d worker(s) of %s", policy.workers, " ".join(command[3:])
             )
-
-            async def slots() -> None:
-                async with trio.open_nursery() as inner:
-                    for worker in workers:
-                        inner.start_soon(run_slot, worker)
-                nursery.cancel_scope.cancel()  # every slot is done
-
-            async def watch_signals() -> None:
-                nonlocal forced
-                received = 0
-                async for signum in signals:
-                    received += 1
-                    name = signal.Signals(signum).name
-                    stopping.set()
-                    if received == 1:
-                        _log.warning("supervisor: %s received, draining the workers", name)
-                        send = signal.SIGTERM
-                    elif received == 2:
-                        _log.warning("supervisor: second signal (%s), cancelling them", name)
-                        forced = True
-                        send = signal.SIGTERM
-                    else:
-                        _log.warning("supervisor: third signal (%s), killing them", name)
-                        send = signal.SIGKILL
-                    for worker in workers:
-                        worker.signal(send)
-
-            async def watch_give_up() -> None:
-                await gave_up.wait()
-                stopping.set()
-                for worker in workers:
-                    worker.signal(signal.SIGTERM)
-
-            async def watch_sources() -> None:
-                nonlocal reload_event
-                with importing("reload", "--reload"):
-                    from watchfiles import PythonFilter, awatch
-
-                dirs = policy.reload_dirs or (Path.cwd(),)
-                _log.info("supervisor: reloading on changes under %s", ", ".join(map(str, dirs)))
-                async for changes in awatch(*dirs, watch_filter=PythonFilter()):
-                    changed = sorted({Path(path).name for _, path in changes})
-                    _log.warning("supervisor: %s changed, restarting", ", ".join(changed))
-                    reload_event.set()
-
             if http is not None:
                 from .http_endpoints import serve_asgi
                 from .supervisor_http import app_asgi
 
                 nursery.start_soon(
-                    partial(serve_asgi, app_asgi(workers, stopping), http[0], announce=True)
+                    partial(serve_asgi, app_asgi(run.workers, run.stopping), http[0], announce=True)
                 )
-            nursery.start_soon(slots)
-            nursery.start_soon(watch_signals)
-            nursery.start_soon(watch_give_up)
+            nursery.start_soon(run.slots, nursery.cancel_scope)
+            nursery.start_soon(run.watch_signals, signals)
+            nursery.start_soon(run.watch_give_up)
             if policy.reload:
-                nursery.start_soon(watch_sources)
-    if gave_up.is_set():
-        return _USAGE if _USAGE in statuses else 1
-    if forced:
-        return 128 + signal.SIGINT
-    return 0
+                nursery.start_soon(run.watch_sources)
+    return run.status()
+
+
+@final
+class _Supervision:
+    """What the tasks of one supervised run share: the workers, their last statuses, and the
+    events that stop them (a signal, a worker that keeps crashing) or restart them (a reload).
+
+    Its tasks run in the supervisor's nursery; cancelled, each returns at its next wait (a
+    slot's worker is sent SIGTERM and waited for by ``_Worker.run``)."""
+
+    def __init__(
+        self, command: Sequence[str], policy: SupervisorPolicy, endpoints: Path | None
+    ) -> None:
+        self.policy = policy
+        self.stopping = trio.Event()
+        self.gave_up = trio.Event()
+        #: A second signal cancelled the workers.
+        self.forced = False
+        self.workers = [_Worker(i, command, policy, endpoints) for i in range(policy.workers)]
+        self.statuses: list[int] = [0] * len(self.workers)
+        self.reload_event = trio.Event()
+
+    def status(self) -> int:
+        """The supervisor's exit status once its nursery is done."""
+        if self.gave_up.is_set():
+            return _USAGE if _USAGE in self.statuses else 1
+        if self.forced:
+            return 128 + signal.SIGINT
+        return 0
+
+    async def slots(self, done: trio.CancelScope) -> None:
+        """Run every worker's slot; when all are done, cancel ``done`` (the other tasks)."""
+        async with trio.open_nursery() as inner:
+            for worker in self.workers:
+                inner.start_soon(self.run_slot, worker)
+        done.cancel()  # every slot is done
+
+    async def run_slot(self, worker: _Worker) -> None:
+        """One worker, started again after each reload until the supervisor stops."""
+        while True:
+            self.statuses[worker.index] = await worker.run(
+                self.stopping, self.gave_up, self.reload_event
+            )
+            if not self.reload_event.is_set() or self.stopping.is_set():
+                return
+            self.reload_event = trio.Event()  # the restarted worker waits for the next change
+
+    async def watch_signals(self, signals: AsyncIterator[int]) -> None:
+        """Forward each signal to the workers: drain, then cancel, then kill."""
+        received = 0
+        async for signum in signals:
+            received += 1
+            name = signal.Signals(signum).name
+            self.stopping.set()
+            if received == 1:
+                _log.warning("supervisor: %s received, draining the workers", name)
+                send = signal.SIGTERM
+            elif received == 2:
+                _log.warning("supervisor: second signal (%s), cancelling them", name)
+                self.forced = True
+                send = signal.SIGTERM
+            else:
+                _log.warning("supervisor: third signal (%s), killing them", name)
+                send = signal.SIGKILL
+            for worker in self.workers:
+                worker.signal(send)
+
+    async def watch_give_up(self) -> None:
+        """A worker that keeps crashing stops the others."""
+        await self.gave_up.wait()
+        self.stopping.set()
+        for worker in self.workers:
+            worker.signal(signal.SIGTERM)
+
+    async def watch_sources(self) -> None:
+        """``--reload``: restart the worker on each change to a ``.py`` file."""
+        with importing("reload", "--reload"):
+            from watchfiles import PythonFilter, awatch
+
+        dirs = self.policy.reload_dirs or (Path.cwd(),)
+        _log.info("supervisor: reloading on changes under %s", ", ".join(map(str, dirs)))
+        async for changes in awatch(*dirs, watch_filter=PythonFilter()):
+            changed = sorted({Path(path).name for _, path in changes})
+            _log.warning("supervisor: %s changed, restarting", ", ".join(changed))
+            self.reload_event.set()
 
 
 def worker_command(argv: Sequence[str]) -> list[str]:

@@ -16,7 +16,7 @@ import json
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, final
 
 import trio
 from trio.lowlevel import ParkingLot
@@ -51,6 +51,7 @@ class NotSettled(TrioStreamsError, TimeoutError):
     """The app did not settle in time; the message lists what was still busy."""
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class PublishedMessage:
     """A message as it sits in an in-process stream."""

@@ -34,12 +34,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Self, final
 
 from ..core.errors import TrioStreamsError
 
 __all__ = [
     "START_TIMEOUT",
+    "Address",
     "LogWatcher",
     "RedisServer",
     "ServerLaunchError",
@@ -190,7 +191,8 @@ def poll_until(check: Callable[[], bool], *, timeout: float, what: str) -> None:
         interval = min(interval * 2, 0.2)
 
 
-@dataclass
+@final
+@dataclass(frozen=True)
 class TlsFiles:
     """PEM files of a throwaway CA, a server certificate for 127.0.0.1/localhost, and a client
     certificate, generated with trustme."""

@@ -26,7 +26,7 @@ import math
 import re
 import ssl
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, final
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from ...core.errors import ConfigurationError
@@ -96,6 +96,7 @@ def _whole(name: str, value: object, *, minimum: int) -> None:
         )
 
 
+@final
 @dataclass(frozen=True, slots=True, repr=False)
 class ConnectionOptions:
     """How to open and set up one connection (the same for every node of a deployment)."""
@@ -136,6 +137,7 @@ class ConnectionOptions:
         return _masked_repr(self, frozenset({"password"}))
 
 
+@final
 @dataclass(frozen=True, slots=True, repr=False)
 class ClientConfig:
     """Everything a client needs: the topology, its addresses, connection and pool options."""
@@ -305,87 +307,12 @@ def parse_url(url: str, **overrides: object) -> ClientConfig:
     URL, with the password shown as ``***``.
     """
     shown = redact_url(url)
-    scheme, sep, rest = url.partition("://")
-    if not sep or scheme.lower() not in _SCHEMES:
-        known = ", ".join(f"{s}://" for s in _SCHEMES)
-        raise ConfigurationError(f"Redis URL {shown!r} must start with one of {known}")
-    if "#" in url:
-        raise ConfigurationError(
-            f"Redis URL {shown!r} contains '#': a URL fragment means nothing to Redis "
-            "(percent-encode a '#' in a user name or password as %23)"
-        )
-    topology, tls = _SCHEMES[scheme.lower()]
-    # urlsplit does not accept several hosts; split the authority by hand. It ends at the
-    # first "/" or "?" after the user info (whose password may hold an unencoded "/").
-    query = rest.find("?")
-    start = rest.rfind("@", 0, len(rest) if query == -1 else query) + 1
-    cut = min(
-        (i for i in (rest.find("/", start), rest.find("?", start)) if i != -1), default=len(rest)
-    )
-    authority, tail = rest[:cut], rest[cut:].lstrip("/")
-    userinfo, at, hosts = authority.rpartition("@")
-    if not at:
-        hosts, userinfo = authority, ""
+    topology, tls, userinfo, hosts, tail = _split_url(url, shown)
     parsed = urlsplit("x://h/" + tail)
-    username: str | None = None
-    password: str | None = None
-    if userinfo:
-        user, colon, secret = userinfo.partition(":")
-        username = unquote(user) or None
-        password = unquote(secret) if colon else None
-        if not colon:  # redis://secret@host is the password-only form
-            username, password = None, unquote(user)
-
+    username, password = _credentials(userinfo)
     options: dict[str, object] = {"username": username, "password": password}
-    path = [unquote(p) for p in parsed.path.strip("/").split("/") if p]
-    service_name: str | None = None
-    if topology == "sentinel":
-        if not path:
-            raise ConfigurationError(f"sentinel URL {shown!r} must name the service: .../service")
-        service_name = path.pop(0)
-    if len(path) > 1:
-        form = ".../service[/db]" if topology == "sentinel" else "...[/db]"
-        raise ConfigurationError(
-            f"unexpected path {'/'.join(path[1:])!r} in Redis URL {shown!r}: the path is {form}"
-        )
-    if path:
-        if not (path[0].isascii() and path[0].isdigit()):
-            raise ConfigurationError(
-                f"database {path[0]!r} in Redis URL {shown!r} is not a database number"
-            )
-        options["db"] = int(path[0])
-
-    tls_args: dict[str, object] = {}
-    given: set[str] = set(options) - {"username", "password"}  # the path's db
-    for name, value in parse_qsl(parsed.query, keep_blank_values=True):
-        if name in given:
-            raise ConfigurationError(
-                f"option {name!r} is given twice in Redis URL {shown!r}: which one is meant?"
-            )
-        given.add(name)
-        if name in _INT_OPTIONS:
-            try:
-                options[name] = int(value)
-            except ValueError:
-                raise ConfigurationError(
-                    f"option {name}={value!r} in Redis URL {shown!r} is not a whole number"
-                ) from None
-        elif name in _FLOAT_OPTIONS:
-            if name == "command_timeout" and value.lower() in ("", "none"):
-                options[name] = None
-                continue
-            try:
-                options[name] = float(value)
-            except ValueError:
-                raise ConfigurationError(
-                    f"option {name}={value!r} in Redis URL {shown!r} is not a number of seconds"
-                ) from None
-        elif name in _STR_OPTIONS:
-            options[name] = value
-        elif name in _TLS_OPTIONS:
-            tls_args[name] = _flag(value, name, url) if name == "ssl_check_hostname" else value
-        else:
-            raise ConfigurationError(f"unknown option {name!r} in Redis URL {shown!r}")
+    service_name = _path_options(parsed.path, topology, shown, options)
+    tls_args = _query_options(parsed.query, url, shown, options)
     for name, override in overrides.items():
         if name in _TLS_OPTIONS:
             tls_args[name] = override
@@ -426,3 +353,107 @@ def parse_url(url: str, **overrides: object) -> ClientConfig:
         )
     except ConfigurationError as exc:
         raise ConfigurationError(f"{exc} (Redis URL {shown!r})") from None
+
+
+def _split_url(url: str, shown: str) -> tuple[Topology, bool, str, str, str]:
+    """The topology and TLS its scheme says, the user info, the hosts, and what follows them
+    (path and query)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() not in _SCHEMES:
+        known = ", ".join(f"{s}://" for s in _SCHEMES)
+        raise ConfigurationError(f"Redis URL {shown!r} must start with one of {known}")
+    if "#" in url:
+        raise ConfigurationError(
+            f"Redis URL {shown!r} contains '#': a URL fragment means nothing to Redis "
+            "(percent-encode a '#' in a user name or password as %23)"
+        )
+    topology, tls = _SCHEMES[scheme.lower()]
+    # urlsplit does not accept several hosts; split the authority by hand. It ends at the
+    # first "/" or "?" after the user info (whose password may hold an unencoded "/").
+    query = rest.find("?")
+    start = rest.rfind("@", 0, len(rest) if query == -1 else query) + 1
+    cut = min(
+        (i for i in (rest.find("/", start), rest.find("?", start)) if i != -1), default=len(rest)
+    )
+    authority, tail = rest[:cut], rest[cut:].lstrip("/")
+    userinfo, at, hosts = authority.rpartition("@")
+    if not at:
+        hosts, userinfo = authority, ""
+    return topology, tls, userinfo, hosts, tail
+
+
+def _credentials(userinfo: str) -> tuple[str | None, str | None]:
+    """The user name and password of a URL's user info (``user:password`` or ``password``)."""
+    if not userinfo:
+        return None, None
+    user, colon, secret = userinfo.partition(":")
+    if not colon:  # redis://secret@host is the password-only form
+        return None, unquote(user)
+    return unquote(user) or None, unquote(secret)
+
+
+def _path_options(
+    url_path: str, topology: Topology, shown: str, options: dict[str, object]
+) -> str | None:
+    """Read the path (``[/service][/db]``): the db goes into ``options``; returns the service
+    name of a sentinel URL."""
+    path = [unquote(p) for p in url_path.strip("/").split("/") if p]
+    service_name: str | None = None
+    if topology == "sentinel":
+        if not path:
+            raise ConfigurationError(f"sentinel URL {shown!r} must name the service: .../service")
+        service_name = path.pop(0)
+    if len(path) > 1:
+        form = ".../service[/db]" if topology == "sentinel" else "...[/db]"
+        raise ConfigurationError(
+            f"unexpected path {'/'.join(path[1:])!r} in Redis URL {shown!r}: the path is {form}"
+        )
+    if path:
+        if not (path[0].isascii() and path[0].isdigit()):
+            raise ConfigurationError(
+                f"database {path[0]!r} in Redis URL {shown!r} is not a database number"
+            )
+        options["db"] = int(path[0])
+    return service_name
+
+
+def _query_options(
+    query: str, url: str, shown: str, options: dict[str, object]
+) -> dict[str, object]:
+    """Read the query's options into ``options``; returns the TLS ones, kept apart."""
+    tls_args: dict[str, object] = {}
+    given: set[str] = set(options) - {"username", "password"}  # the path's db
+    for name, value in parse_qsl(query, keep_blank_values=True):
+        if name in given:
+            raise ConfigurationError(
+                f"option {name!r} is given twice in Redis URL {shown!r}: which one is meant?"
+            )
+        given.add(name)
+        if name in _TLS_OPTIONS:
+            tls_args[name] = _flag(value, name, url) if name == "ssl_check_hostname" else value
+        else:
+            options[name] = _option_value(name, value, shown)
+    return tls_args
+
+
+def _option_value(name: str, value: str, shown: str) -> object:
+    """The value of query option ``name`` (not a TLS one), as its type says."""
+    if name in _INT_OPTIONS:
+        try:
+            return int(value)
+        except ValueError:
+            raise ConfigurationError(
+                f"option {name}={value!r} in Redis URL {shown!r} is not a whole number"
+            ) from None
+    if name in _FLOAT_OPTIONS:
+        if name == "command_timeout" and value.lower() in ("", "none"):
+            return None
+        try:
+            return float(value)
+        except ValueError:
+            raise ConfigurationError(
+                f"option {name}={value!r} in Redis URL {shown!r} is not a number of seconds"
+            ) from None
+    if name in _STR_OPTIONS:
+        return value
+    raise ConfigurationError(f"unknown option {name!r} in Redis URL {shown!r}")

@@ -292,38 +292,9 @@ class _AttributeFilter:
                 end = buffer.find(b"\r\n", position)
                 if end == -1:
                     break
-                kind = buffer[position]
-                line_end = end + 2
-                if kind in _SCALARS:
-                    position = line_end
-                elif kind in _BLOBS:
-                    length = self._length(buffer, position, end)
-                    position = line_end
-                    if length >= 0:
-                        self._blob = length + 2
-                        continue
-                elif kind in _AGGREGATES or kind in _PAIRED:
-                    count = self._length(buffer, position, end)
-                    if kind in _PAIRED:
-                        count *= 2
-                    if kind == _ATTRIBUTE:
-                        if not self._attributes and start < position:
-                            pieces.append(bytes(buffer[start:position]))
-                        position = line_end
-                        if count > 0:
-                            self._open.append(count)
-                            self._attributes.append(len(self._open) - 1)
-                        elif not self._attributes:
-                            start = position  # an empty attribute: cut out its header alone
-                        continue
-                    position = line_end
-                    if count > 0:
-                        self._open.append(count)
-                        continue
-                else:
-                    raise RedisProtocolError(
-                        f"unexpected RESP type byte {bytes([kind])!r} in a reply"
-                    )
+                position, start, ended = self._header(buffer, position, end, pieces, start)
+                if not ended:
+                    continue
             # A value ended at `position`.
             cutting = bool(self._attributes)
             top_level = self._value_done()
@@ -344,6 +315,42 @@ class _AttributeFilter:
             pieces.append(bytes(buffer[start:position]))
         del buffer[:position]
         return pieces, None
+
+    def _header(
+        self, buffer: bytearray, position: int, end: int, pieces: list[bytes], start: int
+    ) -> tuple[int, int, bool]:
+        """Take the header line at ``position`` (its line end at ``end``): a scalar, or the head
+        of a blob or an aggregate, which opens it. Returns the position after the line, where
+        bytes are passed on from (``start``, moved past an attribute frame's cut), and whether
+        a value ended with the line."""
+        kind = buffer[position]
+        line_end = end + 2
+        if kind in _SCALARS:
+            return line_end, start, True
+        if kind in _BLOBS:
+            length = self._length(buffer, position, end)
+            if length < 0:
+                return line_end, start, True  # a null
+            self._blob = length + 2
+            return line_end, start, False
+        if kind not in _AGGREGATES and kind not in _PAIRED:
+            raise RedisProtocolError(f"unexpected RESP type byte {bytes([kind])!r} in a reply")
+        count = self._length(buffer, position, end)
+        if kind in _PAIRED:
+            count *= 2
+        if kind == _ATTRIBUTE:
+            if not self._attributes and start < position:
+                pieces.append(bytes(buffer[start:position]))
+            if count > 0:
+                self._open.append(count)
+                self._attributes.append(len(self._open) - 1)
+            elif not self._attributes:
+                start = line_end  # an empty attribute: cut out its header alone
+            return line_end, start, False
+        if count > 0:
+            self._open.append(count)
+            return line_end, start, False
+        return line_end, start, True
 
     def _finish(self, pieces: list[bytes], position: int) -> tuple[list[bytes], bytes]:
         rest = bytes(self._buffer[position:])

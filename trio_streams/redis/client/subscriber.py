@@ -31,7 +31,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Literal, Self, final
 
 import trio
 
@@ -48,6 +48,7 @@ from .keys import key_slot
 from .protocol import NEED_DATA, PushFrame, pack_command
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class Message:
     """One published message."""
@@ -60,6 +61,7 @@ class Message:
     pattern: bytes | None = None
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class Gap:
     """The subscription was disconnected from ``lost_at`` to ``resumed_at`` (Trio clock

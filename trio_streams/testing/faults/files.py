@@ -20,7 +20,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, final
 
 from ...file.reader import FileReader
 
@@ -51,6 +51,7 @@ FRAME_FIELDS: tuple[FrameField, ...] = (
 Pathish = str | os.PathLike[str]
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class FrameLocation:
     """Where one frame of a stream file lies, and the message it holds.

@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeAlias
+from typing import TypeAlias, final
 
 __all__ = ["LedgerReport", "OrderBreak"]
 
@@ -15,6 +15,7 @@ _Id: TypeAlias = int | str
 _SHOWN = 8
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class OrderBreak:
     """In ``lane``, message ``id`` began its first run before the first run of ``ahead_of``,
@@ -25,6 +26,7 @@ class OrderBreak:
     ahead_of: int | str
 
 
+@final
 @dataclass(frozen=True, repr=False)
 class LedgerReport:
     """What became of every published message. Each field is a set (or mapping) of message ids,

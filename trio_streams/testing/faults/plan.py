@@ -12,7 +12,7 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final, Literal, get_args
+from typing import TYPE_CHECKING, Final, Literal, final, get_args
 
 from ...core.errors import TrioStreamsError
 
@@ -53,6 +53,7 @@ FaultKind = Literal[
 FAULT_KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
 
 
+@final
 @dataclass(eq=False)
 class ProxyConnection:
     """One client connection through the proxy, as fault predicates see it.
@@ -94,6 +95,7 @@ def named(name: str) -> Match:
     return lambda connection: connection.name == name
 
 
+@final
 @dataclass(eq=False)
 class Fault:
     """A standing fault: in force, for the connections it matches, until :meth:`heal`.
@@ -131,6 +133,7 @@ class Fault:
         return f"<Fault {self.kind} healed={self.healed}>"
 
 
+@final
 @dataclass(frozen=True)
 class ScheduledFault:
     """One step of a schedule: at ``at`` seconds from its start, inject ``kind`` with ``params``
@@ -150,6 +153,7 @@ DEFAULT_SCHEDULE_KINDS: tuple[FaultKind, ...] = FAULT_KINDS
 MAX_SCHEDULE_STEPS: Final = 1_000_000
 
 
+@final
 @dataclass(frozen=True)
 class FaultSchedule:
     """A seeded mix of faults: one every ``every`` seconds for ``duration`` seconds, each of a

@@ -30,7 +30,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Self, final
 
 import trio
 
@@ -114,6 +114,7 @@ class _Captured:
         self.lines.extend(line.decode(errors="replace") for line in complete)
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class KillPoint:
     """Where in the child the signal comes; build one with the class methods."""

@@ -30,7 +30,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from functools import partial
 from types import TracebackType
-from typing import Any, Literal, Protocol, Self
+from typing import Any, Literal, Protocol, Self, final
 
 import trio
 
@@ -63,6 +63,7 @@ Direction = Literal["to_server", "to_client"]
 _Ending = Literal["cut", "reset", "closed"]
 
 
+@final
 @dataclass(frozen=True)
 class FaultEvent:
     """One injection: a fault of ``kind`` applied to connection ``connection`` (its index)."""
