@@ -119,12 +119,12 @@ def test_a_missing_submodule_of_an_installed_extra_is_not_called_a_missing_extra
 
 
 def test_a_missing_extra_is_an_import_error_naming_the_extra_and_the_command() -> None:
-    error = MissingExtra("prometheus", "trio_streams.integrations.prometheus")
+    error = MissingExtra("prometheus", "trio_streams.prometheus")
     assert isinstance(error, ImportError)
     assert (error.extra, error.name) == ("prometheus", "prometheus_client")
     assert error.command == install_command("prometheus")
     assert str(error) == (
-        "trio_streams.integrations.prometheus needs the 'prometheus' extra (prometheus-client, not "
+        "trio_streams.prometheus needs the 'prometheus' extra (prometheus-client, not "
         f"installed): {error.command}"
     )
 

@@ -111,13 +111,13 @@ APPS = {
     """,
     "prometheus_app.py": """
         from trio_streams import App
-        from trio_streams.integrations.prometheus import PrometheusMiddleware
+        from trio_streams.prometheus import PrometheusMiddleware
 
         app = App("metrics", middlewares=[PrometheusMiddleware()])
     """,
     "otel_app.py": """
         from trio_streams import App
-        from trio_streams.integrations.otel import TracingMiddleware
+        from trio_streams.otel import TracingMiddleware
 
         app = App("traces", middlewares=[TracingMiddleware()])
     """,
@@ -279,12 +279,12 @@ def test_a_prometheus_app_is_refused_in_one_line_naming_the_prometheus_extra(
     plain: PlainInstall,
 ) -> None:
     line = _refused(plain.run("run", "prometheus_app:app"), "trio-streams run", "prometheus")
-    assert "trio_streams.integrations.prometheus" in line
+    assert "trio_streams.prometheus" in line
 
 
 def test_an_otel_app_is_refused_in_one_line_naming_the_otel_extra(plain: PlainInstall) -> None:
     line = _refused(plain.run("run", "otel_app:app"), "trio-streams run", "otel")
-    assert "trio_streams.integrations.otel" in line
+    assert "trio_streams.otel" in line
 
 
 def test_the_live_view_of_top_is_refused_naming_the_tui_extra(plain: PlainInstall) -> None:

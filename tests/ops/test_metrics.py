@@ -23,7 +23,7 @@ from trio_streams import (
     ack,
     retry,
 )
-from trio_streams.integrations.prometheus import PrometheusMiddleware
+from trio_streams.prometheus import PrometheusMiddleware
 from trio_streams.running.http_endpoints import EndpointError, serve_endpoints
 
 from .http_client import get

@@ -21,7 +21,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from tests.redis_servers import redis_server
 from tests.support import serving
 from trio_streams import App, Context, MemoryBroker, MemoryStream
-from trio_streams.integrations.otel import TracingMiddleware
+from trio_streams.otel import TracingMiddleware
 
 ROOT = Path(__file__).resolve().parents[2]
 

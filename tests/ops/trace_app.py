@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from trio_streams import App, Broker, Position
 from trio_streams.core.transport import Source
 from trio_streams.file import FileBroker, FileStream
-from trio_streams.integrations.otel import TracingMiddleware
+from trio_streams.otel import TracingMiddleware
 from trio_streams.redis import RedisBroker, RedisStream
 
 

@@ -118,7 +118,7 @@ def optional(extra: str) -> ModuleType | None:
 def importing(extra: str, feature: str) -> Iterator[None]:
     """Wrap the import statements of an optional dependency::
 
-        with importing("prometheus", "trio_streams.integrations.prometheus"):
+        with importing("prometheus", "trio_streams.prometheus"):
             from prometheus_client import Counter
 
     A top-level module of ``extra`` that is not found becomes :class:`MissingExtra` (chained

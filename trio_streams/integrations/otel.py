@@ -30,7 +30,7 @@ import trio
 from ..core.extras import importing
 from ..core.middleware import HandlerCall, Middleware, PublishCall
 
-with importing("otel", "trio_streams.integrations.otel"):
+with importing("otel", "trio_streams.otel"):
     from opentelemetry import context as otel_context
     from opentelemetry import propagate, trace
     from opentelemetry.trace import SpanKind, Status, StatusCode

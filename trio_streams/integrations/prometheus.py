@@ -52,7 +52,7 @@ from ..core.extras import importing
 from ..core.middleware import Middleware, PublishCall
 from ..core.outcome import OutcomeKind
 
-with importing("prometheus", "trio_streams.integrations.prometheus"):
+with importing("prometheus", "trio_streams.prometheus"):
     from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
     from prometheus_client.core import (
         CounterMetricFamily,

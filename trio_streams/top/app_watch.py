@@ -43,7 +43,7 @@ class MetricsMissing(EndpointError):
     def hint(self) -> str | None:
         return (
             "add the metrics to the app: App(name, middlewares=[PrometheusMiddleware()]) "
-            "with from trio_streams.integrations.prometheus import PrometheusMiddleware"
+            "with from trio_streams.prometheus import PrometheusMiddleware"
         )
 
 

@@ -15,7 +15,7 @@ from tests.redis.client.redis_waits import eventually
 from tests.redis_servers import RedisServer
 from tests.support import serving
 from trio_streams import App, Position, RunningApp
-from trio_streams.integrations.prometheus import PrometheusMiddleware
+from trio_streams.prometheus import PrometheusMiddleware
 from trio_streams.redis import RedisBroker, RedisStream
 from trio_streams.redis.client import RedisClient
 

@@ -13,7 +13,7 @@ from tests.cli.support import cli
 from tests.redis_servers import RedisServer
 from trio_streams import App, MemoryBroker, MemoryStream
 from trio_streams.cli.top import screen_text
-from trio_streams.integrations.prometheus import PrometheusMiddleware
+from trio_streams.prometheus import PrometheusMiddleware
 from trio_streams.redis.client import RedisClient
 from trio_streams.running.http_endpoints import serve_endpoints
 from trio_streams.top.app_watch import AppWatch, MetricsMissing
