@@ -14,6 +14,7 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from typing import Any, ClassVar
 
 from .codec import encode
+from .description import BrokerDescription
 from .destinations import Destination, DestinationKind
 from .errors import ConfigurationError, TrioStreamsError, UnsupportedError
 from .middleware import Middleware, PublishCall, broker_kind, publish_hooks
@@ -37,6 +38,8 @@ class Broker(Router):
     subscriber_options: ClassVar[frozenset[str]] = frozenset()
     #: The kinds of destination this broker publishes to (every transport has streams).
     destination_kinds: ClassVar[frozenset[DestinationKind]] = frozenset({DestinationKind.STREAM})
+    #: Its kind, as middlewares see it (``redis``, ``file``, ``memory``); empty: its class name.
+    kind: ClassVar[str] = ""
 
     def __init__(self, *, name: str | None = None, prefix: str = "", **defaults: Any) -> None:
         super().__init__(prefix=prefix, **defaults)
@@ -59,6 +62,21 @@ class Broker(Router):
         """Refuse, with :class:`~trio_streams.core.extras.MissingExtra`, a broker whose optional
         dependency is missing: called before an app connects (``app.run()``, ``trio-streams
         run``), never under ``app.test()``, which connects to nothing. None by default."""
+
+    def description(self) -> BrokerDescription:
+        """What this broker says of itself to documents and traces (see
+        :mod:`~trio_streams.core.description`), from what it was declared with. A broker that
+        says nothing is named by its class and documented as an in-process server."""
+        kind = broker_kind(self)
+        return BrokerDescription(
+            kind=kind,
+            system=f"trio_streams.{kind}",
+            server={
+                "host": "localhost",
+                "protocol": "in-process",
+                "description": f"{self.name}: in-process streams of one process",
+            },
+        )
 
     def check_subscription(self, source: Source, options: Mapping[str, Any]) -> None:
         """Refuse, with ``UnsupportedError``, what this broker's transport cannot do."""
@@ -199,7 +217,11 @@ class Broker(Router):
         hooks = publish_hooks(self.app_middlewares + middlewares)
         if not hooks:
             return await self._send(target, encode(message), headers or {})
-        call = PublishCall(self.name, target, message, dict(headers or {}), kind=broker_kind(self))
+        described = self.description()
+        call = PublishCall(
+            self.name, target, message, dict(headers or {}),
+            kind=described.kind, system=described.system,
+        )  # fmt: skip
         async with AsyncExitStack() as stack:
             for hook in hooks:
                 await stack.enter_async_context(hook.publish(call))

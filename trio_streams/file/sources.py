@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Self
 
+from ..core.description import SourceDescription
 from ..core.errors import ConfigurationError
 from ..core.positions import Position
 from ..core.transport import Source, check_source_args
@@ -88,6 +89,9 @@ class FileStream(Source):
         if not prefix:
             return self
         return self._evolve(keys=tuple(prefix + k for k in self.keys))
+
+    def description(self) -> SourceDescription:
+        return SourceDescription(system="trio_streams.file")
 
     def in_process(self) -> MemoryStream:
         return MemoryStream(*self.keys, start_at=self.start_at, replaying=self.replaying)

@@ -22,10 +22,12 @@ from typing import Self
 from trio.lowlevel import checkpoint, checkpoint_if_cancelled
 
 from ..core.delivery import RETRY_COUNT_HEADER, Delivery, attempt_from_headers, retry_headers
+from ..core.description import SourceDescription
 from ..core.host import SubscriptionHost
 from ..core.outcome import Outcome
 from ..core.transport import DeadLetter, Sharing, Source, SubscriptionSource
 from .log import Entry, MemoryHub, StreamLog
+from .sources import SYSTEM
 
 __all__ = ["ChannelBus", "MemoryChannel", "MemoryChannelSubscription", "glob_match"]
 
@@ -141,6 +143,9 @@ class MemoryChannel(Source):
     @property
     def sharing(self) -> Sharing:
         return Sharing.LOCAL
+
+    def description(self) -> SourceDescription:
+        return SourceDescription(system=SYSTEM)
 
     def in_process(self) -> MemoryChannel:
         return self

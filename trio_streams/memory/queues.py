@@ -30,6 +30,7 @@ from typing import Self
 from trio.lowlevel import cancel_shielded_checkpoint, checkpoint, checkpoint_if_cancelled
 
 from ..core.delivery import RETRY_COUNT_HEADER, Delivery, attempt_from_headers, retry_headers
+from ..core.description import SourceDescription
 from ..core.host import SubscriptionHost
 from ..core.outcome import Outcome
 from ..core.pipeline import CommandCheck, Pipeline, Segment
@@ -42,6 +43,7 @@ from ..core.transport import (
     check_source_args,
 )
 from .log import MemoryHub
+from .sources import SYSTEM
 
 __all__ = ["MemoryList", "MemoryListSubscription", "QueueEntry", "WorkQueue"]
 
@@ -138,6 +140,9 @@ class MemoryList(Source):
         """A dead letter pushed onto this very list comes back; one appended to a stream
         does not."""
         return self.dead_letter_to_list and dead_letter == self.key
+
+    def description(self) -> SourceDescription:
+        return SourceDescription(system=SYSTEM)
 
     def in_process(self) -> Source:
         return self

@@ -5,11 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Self
 
+from ..core.description import SourceDescription
 from ..core.errors import ConfigurationError
 from ..core.positions import Position, PositionKind
 from ..core.transport import Sharing, Source, check_source_args
 
-__all__ = ["MemoryStream"]
+__all__ = ["SYSTEM", "MemoryStream"]
+
+#: ``messaging.system`` of the in-process transport's spans.
+SYSTEM = "trio_streams.memory"
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -87,6 +91,9 @@ class MemoryStream(Source):
         if not prefix:
             return self
         return self._evolve(keys=tuple(prefix + k for k in self.keys))
+
+    def description(self) -> SourceDescription:
+        return SourceDescription(system=SYSTEM, group=self.group)
 
     def in_process(self) -> MemoryStream:
         return self

@@ -32,8 +32,10 @@ import itertools
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 from ..core.broker import Broker
+from ..core.description import Binding, BrokerDescription, Server
 from ..core.destinations import Destination, DestinationKind
 from ..core.errors import ConfigurationError, UnsupportedError, WrongKeyType
 from ..core.extras import require
@@ -66,6 +68,17 @@ DEFAULT_COUNT = 100
 #: How long one blocking read waits for new entries (ms) unless the subscription says ``block=``:
 #: bounded, so a read notices a vanished group and reclaimed entries within it.
 DEFAULT_BLOCK_MS = 1000
+
+#: How a publisher writes each kind of destination, as its AsyncAPI binding says it.
+_WRITES = {
+    kind: Binding("redis", {"method": method})
+    for kind, method in (
+        (DestinationKind.STREAM, "xadd"),
+        (DestinationKind.LIST, "rpush"),
+        (DestinationKind.CHANNEL, "publish"),
+        (DestinationKind.SHARD_CHANNEL, "spublish"),
+    )
+}
 
 #: Numbers the reliable list subscriptions of this process that name no consumer.
 _list_consumers = itertools.count(1)
@@ -104,6 +117,7 @@ class RedisBroker(Broker):
         }
     )
     subscriber_options = frozenset({"count", "block", "pipeline", "atomic"})
+    kind = "redis"
 
     def __init__(
         self,
@@ -140,6 +154,22 @@ class RedisBroker(Broker):
             self._trim = ("MAXLEN", "=" if exact_trim else "~", maxlen)
         elif minid is not None:
             self._trim = ("MINID", "=" if exact_trim else "~", minid)
+
+    def description(self) -> BrokerDescription:
+        """Its server is its URL's host and port, ``redis`` or ``rediss``, and its topology (a
+        password in the URL is never shown); it writes with ``xadd``, ``rpush``, ``publish``,
+        ``spublish``."""
+        parts = urlsplit(self.url)
+        host = parts.hostname or "localhost"
+        port = f":{parts.port}" if parts.port else ""
+        server: Server = {
+            "host": f"{host}{port}",
+            "protocol": parts.scheme or "redis",
+            "description": "a Redis cluster" if self.cluster else "Redis",
+        }
+        if parts.path and parts.path != "/":
+            server["pathname"] = parts.path
+        return BrokerDescription(kind=self.kind, system="redis", server=server, writes=_WRITES)
 
     def check_installed(self) -> None:
         """Without hiredis (the ``redis`` extra) a connection cannot parse a reply: refused

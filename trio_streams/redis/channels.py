@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Self
 
+from ..core.description import Binding, SourceDescription
 from ..core.errors import ConfigurationError
 from ..core.transport import Source
 from ..memory.channels import MemoryChannel
+from .streams import XADD
 
 __all__ = ["RedisChannel"]
 
@@ -121,6 +123,18 @@ class RedisChannel(Source):
     def dead_letters_to_channel(self) -> bool:
         """``dead_letter="name"`` names a channel (published), not a stream (kept)."""
         return self.dead_letter_kind == "channel"
+
+    def description(self) -> SourceDescription:
+        """Read with ``subscribe``, ``psubscribe`` or ``ssubscribe``; dead letters are
+        published (``spublish`` for a sharded source) or, with ``dead_letter_kind="stream"``,
+        ``xadd``ed."""
+        reads = Binding("redis", {"method": self.command.lower()})
+        if self.dead_letters_to_channel:
+            method = "spublish" if self.sharded else "publish"
+            dead_letters = Binding("redis", {"method": method})
+        else:
+            dead_letters = XADD
+        return SourceDescription(system="redis", reads=reads, dead_letters=dead_letters)
 
     def reads_dead_letter(self, dead_letter: str) -> bool:
         """A dead letter published to a channel these names (or patterns) match comes back

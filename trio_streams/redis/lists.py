@@ -27,9 +27,11 @@ import enum
 from dataclasses import dataclass
 from typing import Self
 
+from ..core.description import Binding, SourceDescription
 from ..core.errors import ConfigurationError, TrioStreamsError, WrongKeyType
 from ..core.transport import Sharing, Source, check_source_args
 from .companions import companion_key
+from .streams import XADD
 
 __all__ = [
     "DEFAULT_HEARTBEAT",
@@ -231,6 +233,16 @@ class RedisList(Source):
         return MemoryList(
             self.key, reliable=self.reliable, dead_letter_to_list=self._dead_letters_to_list
         )
+
+    def description(self) -> SourceDescription:
+        """Read with ``blmove`` (reliable) or ``blpop``; dead letters are pushed at the far end
+        from ``pop`` (or ``xadd``ed, with ``dead_letter_kind="stream"``)."""
+        reads = Binding("redis", {"method": "blmove" if self.reliable else "blpop"})
+        if self.dead_letter_kind is DeadLetterKind.STREAM:
+            dead_letters = XADD
+        else:
+            dead_letters = Binding("redis", {"method": self.pop.push.lower()})
+        return SourceDescription(system="redis", reads=reads, dead_letters=dead_letters)
 
     def reads_dead_letter(self, dead_letter: str) -> bool:
         """A dead letter pushed onto this very list comes back (``dead_letter_kind="list"``);

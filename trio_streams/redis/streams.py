@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from types import EllipsisType
 from typing import Self
 
+from ..core.description import Binding, SourceDescription
 from ..core.errors import ConfigurationError
 from ..core.positions import Position, PositionKind
 from ..core.transport import Sharing, Source, check_source_args
@@ -19,6 +20,10 @@ SEQUENCE_REFUSAL = (
 )
 
 __all__ = ["Mode", "NoGroup", "RedisStream"]
+
+#: How dead letters sent to a stream are written: a stream's, a list's or a channel's with
+#: ``dead_letter_kind="stream"``.
+XADD = Binding("redis", {"method": "xadd"})
 
 
 class NoGroup(enum.Enum):
@@ -240,6 +245,18 @@ class RedisStream(Source):
 
     def with_prefix(self, prefix: str) -> Self:
         return self._evolve(key=prefix + self.key) if prefix else self
+
+    def description(self) -> SourceDescription:
+        """Read with ``xreadgroup`` (its group and consumer) or ``xread``; dead letters are
+        ``xadd``ed."""
+        if self.mode is Mode.GROUP:
+            fields: dict[str, str | None] = {"method": "xreadgroup", "groupName": self.group}
+            if self.consumer:
+                fields["consumerName"] = self.consumer
+            reads = Binding("redis", fields)
+        else:
+            reads = Binding("redis", {"method": "xread"})
+        return SourceDescription(system="redis", reads=reads, dead_letters=XADD, group=self.group)
 
     def in_process(self) -> MemoryStream:
         start = self.start
