@@ -7,7 +7,7 @@ status 141, as the coreutils do (they die of SIGPIPE, which a shell reports as 1
 
 ``run`` is a service: SIGINT and SIGTERM stop it at any moment, also while trio-streams and
 the app are still being imported. So this module imports nothing heavy at its top: ``main``
-installs the start-up signal guard (``_signals``) first, then imports the rest.
+installs the start-up signal guard (``signal_guard``) first, then imports the rest.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from .._version import __version__
-from ..core import _signals
+from ..core import signal_guard
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
 
@@ -81,15 +81,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command ``argv`` (the program's arguments when None) and return its status.
 
-    For ``run``, SIGINT and SIGTERM are guarded from here on (see ``_signals``): one that comes
+    For ``run``, SIGINT and SIGTERM are guarded from here on (see ``signal_guard``): one that comes
     before the app is running stops the command at once with one line and status 130. Called
     with ``argv`` (from code), the handlers found are put back on return; as the program, the
     guard stays until the process exits, so a signal at the very end changes nothing."""
     arguments = sys.argv[1:] if argv is None else list(argv)
-    guarded = arguments[:1] == ["run"] and _signals.install(raising=True)
+    guarded = arguments[:1] == ["run"] and signal_guard.install(raising=True)
     try:
         return _main(arguments)
-    except _signals.StopSignal as stop:
+    except signal_guard.StopSignal as stop:
         # Before ``run`` configured logging: the one line goes to stderr as it is.
         print(
             f"trio-streams run: {stop.name} received while starting, stopping at once",
@@ -98,9 +98,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     finally:
         if guarded and argv is not None:
-            _signals.uninstall()
+            signal_guard.uninstall()
         elif guarded:
-            _signals.install(raising=False)
+            signal_guard.install(raising=False)
 
 
 def _main(argv: list[str]) -> int:

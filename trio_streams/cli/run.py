@@ -15,11 +15,11 @@ from typing import Any
 
 import trio
 
-from ..core import _signals
-from ..core._loading import importing, unregistered_brokers
+from ..core import signal_guard
 from ..core.app import App, AppFailed
 from ..core.errors import ConfigurationError, TrioStreamsError
 from ..core.extras import MissingExtra, require
+from ..core.loading import importing, unregistered_brokers
 from ..core.logs import FORMATS, LEVELS, LogConfigError, configure
 from ..core.reporting import describe, report
 from ..running.http_endpoints import EndpointError
@@ -187,7 +187,7 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     try:
         return _load_and_run(args)
-    except _signals.StopSignal as stop:
+    except signal_guard.StopSignal as stop:
         # Came while the app was imported or checked, before Trio: nothing runs yet.
         _log.warning("%s: %s received while starting, stopping at once", _PROG, stop.name)
         return _EXIT_CUT_SHORT
@@ -230,7 +230,7 @@ def _load_and_run(args: argparse.Namespace) -> int:
         _serve_http(app, args.http)
     serve_worker_endpoints(app)
     watch_supervisor()
-    _signals.hold()
+    signal_guard.hold()
     try:
         graceful = app.run_until_stopped(shutdown_timeout=args.shutdown_timeout)
     except AppFailed as failure:
@@ -263,7 +263,7 @@ def _supervise(app: App, args: argparse.Namespace) -> int:
         reload=args.reload,
         reload_dirs=tuple(Path(d).resolve() for d in args.reload_dir),
     )
-    _signals.hold()
+    signal_guard.hold()
     try:
         return trio.run(
             functools.partial(supervise, http=args.http), worker_command(_worker_argv(args)), policy

@@ -23,15 +23,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import trio
 from trio_util import AsyncValue
 
-from . import _signals
+from . import signal_guard
 from ._escapes import escaped
-from ._loading import refuse_run_while_importing
 from .banner import log_banner
 from .broker import Broker
 from .dispatch import HandledMessage
 from .errors import ConfigurationError, TrioStreamsError
 from .groups import leaves, raise_lone_errors, reraise_unwrapped
 from .host import Fault
+from .loading import refuse_run_while_importing
 from .logs import configure_default
 from .middleware import Middleware, check_middlewares, observe_hooks
 from .reporting import describe, report
@@ -376,7 +376,7 @@ class App:
         timeout = None if shutdown_timeout is None else check_shutdown_timeout(shutdown_timeout)
         try:
             self.check_installed()  # a missing extra: refused before anything starts
-            with _signals.holding():  # a signal before Trio's receiver is not lost
+            with signal_guard.holding():  # a signal before Trio's receiver is not lost
                 return trio.run(self._run_with_signals, timeout)
         except AppFailed:
             raise
@@ -441,9 +441,9 @@ class App:
         return not run.cut_short
 
     async def _watch_signals(self, signals: AsyncIterator[int], run: _SignalledRun) -> None:
-        """The signals that came before the receiver opened (held by ``_signals``), then the
+        """The signals that came before the receiver opened (held by ``signal_guard``), then the
         receiver's, until there is nothing left to stop. Cancelled with the run's nursery."""
-        for signum in _signals.take():
+        for signum in signal_guard.take():
             if not self._on_signal(signum, run):
                 return
         async for signum in signals:

@@ -19,7 +19,7 @@ from .destinations import Destination, DestinationKind
 from .errors import ConfigurationError, TrioStreamsError, UnsupportedError
 from .middleware import Middleware, PublishCall, broker_kind, publish_hooks
 from .pipeline import CommandCheck
-from .routing import Router, Subscription, _Declared
+from .routing import Declared, Router, Subscription
 from .transport import Source, Transport
 
 __all__ = ["Broker", "NotConnected"]
@@ -109,7 +109,13 @@ class Broker(Router):
     def broker_or_none(self) -> Broker:
         return self
 
-    def _on_declared(self, declared: _Declared) -> None:
+    def prepare(self, declared: Declared) -> None:
+        """Fill in, on ``declared`` (a subscriber reaching this broker, its routers' prefixes
+        applied), what this broker adds before it is checked and mounted (a default consumer
+        group, say), or refuse it. Nothing by default."""
+
+    def _on_declared(self, declared: Declared) -> None:
+        self.prepare(declared)
         source = declared.source.with_prefix(self.prefix)
         self.check_subscription(source, declared.transport_options)
         if declared.handler.seeks and not source.seekable:

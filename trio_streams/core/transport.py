@@ -38,11 +38,14 @@ __all__ = [
     "DEAD_LETTER_HEADERS",
     "DeadLetter",
     "SeekRefused",
+    "Sharing",
     "Source",
     "SourceFault",
     "SubscriptionSource",
     "Transport",
     "Unsettled",
+    "check_source_args",
+    "read_count_option",
     "settles_with",
 ]
 

@@ -42,7 +42,7 @@ from ..core.extras import require
 from ..core.pipeline import CommandCheck
 from ..core.positions import InvalidPosition, Position
 from ..core.process import process_name
-from ..core.routing import _Declared
+from ..core.routing import Declared
 from ..core.transport import Source, SubscriptionSource, Transport, read_count_option
 from .channels import RedisChannel
 from .client import RedisClient, connect, key_slot, parse_url
@@ -176,7 +176,9 @@ class RedisBroker(Broker):
         here, before the app starts; declaring and ``app.test()`` need no parser."""
         require("redis", "RedisBroker")
 
-    def _on_declared(self, declared: _Declared) -> None:
+    def prepare(self, declared: Declared) -> None:
+        """A group stream without a group or consumer takes the broker's; its dead letter must
+        share its slot on a cluster (one transaction writes the copy and the ``XACK``)."""
         source = declared.source
         if isinstance(source, RedisStream) and source.mode is Mode.GROUP:
             declared.source = source.with_defaults(group=self.group, consumer=self.consumer)
@@ -189,7 +191,6 @@ class RedisBroker(Broker):
                     "cannot be one transaction; name the dead letter in the stream's slot, "
                     f"e.g. {companion_key(key, 'dead')!r}"
                 )
-        super()._on_declared(declared)
 
     def same_slot(self, key: str, other: str) -> bool:
         """Whether ``key`` and ``other`` can be in one transaction (always, off a cluster)."""

@@ -49,7 +49,7 @@ from typing import final
 
 import trio
 
-from ..core import _signals
+from ..core import signal_guard
 from ..core.app import App
 from ..core.extras import importing
 from ..core.transport import Sharing
@@ -311,7 +311,7 @@ async def _supervise(
             reload_event = trio.Event()  # the restarted worker waits for the next change
 
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        early = _signals.take()  # came before the receiver opened, as Trio started
+        early = signal_guard.take()  # came before the receiver opened, as Trio started
         if early:
             name = signal.Signals(early[0]).name
             _log.warning("supervisor: %s received while starting, stopping at once", name)
