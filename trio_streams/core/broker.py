@@ -65,8 +65,9 @@ class Broker(Router):
 
     def description(self) -> BrokerDescription:
         """What this broker says of itself to documents and traces (see
-        :mod:`~trio_streams.core.description`), from what it was declared with. A broker that
-        says nothing is named by its class and documented as an in-process server."""
+        :mod:`~trio_streams.core.description`), from what it was declared with. By default:
+        its kind, ``trio_streams.<kind>``, an in-process server (the in-process broker's own
+        description) and no bindings."""
         kind = broker_kind(self)
         return BrokerDescription(
             kind=kind,

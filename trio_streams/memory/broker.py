@@ -16,7 +16,6 @@ from ..core.delivery import (
     attempt_from_headers,
     retry_headers,
 )
-from ..core.description import BrokerDescription
 from ..core.destinations import Destination, DestinationKind
 from ..core.errors import ConfigurationError, UnsupportedError
 from ..core.host import SubscriptionHost
@@ -36,7 +35,7 @@ from ..core.transport import (
 from .channels import MemoryChannel, MemoryChannelSubscription, channel_bus
 from .log import Cursor, Entry, Group, MemoryHub
 from .queues import MemoryList, MemoryListSubscription, queue_of
-from .sources import SYSTEM, MemoryStream
+from .sources import MemoryStream
 
 __all__ = ["MemoryBroker", "MemorySubscription", "MemoryTransport"]
 
@@ -65,23 +64,11 @@ class MemoryBroker(Broker):
 
     source_types = (MemoryStream,)
     subscriber_options = frozenset({"count", "pipeline", "atomic"})
-    kind = "memory"
+    kind = "memory"  # described as the core describes a broker: an in-process server
 
     def __init__(self, *, name: str | None = None, max_len: int = 100_000, **defaults: Any) -> None:
         super().__init__(name=name or "memory", **defaults)
         self.hub = MemoryHub(max_len=max_len)
-
-    def description(self) -> BrokerDescription:
-        """An in-process server, named for this broker; no bindings."""
-        return BrokerDescription(
-            kind=self.kind,
-            system=SYSTEM,
-            server={
-                "host": "localhost",
-                "protocol": "in-process",
-                "description": f"{self.name}: in-process streams of one process",
-            },
-        )
 
     def check_subscription(self, source: Source, options: Mapping[str, Any]) -> None:
         super().check_subscription(source, options)
