@@ -46,6 +46,8 @@ class Broker(Router):
         self.name = name or type(self).__name__
         self._subscriptions: list[Subscription] = []
         self._transport: Transport | None = None
+        #: Its ``messaging.system``, from its description at the first publish a middleware wraps.
+        self._system: str | None = None
         #: The middlewares of the app this broker is registered on (set by ``App.broker``).
         self.app_middlewares: tuple[Middleware, ...] = ()
         #: Whether an app has registered this broker (``App.broker``): ``trio-streams run``
@@ -224,10 +226,11 @@ class Broker(Router):
         hooks = publish_hooks(self.app_middlewares + middlewares)
         if not hooks:
             return await self._send(target, encode(message), headers or {})
-        described = self.description()
+        if self._system is None:  # described once: a description is not built per publish
+            self._system = self.description().system
         call = PublishCall(
             self.name, target, message, dict(headers or {}),
-            kind=described.kind, system=described.system,
+            kind=broker_kind(self), system=self._system,
         )  # fmt: skip
         async with AsyncExitStack() as stack:
             for hook in hooks:
