@@ -69,9 +69,9 @@ async def test_a_consumer_span_per_delivery_and_a_producer_span_per_publish_in_o
     assert attributes["messaging.operation.type"] == "process"
     assert attributes["messaging.destination.name"] == "orders"
     assert attributes["messaging.message.delivery_count"] == 1
-    assert attributes["trio_streams.core.outcome"] == "ack"
+    assert attributes["trio_streams.outcome"] == "ack"
     assert noted.status.status_code is StatusCode.ERROR
-    assert dict(noted.attributes or {})["trio_streams.core.outcome"] == "drop"
+    assert dict(noted.attributes or {})["trio_streams.outcome"] == "drop"
     assert seen and seen[0].startswith("00-")  # W3C traceparent in the message's headers
 
 

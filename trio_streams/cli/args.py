@@ -13,15 +13,17 @@ import difflib
 import math
 import sys
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 __all__ = [
     "CommandLineParser",
     "bad_command_line",
+    "beacon_interval",
     "checked_by",
     "command_path",
     "error_line",
     "file_position",
+    "guarded",
     "redis_url",
     "seconds",
     "set_command",
@@ -107,6 +109,48 @@ def checked_by(check: Callable[[str], object], text: str) -> str:
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text
+
+
+def guarded(handler: Callable[[argparse.Namespace], Any]) -> Callable[[argparse.Namespace], int]:
+    """``handler`` (a subcommand's, synchronous) with its errors as the command's status: a
+    trio-streams error is one ``error:`` line, its notes and its hint below it, status 1; a
+    ``ValueError`` is one line, status 2 (a bad value the parser could not judge)."""
+    from ..core.errors import TrioStreamsError
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return int(handler(args))
+        except TrioStreamsError as exc:
+            sys.stdout.flush()
+            sys.stderr.write(error_line(str(exc)) + "\n")
+            notes = [str(note) for note in getattr(exc, "__notes__", ())]
+            hint = exc.hint()
+            if hint is not None and not any(hint in note for note in notes):
+                notes.append(hint)
+            for note in notes:
+                sys.stderr.write(f"  {note}\n")
+            return 1
+        except ValueError as exc:
+            sys.stderr.write(error_line(str(exc)) + "\n")
+            return 2
+
+    return run
+
+
+def beacon_interval(text: str) -> int:
+    """``--beacon-interval`` of a stream file it creates: bytes, within what the format
+    allows."""
+    from ..file.format import MIN_BEACON_INTERVAL
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of bytes: {text!r}") from None
+    if not MIN_BEACON_INTERVAL <= value < 1 << 32:
+        raise argparse.ArgumentTypeError(
+            f"must be {MIN_BEACON_INTERVAL}..2**32-1 bytes, not {value}"
+        )
+    return value
 
 
 def file_position(text: str) -> str:

@@ -20,7 +20,6 @@ from typing import Any, TextIO
 
 import trio
 
-from ..core.errors import TrioStreamsError
 from ..core.positions import Position, PositionKind
 from ..file.envelope import open_envelope
 from ..file.errors import StreamFileError, StreamFileNotFoundError
@@ -29,7 +28,6 @@ from ..file.format import (
     DEFAULT_BEACON_INTERVAL,
     HEADER_SIZE,
     INTERNAL_KEY,
-    MIN_BEACON_INTERVAL,
     Header,
     Message,
     encode_header,
@@ -41,7 +39,14 @@ from ..file.positions import format_position, parse_position
 from ..file.reader import FileReader
 from ..file.repair import RepairPlan, apply_repair, plan_repair
 from ..file.writer import StreamWriter
-from .args import bad_command_line, error_line, file_position, seconds
+from .args import (
+    bad_command_line,
+    beacon_interval,
+    error_line,
+    file_position,
+    guarded,
+    seconds,
+)
 
 #: Files at least this large show a progress bar on ``stat`` (when stderr is a terminal).
 _PROGRESS_FROM_BYTES = 32 << 20
@@ -270,18 +275,6 @@ def _write(args: argparse.Namespace) -> int:
     return 0
 
 
-def _beacon_interval(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of bytes: {text!r}") from None
-    if not MIN_BEACON_INTERVAL <= value < 1 << 32:
-        raise argparse.ArgumentTypeError(
-            f"must be {MIN_BEACON_INTERVAL}..2**32-1 bytes, not {value}"
-        )
-    return value
-
-
 def _describe(plan: RepairPlan, out: TextIO) -> None:
     if plan.size == 0:
         out.write(
@@ -353,27 +346,6 @@ def _repair(args: argparse.Namespace) -> int:
     return 0
 
 
-def _guarded(handler: Any) -> Any:
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return int(handler(args))
-        except TrioStreamsError as exc:
-            sys.stdout.flush()
-            sys.stderr.write(error_line(str(exc)) + "\n")
-            notes = [str(note) for note in getattr(exc, "__notes__", ())]
-            hint = exc.hint()
-            if hint is not None and not any(hint in note for note in notes):
-                notes.append(hint)
-            for note in notes:
-                sys.stderr.write(f"  {note}\n")
-            return 1
-        except ValueError as exc:
-            sys.stderr.write(error_line(str(exc)) + "\n")
-            return 2
-
-    return run
-
-
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``file`` and its subcommands to the ``trio-streams`` parser."""
     parser = commands.add_parser("file", help="inspect and write SeaStreamer stream files (.ss)")
@@ -408,15 +380,15 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         return p
 
     reading("decode", "print the messages of a file", "beginning").set_defaults(
-        handler=_guarded(_decode)
+        handler=guarded(_decode)
     )
     reading("tail", "follow a file live, printing new messages", "end").set_defaults(
-        handler=_guarded(_tail)
+        handler=guarded(_tail)
     )
     stat = sub.add_parser("stat", help="header, streams, counts, sequence ranges, beacons")
     stat.add_argument("file", help="the stream file (.ss)")
     stat.add_argument("--progress", action="store_true", help="always show the progress bar")
-    stat.set_defaults(handler=_guarded(_stat))
+    stat.set_defaults(handler=guarded(_stat))
     write = sub.add_parser(
         "write",
         help="write ndjson messages from stdin into a file",
@@ -429,7 +401,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     write.add_argument("file", help="the stream file to create or append to")
     write.add_argument(
         "--beacon-interval",
-        type=_beacon_interval,
+        type=beacon_interval,
         default=None,
         help="bytes between beacons for a new file (default: the file_header line's, else "
         f"{DEFAULT_BEACON_INTERVAL})",
@@ -452,7 +424,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         default=None,
         help="the end-of-stream message's timestamp (default: now)",
     )
-    write.set_defaults(handler=_guarded(_write))
+    write.set_defaults(handler=guarded(_write))
     repair = sub.add_parser(
         "repair",
         help="move the part of a file that does not decode into a side file, then truncate",
@@ -468,4 +440,4 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="how long to wait for writers' appends to let repair have the file to itself "
         f"(default {EXCLUSIVE_WAIT:g})",
     )
-    repair.set_defaults(handler=_guarded(_repair))
+    repair.set_defaults(handler=guarded(_repair))

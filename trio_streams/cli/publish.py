@@ -24,8 +24,7 @@ from ..file.format import DEFAULT_BEACON_INTERVAL
 from ..file.ndjson_input import InputError, PublishRow, read_publish_input
 from ..file.sources import check_stream_key
 from ..file.writer import StreamWriter
-from .args import bad_command_line, error_line
-from .file import _beacon_interval, _guarded
+from .args import bad_command_line, beacon_interval, error_line, guarded
 
 __all__ = ["register"]
 
@@ -159,11 +158,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     parser.add_argument(
         "--beacon-interval",
-        type=_beacon_interval,
+        type=beacon_interval,
         default=DEFAULT_BEACON_INTERVAL,
         help=f"bytes between beacons if the file is created (default {DEFAULT_BEACON_INTERVAL})",
     )
-    parser.set_defaults(handler=_guarded(_publish))
+    parser.set_defaults(handler=guarded(_publish))
 
 
 def _stored(row: PublishRow, common: Mapping[str, str]) -> bytes:

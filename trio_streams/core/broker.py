@@ -14,11 +14,12 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from typing import Any, ClassVar
 
 from .codec import encode
+from .description import BrokerDescription
 from .destinations import Destination, DestinationKind
 from .errors import ConfigurationError, TrioStreamsError, UnsupportedError
 from .middleware import Middleware, PublishCall, broker_kind, publish_hooks
 from .pipeline import CommandCheck
-from .routing import Router, Subscription, _Declared
+from .routing import Declared, Router, Subscription
 from .transport import Source, Transport
 
 __all__ = ["Broker", "NotConnected"]
@@ -37,12 +38,16 @@ class Broker(Router):
     subscriber_options: ClassVar[frozenset[str]] = frozenset()
     #: The kinds of destination this broker publishes to (every transport has streams).
     destination_kinds: ClassVar[frozenset[DestinationKind]] = frozenset({DestinationKind.STREAM})
+    #: Its kind, as middlewares see it (``redis``, ``file``, ``memory``); empty: its class name.
+    kind: ClassVar[str] = ""
 
     def __init__(self, *, name: str | None = None, prefix: str = "", **defaults: Any) -> None:
         super().__init__(prefix=prefix, **defaults)
         self.name = name or type(self).__name__
         self._subscriptions: list[Subscription] = []
         self._transport: Transport | None = None
+        #: Its ``messaging.system``, from its description at the first publish a middleware wraps.
+        self._system: str | None = None
         #: The middlewares of the app this broker is registered on (set by ``App.broker``).
         self.app_middlewares: tuple[Middleware, ...] = ()
         #: Whether an app has registered this broker (``App.broker``): ``trio-streams run``
@@ -59,6 +64,22 @@ class Broker(Router):
         """Refuse, with :class:`~trio_streams.core.extras.MissingExtra`, a broker whose optional
         dependency is missing: called before an app connects (``app.run()``, ``trio-streams
         run``), never under ``app.test()``, which connects to nothing. None by default."""
+
+    def description(self) -> BrokerDescription:
+        """What this broker says of itself to documents and traces (see
+        :mod:`~trio_streams.core.description`), from what it was declared with. By default:
+        its kind, ``trio_streams.<kind>``, an in-process server (the in-process broker's own
+        description) and no bindings."""
+        kind = broker_kind(self)
+        return BrokerDescription(
+            kind=kind,
+            system=f"trio_streams.{kind}",
+            server={
+                "host": "localhost",
+                "protocol": "in-process",
+                "description": f"{self.name}: in-process streams of one process",
+            },
+        )
 
     def check_subscription(self, source: Source, options: Mapping[str, Any]) -> None:
         """Refuse, with ``UnsupportedError``, what this broker's transport cannot do."""
@@ -91,7 +112,13 @@ class Broker(Router):
     def broker_or_none(self) -> Broker:
         return self
 
-    def _on_declared(self, declared: _Declared) -> None:
+    def prepare(self, declared: Declared) -> None:
+        """Fill in, on ``declared`` (a subscriber reaching this broker, its routers' prefixes
+        applied), what this broker adds before it is checked and mounted (a default consumer
+        group, say), or refuse it. Nothing by default."""
+
+    def _on_declared(self, declared: Declared) -> None:
+        self.prepare(declared)
         source = declared.source.with_prefix(self.prefix)
         self.check_subscription(source, declared.transport_options)
         if declared.handler.seeks and not source.seekable:
@@ -199,7 +226,12 @@ class Broker(Router):
         hooks = publish_hooks(self.app_middlewares + middlewares)
         if not hooks:
             return await self._send(target, encode(message), headers or {})
-        call = PublishCall(self.name, target, message, dict(headers or {}), kind=broker_kind(self))
+        if self._system is None:  # described once: a description is not built per publish
+            self._system = self.description().system
+        call = PublishCall(
+            self.name, target, message, dict(headers or {}),
+            kind=broker_kind(self), system=self._system,
+        )  # fmt: skip
         async with AsyncExitStack() as stack:
             for hook in hooks:
                 await stack.enter_async_context(hook.publish(call))

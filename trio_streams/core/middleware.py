@@ -94,7 +94,8 @@ class HandlerCall:
     #: The broker it runs on (its name).
     broker: str
     delivery: Delivery
-    #: The broker's kind: ``redis``, ``file`` or ``memory`` (another broker: its class name).
+    #: The broker's kind (``Broker.kind``): ``redis``, ``file``, ``memory``; its class name if it
+    #: names none.
     kind: str = "memory"
     #: The handler's context (None for a handler that takes none and a batch).
     context: Context | None = None
@@ -136,8 +137,11 @@ class PublishCall:
     #: The transport's receipt (a position, a length, a subscriber count), once published.
     receipt: Any = None
     error: BaseException | None = None
-    #: The broker's kind: ``redis``, ``file`` or ``memory`` (another broker: its class name).
+    #: The broker's kind (``Broker.kind``): ``redis``, ``file``, ``memory``; its class name if it
+    #: names none.
     kind: str = "memory"
+    #: The broker's ``messaging.system`` (see :class:`~.description.BrokerDescription`).
+    system: str = "trio_streams.memory"
 
 
 def _overrides(middleware: Middleware, hook: str) -> bool:
@@ -179,6 +183,6 @@ def check_middlewares(value: object, *, where: str) -> tuple[Middleware, ...]:
 
 
 def broker_kind(broker: object) -> str:
-    """``redis``, ``file``, ``memory``, or the class name of another broker."""
-    name = type(broker).__name__
-    return {"RedisBroker": "redis", "FileBroker": "file", "MemoryBroker": "memory"}.get(name, name)
+    """The kind ``broker`` says it is (``Broker.kind``: ``redis``, ``file``, ``memory``), or
+    its class name if it says none. Read per delivery: a class attribute, not a description."""
+    return getattr(broker, "kind", "") or type(broker).__name__

@@ -22,7 +22,7 @@ from .transport import Source
 if TYPE_CHECKING:
     from .broker import Broker
 
-__all__ = ["KeyFunction", "Publisher", "Router", "SubscriberOptions", "Subscription"]
+__all__ = ["Declared", "KeyFunction", "Publisher", "Router", "SubscriberOptions", "Subscription"]
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 KeyFunction = Callable[[Any], Hashable]
@@ -108,8 +108,13 @@ class Subscription:
         return f"<Subscription {self.name!r} on {self.source!r}>"
 
 
+@final
 @dataclass(slots=True)
-class _Declared:
+class Declared:
+    """A subscriber as declared (``@router.subscriber(...)``), on its way to its broker: each
+    router it passes through prefixes its source and wraps it in its middlewares; the broker
+    prepares it (:meth:`~trio_streams.core.broker.Broker.prepare`) and mounts it."""
+
     source: Source
     fn: Callable[..., Awaitable[Any]]
     handler: Handler
@@ -198,7 +203,7 @@ class Router:
         #: publishers (inside the app's and the enclosing routers' middlewares).
         self.middlewares = check_middlewares(middlewares, where=type(self).__name__)
         self._defaults = defaults
-        self._declared: list[_Declared] = []
+        self._declared: list[Declared] = []
         #: Publishers declared here, checked by the broker when this router is mounted.
         self._publishers: list[Publisher] = []
         self._routers: list[Router] = []
@@ -261,7 +266,7 @@ class Router:
                 if getattr(fn, _PUBLISHERS_ATTR, None):
                     raise _batch_publisher_error(handler.name)
                 setattr(fn, _BATCH_ATTR, True)
-            declared = _Declared(
+            declared = Declared(
                 source, fn, handler, options, extra, name or handler.name, own_middlewares
             )
             self._declared.append(declared)
@@ -295,14 +300,14 @@ class Router:
 
     # ---- walking the tree --------------------------------------------------------------------
 
-    def all_declared(self) -> list[_Declared]:
+    def all_declared(self) -> list[Declared]:
         """Every declaration here and in included routers, with prefixes applied."""
         found = [self._passed(d) for d in self._declared]
         for router in self._routers:
             found.extend(self._passed(d) for d in router.all_declared())
         return found
 
-    def _passed(self, declared: _Declared) -> _Declared:
+    def _passed(self, declared: Declared) -> Declared:
         """``declared`` as it leaves this router: prefixed, inside its middlewares."""
         return replace(
             declared,
@@ -324,7 +329,7 @@ class Router:
     def broker_or_none(self) -> Broker | None:
         return self._parent.broker_or_none() if self._parent is not None else None
 
-    def _on_declared(self, declared: _Declared) -> None:
+    def _on_declared(self, declared: Declared) -> None:
         if self._parent is not None:
             self._parent._on_declared(self._passed(declared))
 

@@ -26,6 +26,7 @@ from typing import Any, Self, final
 import trio
 
 from .delivery import RETRY_COUNT_HEADER, RETRY_TARGET_HEADER, Delivery
+from .description import SourceDescription
 from .destinations import Destination
 from .errors import ConfigurationError, TrioStreamsError, UnsupportedError
 from .host import SubscriptionHost
@@ -238,6 +239,12 @@ class Source(ABC):
         """The consumer name this source fixes, if any: several processes running it would be
         one consumer (``run --workers`` refuses that). None: each process gets its own."""
         return None
+
+    def description(self) -> SourceDescription:
+        """How its transport reads it, for documents and traces (see
+        :mod:`~trio_streams.core.description`). By default it says nothing: no bindings, no
+        group, its broker's ``messaging.system``."""
+        return SourceDescription()
 
     def reads_dead_letter(self, dead_letter: str) -> bool:
         """Whether this source itself reads what its subscription dead-letters to

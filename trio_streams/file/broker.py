@@ -34,6 +34,7 @@ import trio
 
 from ..core.broker import Broker
 from ..core.delivery import Delivery, SequenceDelivery, attempt_from_headers, retry_headers
+from ..core.description import BrokerDescription
 from ..core.destinations import Destination
 from ..core.errors import ConfigurationError
 from ..core.groups import open_nursery
@@ -112,6 +113,7 @@ class FileBroker(Broker):
 
     source_types = (FileStream,)
     subscriber_options = frozenset({"count"})
+    kind = "file"
 
     def __init__(
         self,
@@ -138,6 +140,19 @@ class FileBroker(Broker):
             raise ConfigurationError(f"durable_interval must be >= 0 s, got {durable_interval!r}")
         self.durable_interval = float(durable_interval)
         self.durability, self.sync_interval = check_durability(durability, sync_interval)
+
+    def description(self) -> BrokerDescription:
+        """Its server is its stream file (protocol ``file``); no bindings."""
+        return BrokerDescription(
+            kind=self.kind,
+            system="trio_streams.file",
+            server={
+                "host": "localhost",
+                "protocol": "file",
+                "pathname": "/" + self.path.lstrip("/"),
+                "description": f"the stream file {self.path} (SeaStreamer format)",
+            },
+        )
 
     def check_subscription(self, source: Source, options: Mapping[str, Any]) -> None:
         super().check_subscription(source, options)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Self, final
+from typing import Any, final
 
+from ..core.description import SourceDescription
 from ..core.errors import ConfigurationError
 from ..core.positions import Position
-from ..core.transport import Source, check_source_args
+from ..core.sources import NamedSource
+from ..core.transport import check_source_args
 from ..memory.sources import MemoryStream
 from .durable import check_consumer_name
 from .format import INTERNAL_KEY, WILDCARD_KEY, key_is_valid
@@ -16,8 +18,8 @@ __all__ = ["FileStream", "check_stream_key"]
 
 
 @final
-@dataclass(frozen=True, slots=True, init=False)
-class FileStream(Source):
+@dataclass(frozen=True, slots=True, init=False, repr=False)
+class FileStream(NamedSource):
     """One or more stream keys of a stream file.
 
     - ``FileStream("orders")`` follows the live tail: only messages written from now on.
@@ -31,6 +33,9 @@ class FileStream(Source):
     Under ``app.test()`` it runs as the ``MemoryStream`` of the same keys, start and mode (a
     durable name has nothing to resume in memory and is ignored there).
     """
+
+    label = "FileStream"
+    shown = (("start_at", None), ("durable", None))
 
     keys: tuple[str, ...]
     replaying: bool
@@ -56,21 +61,13 @@ class FileStream(Source):
 
     def replay(self) -> FileStream:
         """The same keys read from the beginning (or ``start_at``), ending at the file's end."""
-        return self._evolve(replaying=True)
+        return self.evolve(replaying=True)
 
-    def _evolve(
-        self, *, keys: tuple[str, ...] | None = None, replaying: bool | None = None
-    ) -> Self:
-        return type(self)(
-            *(self.keys if keys is None else keys),
-            start_at=self.start_at,
-            durable=self.durable,
-            replaying=self.replaying if replaying is None else replaying,
-        )
+    def arguments(self) -> dict[str, Any]:
+        return {"start_at": self.start_at, "durable": self.durable, "replaying": self.replaying}
 
-    @property
-    def name(self) -> str:
-        return ",".join(self.keys)
+    def derived_by(self) -> str | None:
+        return "replay" if self.replaying else None
 
     @property
     def streams(self) -> tuple[str, ...]:
@@ -85,22 +82,11 @@ class FileStream(Source):
         # A durable consumer holds a lock beside the file: one process at a time runs it.
         return self.durable
 
-    def with_prefix(self, prefix: str) -> Self:
-        if not prefix:
-            return self
-        return self._evolve(keys=tuple(prefix + k for k in self.keys))
+    def description(self) -> SourceDescription:
+        return SourceDescription(system="trio_streams.file")
 
     def in_process(self) -> MemoryStream:
         return MemoryStream(*self.keys, start_at=self.start_at, replaying=self.replaying)
-
-    def __repr__(self) -> str:
-        parts = [repr(k) for k in self.keys]
-        if self.start_at is not None:
-            parts.append(f"start_at={self.start_at!r}")
-        if self.durable is not None:
-            parts.append(f"durable={self.durable!r}")
-        text = f"FileStream({', '.join(parts)})"
-        return text + ".replay()" if self.replaying else text
 
 
 def check_stream_key(key: str) -> None:

@@ -3,16 +3,18 @@
 :func:`asyncapi_document` reads what an app declares, without running it:
 
 - **servers** — one per broker, keyed by its name (two brokers of one name: ``redis``,
-  ``redis_2``): a Redis broker's URL (host, port, ``redis``/``rediss``, and its
-  cluster or sentinel topology; a password in the URL is never written), a stream file's path
-  (protocol ``file``), the in-process broker (protocol ``in-process``);
+  ``redis_2``), as the broker describes itself (``Broker.description()``, see
+  :mod:`trio_streams.core.description`): a Redis broker's URL (host, port, ``redis``/``rediss``,
+  and its cluster or sentinel topology; a password in the URL is never written), a stream
+  file's path (protocol ``file``), the in-process broker (protocol ``in-process``);
 - **channels** — one per stream, list or Pub/Sub channel a subscription reads or a publisher
   writes, on the server of the broker that reads or writes it (a handler reading one broker and
-  publishing through another has its publisher's channel on the other), with the Redis
-  binding that says how it is read or written (``xreadgroup`` with the group and consumer,
-  ``xread``, ``blmove``/``blpop``, ``subscribe``/``psubscribe``/``ssubscribe``; ``xadd``,
-  ``rpush``/``lpush``, ``publish``/``spublish``), the shape FastStream's documents use, so
-  AsyncAPI tools show both alike;
+  publishing through another has its publisher's channel on the other), with the binding its
+  source (``Source.description()``) or broker says it is read or written with — Redis:
+  ``xreadgroup`` with the group and consumer, ``xread``, ``blmove``/``blpop``,
+  ``subscribe``/``psubscribe``/``ssubscribe``; ``xadd``, ``rpush``/``lpush``,
+  ``publish``/``spublish``: the shape FastStream's documents use, so AsyncAPI tools show both
+  alike;
   A subscription's ``dead_letter=`` destination is a channel of its own on the subscription's
   broker, written as the transport writes it (``xadd`` on streams; on lists and Pub/Sub the
   source's ``dead_letter_kind``). Retry copies go back to the stream, list or channel they came
@@ -40,13 +42,12 @@ import types
 import typing
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
 import msgspec
 
 from ..core.app import App
 from ..core.broker import Broker
-from ..core.destinations import Destination, DestinationKind
+from ..core.description import Binding
 from ..core.outcome import Outcome
 from ..core.routing import Publisher, Subscription
 from ..core.transport import DEAD_LETTER_HEADERS
@@ -154,7 +155,7 @@ class _Builder:
         key = self._server_keys.get(id(broker))
         if key is None:
             key = self._server_keys[id(broker)] = self._unique(self.servers, _key(broker.name))
-            self.servers[key] = _server_of(broker)
+            self.servers[key] = dict(broker.description().server)
         return key
 
     def add_subscriptions(self, broker: Broker) -> None:
@@ -182,7 +183,7 @@ class _Builder:
         source = subscription.source
         handler = subscription.handler
         message = self._message(_subscribed_payload(subscription))
-        binding = _read_binding(source)
+        binding = source.description().reads
         channels = []
         for stream in source.streams:
             channel = self._channel(server, stream, message, binding)
@@ -213,7 +214,8 @@ class _Builder:
         server = self.server(broker)
         target = publisher.target
         message = self._message(returns)
-        channel = self._channel(server, target.name, message, _write_binding(broker, target))
+        binding = broker.description().writes.get(target.kind)
+        channel = self._channel(server, target.name, message, binding)
         operation: dict[str, Any] = {
             "action": "send",
             "channel": {"$ref": f"#/channels/{channel}"},
@@ -231,7 +233,7 @@ class _Builder:
         if destination is None:
             return
         message = self._message(_subscribed_payload(subscription), dead_letter=True)
-        binding = _dead_letter_binding(subscription)
+        binding = subscription.source.description().dead_letters
         channel = self._channel(server, destination, message, binding)
         self.operations[
             self._unique(self.operations, _key(f"{server}.{subscription.name}.dead_letter"))
@@ -244,9 +246,7 @@ class _Builder:
 
     # ---- channels and messages ---------------------------------------------------------------
 
-    def _channel(
-        self, server: str, address: str, message: str, binding: Mapping[str, Any] | None
-    ) -> str:
+    def _channel(self, server: str, address: str, message: str, binding: Binding | None) -> str:
         key = _key(f"{server}.{address}")
         channel = self.channels.get(key)
         if channel is None:
@@ -256,7 +256,7 @@ class _Builder:
                 "messages": {},
             }
             if binding is not None:
-                channel["bindings"] = {"redis": {**binding, "bindingVersion": "custom"}}
+                channel["bindings"] = binding.asyncapi()
         channel["messages"][message] = {"$ref": f"#/components/messages/{message}"}
         return key
 
@@ -352,82 +352,3 @@ def _publishes_nothing(annotation: Any) -> bool:
     return annotation is type(None) or (
         isinstance(annotation, type) and issubclass(annotation, Outcome)
     )
-
-
-def _server_of(broker: Broker) -> dict[str, Any]:
-    url = getattr(broker, "url", None)
-    path = getattr(broker, "path", None)
-    if isinstance(url, str):
-        parts = urlsplit(url)
-        host = parts.hostname or "localhost"
-        port = f":{parts.port}" if parts.port else ""
-        server: dict[str, Any] = {
-            "host": f"{host}{port}",
-            "protocol": parts.scheme or "redis",
-            "description": "a Redis cluster" if getattr(broker, "cluster", False) else "Redis",
-        }
-        if parts.path and parts.path != "/":
-            server["pathname"] = parts.path
-        return server
-    if isinstance(path, str):
-        return {
-            "host": "localhost",
-            "protocol": "file",
-            "pathname": "/" + path.lstrip("/"),
-            "description": f"the stream file {path} (SeaStreamer format)",
-        }
-    return {
-        "host": "localhost",
-        "protocol": "in-process",
-        "description": f"{broker.name}: in-process streams of one process",
-    }
-
-
-def _read_binding(source: Any) -> dict[str, Any] | None:
-    """How a subscription reads Redis (the binding FastStream's documents use), or None."""
-    kind = type(source).__name__
-    if kind == "RedisStream":
-        mode = getattr(source.mode, "value", source.mode)
-        if mode == "group":
-            binding = {"method": "xreadgroup", "groupName": source.group}
-            if source.consumer:
-                binding["consumerName"] = source.consumer
-            return binding
-        return {"method": "xread"}
-    if kind == "RedisList":
-        return {"method": "blmove" if source.reliable else "blpop"}
-    if kind == "RedisChannel":
-        method = "psubscribe" if source.pattern else "ssubscribe" if source.sharded else "subscribe"
-        return {"method": method}
-    return None
-
-
-_WRITES: Mapping[DestinationKind, str] = {
-    DestinationKind.STREAM: "xadd",
-    DestinationKind.LIST: "rpush",
-    DestinationKind.CHANNEL: "publish",
-    DestinationKind.SHARD_CHANNEL: "spublish",
-}
-
-
-def _dead_letter_binding(subscription: Subscription) -> dict[str, Any] | None:
-    """How a subscription writes its dead letters to Redis, or None for a broker that is not
-    Redis: ``xadd`` from a stream (or where ``dead_letter_kind="stream"``), else as its list is
-    pushed or its channel published."""
-    if not isinstance(getattr(subscription.broker, "url", None), str):
-        return None
-    source = subscription.source
-    kind = getattr(source, "dead_letter_kind", None)
-    if getattr(kind, "value", kind) in (None, "stream"):
-        return {"method": "xadd"}
-    end = getattr(source, "pop", None)  # a list's end: its letters are pushed at the other
-    if end is not None:
-        return {"method": end.push.lower()}
-    return {"method": "spublish" if getattr(source, "sharded", False) else "publish"}
-
-
-def _write_binding(broker: Broker, target: Destination) -> dict[str, Any] | None:
-    """How a publisher writes Redis, or None for a broker that is not Redis."""
-    if not isinstance(getattr(broker, "url", None), str):
-        return None
-    return {"method": _WRITES[target.kind]}

@@ -6,10 +6,11 @@ messaging semantic conventions:
 
 - **process** — one ``CONSUMER`` span per delivery, named ``process <stream>``, from before
   decoding to after the settle, with ``messaging.system`` (``redis``, ``trio_streams.file``,
-  ``trio_streams.memory``), ``messaging.operation.type`` ``process``,
+  ``trio_streams.memory``: what the source and its broker say of themselves, see
+  :mod:`trio_streams.core.description`), ``messaging.operation.type`` ``process``,
   ``messaging.destination.name``, ``messaging.message.id`` (its position), the consumer group
   where there is one, the attempt (``messaging.message.delivery_count``), and the outcome
-  (``trio_streams.core.outcome``); a handler's exception is recorded on it and sets its status to
+  (``trio_streams.outcome``); a handler's exception is recorded on it and sets its status to
   error.
 - **send** — one ``PRODUCER`` span per publish, named ``send <destination>``, a child of the
   delivery being handled when a handler publishes.
@@ -29,6 +30,7 @@ import trio
 
 from ..core.extras import importing
 from ..core.middleware import HandlerCall, Middleware, PublishCall
+from ..core.transport import Source
 
 with importing("otel", "trio_streams.otel"):
     from opentelemetry import context as otel_context
@@ -38,11 +40,8 @@ with importing("otel", "trio_streams.otel"):
 __all__ = ["TracingMiddleware"]
 
 _SCOPE = "trio_streams"
-
-
-def _system(kind: str) -> str:
-    """``messaging.system`` of a broker kind (``redis``, ``file``, ``memory``, other)."""
-    return "redis" if kind == "redis" else f"trio_streams.{kind}"
+#: Sources whose description is kept (one per subscription traced); past it, the cache starts over.
+_KEPT_SOURCES = 1024
 
 
 class TracingMiddleware(Middleware):
@@ -51,23 +50,38 @@ class TracingMiddleware(Middleware):
 
     def __init__(self, *, tracer_provider: trace.TracerProvider | None = None) -> None:
         self._tracer = trace.get_tracer(_SCOPE, tracer_provider=tracer_provider)
+        #: What each source says of itself for traces, by identity (sources are immutable):
+        #: the source, its ``messaging.system`` and its consumer group.
+        self._sources: dict[int, tuple[Source, str, str | None]] = {}
+
+    def _described(self, call: HandlerCall) -> tuple[Source, str, str | None]:
+        """``call.source``'s system and group, described once per source, not per delivery."""
+        source = call.source
+        known = self._sources.get(id(source))
+        if known is None or known[0] is not source:
+            if len(self._sources) >= _KEPT_SOURCES:
+                self._sources.clear()
+            described = source.description()
+            system = described.system or f"trio_streams.{call.kind}"
+            known = self._sources[id(source)] = (source, system, described.group)
+        return known
 
     @asynccontextmanager
     async def handle(self, call: HandlerCall) -> AsyncIterator[None]:
         delivery = call.delivery
         parent = propagate.extract(_Carrier(delivery.headers))
+        _, system, group = self._described(call)
         attributes: dict[str, Any] = {
-            "messaging.system": _system(call.kind),
+            "messaging.system": system,
             "messaging.operation.type": "process",
             "messaging.operation.name": "process",
             "messaging.destination.name": delivery.stream,
             "messaging.message.delivery_count": delivery.attempt,
-            "trio_streams.core.subscription": call.subscription,
+            "trio_streams.subscription": call.subscription,
         }
         if delivery.position is not None:
             attributes["messaging.message.id"] = str(delivery.position)
-        group = getattr(call.source, "group", None)
-        if isinstance(group, str):
+        if group is not None:
             attributes["messaging.consumer.group.name"] = group
         span = self._tracer.start_span(
             f"process {delivery.stream}", context=parent, kind=SpanKind.CONSUMER,
@@ -88,7 +102,7 @@ class TracingMiddleware(Middleware):
             verdict = call.verdict
             if verdict is not None:
                 outcome = "dead_letter" if verdict.dead_letter else verdict.outcome.kind.value
-                span.set_attribute("trio_streams.core.outcome", outcome)
+                span.set_attribute("trio_streams.outcome", outcome)
             if call.error is not None:
                 span.record_exception(call.error)
                 span.set_status(Status(StatusCode.ERROR, type(call.error).__name__))
@@ -101,7 +115,7 @@ class TracingMiddleware(Middleware):
             f"send {name}",
             kind=SpanKind.PRODUCER,
             attributes={
-                "messaging.system": _system(call.kind),
+                "messaging.system": call.system,
                 "messaging.operation.type": "send",
                 "messaging.operation.name": "send",
                 "messaging.destination.name": name,

@@ -64,6 +64,7 @@ class MemoryBroker(Broker):
 
     source_types = (MemoryStream,)
     subscriber_options = frozenset({"count", "pipeline", "atomic"})
+    kind = "memory"  # described as the core describes a broker: an in-process server
 
     def __init__(self, *, name: str | None = None, max_len: int = 100_000, **defaults: Any) -> None:
         super().__init__(name=name or "memory", **defaults)

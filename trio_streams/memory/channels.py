@@ -17,15 +17,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Self
+from typing import Any, Self
 
 from trio.lowlevel import checkpoint, checkpoint_if_cancelled
 
 from ..core.delivery import RETRY_COUNT_HEADER, Delivery, attempt_from_headers, retry_headers
+from ..core.description import SourceDescription
 from ..core.host import SubscriptionHost
 from ..core.outcome import Outcome
-from ..core.transport import DeadLetter, Sharing, Source, SubscriptionSource
+from ..core.sources import NamedSource
+from ..core.transport import DeadLetter, Sharing, SubscriptionSource
 from .log import Entry, MemoryHub, StreamLog
+from .sources import SYSTEM
 
 __all__ = ["ChannelBus", "MemoryChannel", "MemoryChannelSubscription", "glob_match"]
 
@@ -124,7 +127,7 @@ def _receivers(source: MemoryChannel, channel: str) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class MemoryChannel(Source):
+class MemoryChannel(NamedSource):
     """What an in-process channel subscription reads: the in-process form of a Redis channel
     source (``RedisChannel.in_process()``). Not mounted directly: in-process brokers have
     streams only; under ``app.test()`` a Redis broker's channels run on this."""
@@ -137,13 +140,21 @@ class MemoryChannel(Source):
     #: ``dead_letter="name"`` names a channel of the same bus (else a stream).
     dead_letter_to_channel: bool = True
 
-    @property
-    def name(self) -> str:
-        return ",".join(self.names)
+    label = "MemoryChannel"
 
     @property
     def streams(self) -> tuple[str, ...]:
         return self.names
+
+    def arguments(self) -> dict[str, Any]:
+        return {
+            "pattern": self.pattern,
+            "sharded": self.sharded,
+            "dead_letter_to_channel": self.dead_letter_to_channel,
+        }
+
+    def remake(self, names: tuple[str, ...], arguments: Mapping[str, Any]) -> Self:
+        return type(self)(names, **arguments)  # its names are one argument
 
     def with_prefix(self, prefix: str) -> Self:
         """Prefixed already: ``RedisChannel.with_prefix`` escapes a prefix inside patterns."""
@@ -153,6 +164,9 @@ class MemoryChannel(Source):
     @property
     def sharing(self) -> Sharing:
         return Sharing.LOCAL
+
+    def description(self) -> SourceDescription:
+        return SourceDescription(system=SYSTEM)
 
     def in_process(self) -> MemoryChannel:
         return self

@@ -25,14 +25,16 @@ import itertools
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Self
+from typing import Any
 
 from trio.lowlevel import cancel_shielded_checkpoint, checkpoint, checkpoint_if_cancelled
 
 from ..core.delivery import RETRY_COUNT_HEADER, Delivery, attempt_from_headers, retry_headers
+from ..core.description import SourceDescription
 from ..core.host import SubscriptionHost
 from ..core.outcome import Outcome
 from ..core.pipeline import CommandCheck, Pipeline, Segment
+from ..core.sources import NamedSource
 from ..core.transport import (
     DeadLetter,
     Sharing,
@@ -42,6 +44,7 @@ from ..core.transport import (
     check_source_args,
 )
 from .log import MemoryHub
+from .sources import SYSTEM
 
 __all__ = ["MemoryList", "MemoryListSubscription", "QueueEntry", "WorkQueue"]
 
@@ -100,10 +103,13 @@ def queue_of(hub: MemoryHub, name: str) -> WorkQueue:
     return queue
 
 
-@dataclass(frozen=True, slots=True, init=False)
-class MemoryList(Source):
+@dataclass(frozen=True, slots=True, init=False, repr=False)
+class MemoryList(NamedSource):
     """An in-process work queue (see the module docstring); the in-process form of
     ``RedisList``."""
+
+    label = "MemoryList"
+    shown = (("reliable", False),)
 
     key: str
     reliable: bool
@@ -116,19 +122,11 @@ class MemoryList(Source):
         object.__setattr__(self, "dead_letter_to_list", dead_letter_to_list)
 
     @property
-    def name(self) -> str:
-        return self.key
-
-    @property
     def streams(self) -> tuple[str, ...]:
         return (self.key,)
 
-    def with_prefix(self, prefix: str) -> Self:
-        if not prefix:
-            return self
-        return type(self)(
-            prefix + self.key, reliable=self.reliable, dead_letter_to_list=self.dead_letter_to_list
-        )
+    def arguments(self) -> dict[str, Any]:
+        return {"reliable": self.reliable, "dead_letter_to_list": self.dead_letter_to_list}
 
     @property
     def sharing(self) -> Sharing:
@@ -139,11 +137,11 @@ class MemoryList(Source):
         does not."""
         return self.dead_letter_to_list and dead_letter == self.key
 
+    def description(self) -> SourceDescription:
+        return SourceDescription(system=SYSTEM)
+
     def in_process(self) -> Source:
         return self
-
-    def __repr__(self) -> str:
-        return f"MemoryList({self.key!r}{', reliable=True' if self.reliable else ''})"
 
 
 class MemoryListSubscription(SubscriptionSource):

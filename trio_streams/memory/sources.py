@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Self
+from typing import Any
 
+from ..core.description import SourceDescription
 from ..core.errors import ConfigurationError
 from ..core.positions import Position, PositionKind
-from ..core.transport import Sharing, Source, check_source_args
+from ..core.sources import NamedSource
+from ..core.transport import Sharing, check_source_args
 
-__all__ = ["MemoryStream"]
+__all__ = ["SYSTEM", "MemoryStream"]
+
+#: ``messaging.system`` of the in-process transport's spans.
+SYSTEM = "trio_streams.memory"
 
 
-@dataclass(frozen=True, slots=True, init=False)
-class MemoryStream(Source):
+@dataclass(frozen=True, slots=True, init=False, repr=False)
+class MemoryStream(NamedSource):
     """One or more in-process streams.
 
     - ``MemoryStream("orders")`` follows the live tail: only messages published from now on.
@@ -25,6 +30,9 @@ class MemoryStream(Source):
       transport a source stands in for under ``app.test()`` refuses (a Redis stream has no
       sequence numbers).
     """
+
+    label = "MemoryStream"
+    shown = (("group", None), ("start_at", None))
 
     keys: tuple[str, ...]
     replaying: bool
@@ -51,24 +59,18 @@ class MemoryStream(Source):
 
     def replay(self) -> MemoryStream:
         """The same streams read from the beginning, ending at the tip."""
-        return self._evolve(replaying=True)
+        return self.evolve(replaying=True)
 
-    def _evolve(self, **changes: object) -> Self:
-        fields = {
+    def arguments(self) -> dict[str, Any]:
+        return {
             "group": self.group,
             "start_at": self.start_at,
             "replaying": self.replaying,
             "refused_seeks": self.refused_seeks,
-            **changes,
         }
-        keys = changes.get("keys", self.keys)
-        assert isinstance(keys, tuple)
-        fields.pop("keys", None)
-        return type(self)(*keys, **fields)  # type: ignore[arg-type]
 
-    @property
-    def name(self) -> str:
-        return ",".join(self.keys)
+    def derived_by(self) -> str | None:
+        return "replay" if self.replaying else None
 
     @property
     def streams(self) -> tuple[str, ...]:
@@ -83,19 +85,8 @@ class MemoryStream(Source):
     def sharing(self) -> Sharing:
         return Sharing.LOCAL
 
-    def with_prefix(self, prefix: str) -> Self:
-        if not prefix:
-            return self
-        return self._evolve(keys=tuple(prefix + k for k in self.keys))
+    def description(self) -> SourceDescription:
+        return SourceDescription(system=SYSTEM, group=self.group)
 
     def in_process(self) -> MemoryStream:
         return self
-
-    def __repr__(self) -> str:
-        parts = [repr(k) for k in self.keys]
-        if self.group is not None:
-            parts.append(f"group={self.group!r}")
-        if self.start_at is not None:
-            parts.append(f"start_at={self.start_at!r}")
-        text = f"MemoryStream({', '.join(parts)})"
-        return text + ".replay()" if self.replaying else text

@@ -32,15 +32,17 @@ import itertools
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 from ..core.broker import Broker
+from ..core.description import Binding, BrokerDescription, Server
 from ..core.destinations import Destination, DestinationKind
 from ..core.errors import ConfigurationError, UnsupportedError, WrongKeyType
 from ..core.extras import require
 from ..core.pipeline import CommandCheck
 from ..core.positions import InvalidPosition, Position
 from ..core.process import process_name
-from ..core.routing import _Declared
+from ..core.routing import Declared
 from ..core.transport import Source, SubscriptionSource, Transport, read_count_option
 from .channels import RedisChannel
 from .client import RedisClient, connect, key_slot, parse_url
@@ -66,6 +68,17 @@ DEFAULT_COUNT = 100
 #: How long one blocking read waits for new entries (ms) unless the subscription says ``block=``:
 #: bounded, so a read notices a vanished group and reclaimed entries within it.
 DEFAULT_BLOCK_MS = 1000
+
+#: How a publisher writes each kind of destination, as its AsyncAPI binding says it.
+_WRITES = {
+    kind: Binding("redis", {"method": method})
+    for kind, method in (
+        (DestinationKind.STREAM, "xadd"),
+        (DestinationKind.LIST, "rpush"),
+        (DestinationKind.CHANNEL, "publish"),
+        (DestinationKind.SHARD_CHANNEL, "spublish"),
+    )
+}
 
 #: Numbers the reliable list subscriptions of this process that name no consumer.
 _list_consumers = itertools.count(1)
@@ -104,6 +117,7 @@ class RedisBroker(Broker):
         }
     )
     subscriber_options = frozenset({"count", "block", "pipeline", "atomic"})
+    kind = "redis"
 
     def __init__(
         self,
@@ -141,12 +155,30 @@ class RedisBroker(Broker):
         elif minid is not None:
             self._trim = ("MINID", "=" if exact_trim else "~", minid)
 
+    def description(self) -> BrokerDescription:
+        """Its server is its URL's host and port, ``redis`` or ``rediss``, and its topology (a
+        password in the URL is never shown); it writes with ``xadd``, ``rpush``, ``publish``,
+        ``spublish``."""
+        parts = urlsplit(self.url)
+        host = parts.hostname or "localhost"
+        port = f":{parts.port}" if parts.port else ""
+        server: Server = {
+            "host": f"{host}{port}",
+            "protocol": parts.scheme or "redis",
+            "description": "a Redis cluster" if self.cluster else "Redis",
+        }
+        if parts.path and parts.path != "/":
+            server["pathname"] = parts.path
+        return BrokerDescription(kind=self.kind, system="redis", server=server, writes=_WRITES)
+
     def check_installed(self) -> None:
         """Without hiredis (the ``redis`` extra) a connection cannot parse a reply: refused
         here, before the app starts; declaring and ``app.test()`` need no parser."""
         require("redis", "RedisBroker")
 
-    def _on_declared(self, declared: _Declared) -> None:
+    def prepare(self, declared: Declared) -> None:
+        """A group stream without a group or consumer takes the broker's; its dead letter must
+        share its slot on a cluster (one transaction writes the copy and the ``XACK``)."""
         source = declared.source
         if isinstance(source, RedisStream) and source.mode is Mode.GROUP:
             declared.source = source.with_defaults(group=self.group, consumer=self.consumer)
@@ -159,7 +191,6 @@ class RedisBroker(Broker):
                     "cannot be one transaction; name the dead letter in the stream's slot, "
                     f"e.g. {companion_key(key, 'dead')!r}"
                 )
-        super()._on_declared(declared)
 
     def same_slot(self, key: str, other: str) -> bool:
         """Whether ``key`` and ``other`` can be in one transaction (always, off a cluster)."""

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Self, final
+from typing import Any, Self, final
 
+from ..core.description import Binding, SourceDescription
 from ..core.errors import ConfigurationError
-from ..core.transport import Source
+from ..core.sources import NamedSource
 from ..memory.channels import MemoryChannel
+from .streams import XADD
 
 __all__ = ["RedisChannel"]
 
@@ -16,8 +18,8 @@ _DEAD_LETTER_KINDS = ("channel", "stream")
 
 
 @final
-@dataclass(frozen=True, slots=True, init=False)
-class RedisChannel(Source):
+@dataclass(frozen=True, slots=True, init=False, repr=False)
+class RedisChannel(NamedSource):
     """One or more Redis Pub/Sub channels: ``SUBSCRIBE``, ``PSUBSCRIBE`` or ``SSUBSCRIBE``.
 
     - ``RedisChannel("news")`` — classic channels (``SUBSCRIBE``); several names, one
@@ -49,6 +51,9 @@ class RedisChannel(Source):
     No seeking and no start position (there is nothing to go back to). Under ``app.test()`` it
     runs on the in-process Pub/Sub bus, patterns matched by the server's rules.
     """
+
+    label = "RedisChannel"
+    shown = (("pattern", False), ("sharded", False), ("dead_letter_kind", "channel"))
 
     names: tuple[str, ...]
     pattern: bool
@@ -88,10 +93,6 @@ class RedisChannel(Source):
         object.__setattr__(self, "dead_letter_kind", dead_letter_kind)
 
     @property
-    def name(self) -> str:
-        return ",".join(self.names)
-
-    @property
     def streams(self) -> tuple[str, ...]:
         return self.names
 
@@ -106,22 +107,34 @@ class RedisChannel(Source):
         plural = "s" if len(self.names) > 1 else ""
         return f"{kind}{plural} {', '.join(repr(n) for n in self.names)}"
 
+    def arguments(self) -> dict[str, Any]:
+        return {
+            "pattern": self.pattern,
+            "sharded": self.sharded,
+            "dead_letter_kind": self.dead_letter_kind,
+        }
+
     def with_prefix(self, prefix: str) -> Self:
-        if not prefix:
-            return self
         if self.pattern:  # the prefix is literal: escape what a glob would read
             prefix = "".join(f"\\{c}" if c in _GLOB_SPECIALS else c for c in prefix)
-        return type(self)(
-            *(prefix + n for n in self.names),
-            pattern=self.pattern,
-            sharded=self.sharded,
-            dead_letter_kind=self.dead_letter_kind,
-        )
+        return NamedSource.with_prefix(self, prefix)  # (a slots dataclass has no bare super())
 
     @property
     def dead_letters_to_channel(self) -> bool:
         """``dead_letter="name"`` names a channel (published), not a stream (kept)."""
         return self.dead_letter_kind == "channel"
+
+    def description(self) -> SourceDescription:
+        """Read with ``subscribe``, ``psubscribe`` or ``ssubscribe``; dead letters are
+        published (``spublish`` for a sharded source) or, with ``dead_letter_kind="stream"``,
+        ``xadd``ed."""
+        reads = Binding("redis", {"method": self.command.lower()})
+        if self.dead_letters_to_channel:
+            method = "spublish" if self.sharded else "publish"
+            dead_letters = Binding("redis", {"method": method})
+        else:
+            dead_letters = XADD
+        return SourceDescription(system="redis", reads=reads, dead_letters=dead_letters)
 
     def reads_dead_letter(self, dead_letter: str) -> bool:
         """A dead letter published to a channel these names (or patterns) match comes back
@@ -136,13 +149,3 @@ class RedisChannel(Source):
             sharded=self.sharded,
             dead_letter_to_channel=self.dead_letters_to_channel,
         )
-
-    def __repr__(self) -> str:
-        parts = [repr(n) for n in self.names]
-        if self.pattern:
-            parts.append("pattern=True")
-        if self.sharded:
-            parts.append("sharded=True")
-        if not self.dead_letters_to_channel:
-            parts.append(f"dead_letter_kind={self.dead_letter_kind!r}")
-        return f"RedisChannel({', '.join(parts)})"

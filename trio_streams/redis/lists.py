@@ -25,11 +25,14 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Self, final
+from typing import Any, final
 
+from ..core.description import Binding, SourceDescription
 from ..core.errors import ConfigurationError, TrioStreamsError, WrongKeyType
+from ..core.sources import NamedSource
 from ..core.transport import Sharing, Source, check_source_args
 from .companions import companion_key
+from .streams import XADD
 
 __all__ = [
     "DEFAULT_HEARTBEAT",
@@ -115,8 +118,8 @@ def consumers_key(key: str) -> str:
 
 
 @final
-@dataclass(frozen=True, slots=True, init=False)
-class RedisList(Source):
+@dataclass(frozen=True, slots=True, init=False, repr=False)
+class RedisList(NamedSource):
     """One Redis list, read as a work queue: each entry goes to one consumer.
 
     - ``reliable``: False (default) — simple and **at-most-once**: an entry is popped, and an
@@ -138,6 +141,9 @@ class RedisList(Source):
     Under ``app.test()`` it runs as an in-process work queue of the same name, kept apart from
     in-process streams (``TestClient.kill_consumer`` shows a reliable list's crash recovery).
     """
+
+    label = "RedisList"
+    shown = (("reliable", False), ("consumer", None), ("pop", ListEnd.LEFT.value))
 
     key: str
     reliable: bool
@@ -197,25 +203,18 @@ class RedisList(Source):
         object.__setattr__(self, "dead_letter_kind", dead)
 
     @property
-    def name(self) -> str:
-        return self.key
-
-    @property
     def streams(self) -> tuple[str, ...]:
         return (self.key,)
 
-    def with_prefix(self, prefix: str) -> Self:
-        if not prefix:
-            return self
-        return type(self)(
-            prefix + self.key,
-            reliable=self.reliable,
-            consumer=self.consumer,
-            pop=self.pop,
-            heartbeat=self.heartbeat,
-            reap_every=self.reap_every,
-            dead_letter_kind=self.dead_letter_kind,
-        )
+    def arguments(self) -> dict[str, Any]:
+        return {
+            "reliable": self.reliable,
+            "consumer": self.consumer,
+            "pop": self.pop.value,
+            "heartbeat": self.heartbeat,
+            "reap_every": self.reap_every,
+            "dead_letter_kind": self.dead_letter_kind,
+        }
 
     @property
     def sharing(self) -> Sharing:
@@ -233,6 +232,16 @@ class RedisList(Source):
             self.key, reliable=self.reliable, dead_letter_to_list=self._dead_letters_to_list
         )
 
+    def description(self) -> SourceDescription:
+        """Read with ``blmove`` (reliable) or ``blpop``; dead letters are pushed at the far end
+        from ``pop`` (or ``xadd``ed, with ``dead_letter_kind="stream"``)."""
+        reads = Binding("redis", {"method": "blmove" if self.reliable else "blpop"})
+        if self.dead_letter_kind is DeadLetterKind.STREAM:
+            dead_letters = XADD
+        else:
+            dead_letters = Binding("redis", {"method": self.pop.push.lower()})
+        return SourceDescription(system="redis", reads=reads, dead_letters=dead_letters)
+
     def reads_dead_letter(self, dead_letter: str) -> bool:
         """A dead letter pushed onto this very list comes back (``dead_letter_kind="list"``);
         one appended to a stream of the same name cannot (a key has one type)."""
@@ -241,13 +250,3 @@ class RedisList(Source):
     @property
     def _dead_letters_to_list(self) -> bool:
         return self.dead_letter_kind is DeadLetterKind.LIST
-
-    def __repr__(self) -> str:
-        parts = [repr(self.key)]
-        if self.reliable:
-            parts.append("reliable=True")
-        if self.consumer is not None:
-            parts.append(f"consumer={self.consumer!r}")
-        if self.pop is not ListEnd.LEFT:
-            parts.append(f"pop={self.pop.value!r}")
-        return f"RedisList({', '.join(parts)})"

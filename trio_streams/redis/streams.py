@@ -5,11 +5,13 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from types import EllipsisType
-from typing import Self, final
+from typing import Any, Self, final
 
+from ..core.description import Binding, SourceDescription
 from ..core.errors import ConfigurationError
 from ..core.positions import Position, PositionKind
-from ..core.transport import Sharing, Source, check_source_args
+from ..core.sources import NamedSource
+from ..core.transport import Sharing, check_source_args
 from ..memory.sources import MemoryStream
 
 #: Why a plain stream refuses ``Position.sequence`` (live, and under ``app.test()``).
@@ -19,6 +21,10 @@ SEQUENCE_REFUSAL = (
 )
 
 __all__ = ["Mode", "NoGroup", "RedisStream"]
+
+#: How dead letters sent to a stream are written: a stream's, a list's or a channel's with
+#: ``dead_letter_kind="stream"``.
+XADD = Binding("redis", {"method": "xadd"})
 
 
 class NoGroup(enum.Enum):
@@ -51,8 +57,8 @@ class Mode(enum.Enum):
 
 
 @final
-@dataclass(frozen=True, slots=True, init=False)
-class RedisStream(Source):
+@dataclass(frozen=True, slots=True, init=False, repr=False)
+class RedisStream(NamedSource):
     """One Redis stream, read through a consumer group (or plainly: :meth:`replay`,
     :meth:`tail`).
 
@@ -79,6 +85,9 @@ class RedisStream(Source):
     Under ``app.test()`` it runs as the ``MemoryStream`` of the same key, group and start (an
     entry-id start runs from the beginning there: in-process streams have no entry ids).
     """
+
+    label = "RedisStream"
+    shown = (("group", None), ("consumer", None), ("start", None))
 
     key: str
     group: str | None
@@ -183,14 +192,14 @@ class RedisStream(Source):
     def replay(self) -> Self:
         """The stream read without a group from the beginning (or ``start``) to the tip, then
         the end; seekable."""
-        return self._evolve(mode=Mode.REPLAY)
+        return self.evolve(mode=Mode.REPLAY)
 
     def tail(self) -> Self:
         """The stream read without a group from the tip (or ``start``), following; seekable."""
-        return self._evolve(mode=Mode.TAIL)
+        return self.evolve(mode=Mode.TAIL)
 
-    def _evolve(self, **changes: object) -> Self:
-        fields: dict[str, object] = {
+    def arguments(self) -> dict[str, Any]:
+        return {
             "group": self.group,
             "consumer": self.consumer,
             "start": self.start_at,
@@ -204,21 +213,16 @@ class RedisStream(Source):
             ),
             "mode": self.mode,
         }
-        fields.update(changes)
-        key = fields.pop("key", self.key)
-        assert isinstance(key, str)
-        return type(self)(key, **fields)  # type: ignore[arg-type]
+
+    def derived_by(self) -> str | None:
+        return None if self.mode is Mode.GROUP else self.mode.value
 
     def with_defaults(self, *, group: str | None, consumer: str | None) -> Self:
         """This source with the broker's group and consumer where it names none (a plain
         replay or tail keeps reading without a group)."""
         if self.mode is not Mode.GROUP:
             return self
-        return self._evolve(group=self.group or group, consumer=self.consumer or consumer)
-
-    @property
-    def name(self) -> str:
-        return self.key
+        return self.evolve(group=self.group or group, consumer=self.consumer or consumer)
 
     @property
     def streams(self) -> tuple[str, ...]:
@@ -239,8 +243,17 @@ class RedisStream(Source):
     def consumer_name(self) -> str | None:
         return self.consumer if self.mode is Mode.GROUP else None
 
-    def with_prefix(self, prefix: str) -> Self:
-        return self._evolve(key=prefix + self.key) if prefix else self
+    def description(self) -> SourceDescription:
+        """Read with ``xreadgroup`` (its group and consumer) or ``xread``; dead letters are
+        ``xadd``ed."""
+        if self.mode is Mode.GROUP:
+            fields: dict[str, str | None] = {"method": "xreadgroup", "groupName": self.group}
+            if self.consumer:
+                fields["consumerName"] = self.consumer
+            reads = Binding("redis", fields)
+        else:
+            reads = Binding("redis", {"method": "xread"})
+        return SourceDescription(system="redis", reads=reads, dead_letters=XADD, group=self.group)
 
     def in_process(self) -> MemoryStream:
         start = self.start
@@ -255,14 +268,3 @@ class RedisStream(Source):
             )
         # No group named: one group per subscription, which in process is a cursor of its own.
         return MemoryStream(self.key, group=self.group, start_at=start)
-
-    def __repr__(self) -> str:
-        parts = [repr(self.key)]
-        if self.group is not None:
-            parts.append(f"group={self.group!r}")
-        if self.consumer is not None:
-            parts.append(f"consumer={self.consumer!r}")
-        if self.start_at is not None:
-            parts.append(f"start={self.start_at!r}")
-        text = f"RedisStream({', '.join(parts)})"
-        return text if self.mode is Mode.GROUP else f"{text}.{self.mode.value}()"

@@ -53,6 +53,7 @@ __all__ = [
     "parse_entries",
     "parse_pending",
     "parse_read",
+    "split_id",
     "stream_entries",
     "text",
 ]
