@@ -29,7 +29,6 @@ from ..file.format import (
     DEFAULT_BEACON_INTERVAL,
     HEADER_SIZE,
     INTERNAL_KEY,
-    MIN_BEACON_INTERVAL,
     Header,
     Message,
     encode_header,
@@ -41,7 +40,7 @@ from ..file.positions import format_position, parse_position
 from ..file.reader import FileReader
 from ..file.repair import RepairPlan, apply_repair, plan_repair
 from ..file.writer import StreamWriter
-from .args import bad_command_line, error_line, file_position, seconds
+from .args import bad_command_line, beacon_interval, error_line, file_position, seconds
 
 #: Files at least this large show a progress bar on ``stat`` (when stderr is a terminal).
 _PROGRESS_FROM_BYTES = 32 << 20
@@ -270,18 +269,6 @@ def _write(args: argparse.Namespace) -> int:
     return 0
 
 
-def _beacon_interval(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of bytes: {text!r}") from None
-    if not MIN_BEACON_INTERVAL <= value < 1 << 32:
-        raise argparse.ArgumentTypeError(
-            f"must be {MIN_BEACON_INTERVAL}..2**32-1 bytes, not {value}"
-        )
-    return value
-
-
 def _describe(plan: RepairPlan, out: TextIO) -> None:
     if plan.size == 0:
         out.write(
@@ -429,7 +416,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     write.add_argument("file", help="the stream file to create or append to")
     write.add_argument(
         "--beacon-interval",
-        type=_beacon_interval,
+        type=beacon_interval,
         default=None,
         help="bytes between beacons for a new file (default: the file_header line's, else "
         f"{DEFAULT_BEACON_INTERVAL})",
