@@ -1,5 +1,6 @@
-"""Back-pressure by bounded channels only (DESIGN.md), stated once for every transport: a slow
-handler makes the driver stop reading, never queue more than the channel holds."""
+"""Back-pressure by bounded channels only (docs/architecture.md, "Tasks and their owners"),
+stated once for every transport: a slow handler makes the driver stop reading, never queue more
+than the channel holds."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The Seeking contract (DESIGN.md), stated once for every transport that can seek.
+"""The Seeking contract (docs/architecture.md, "Seeking"), stated once for every transport
+that can seek.
 
 Streams hold messages whose payload is their sequence number, so ``seen`` lists read like
 positions.

@@ -1,4 +1,5 @@
-"""Settling per the settle table (DESIGN.md, Outcomes), stated once for every transport.
+"""Settling per the settle table (docs/architecture.md, "A delivery's life"), stated once for
+every transport.
 
 ack (or returning None) and drop consume the delivery; retry delivers a copy to the subscription
 that asked for it, with its attempt counted; retry_after(d) does so after d on Trio's clock; an

@@ -2,7 +2,8 @@
 durable position after a seek, seeks racing shutdown, refused live seeks, raw-constructor
 positions, and file/in-process parity over a table of seek scenarios.
 
-One test per sentence of the Seeking contract (DESIGN.md) or of the defect it proves fixed.
+One test per sentence of the Seeking contract (docs/architecture.md, "Seeking") or of the
+defect it proves fixed.
 """
 
 from __future__ import annotations
