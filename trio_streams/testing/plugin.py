@@ -11,6 +11,9 @@ running on in-process transports, shut down gracefully afterwards. Tests run und
     async def test_totals(app_client: TestClient) -> None:
         await app_client.publish("orders", Order(1, 2.0))
         assert app_client.handler(total).outcomes == [ack()]
+
+pytest loads this module in every run, whether or not a test uses trio-streams: it imports
+neither Trio nor the framework until a test asks for ``app_client``.
 """
 
 from __future__ import annotations
@@ -19,13 +22,17 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from ..core.app import App
-from .harness import TestClient
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
+
+if TYPE_CHECKING:
+    from .harness import TestClient
 
 
 @pytest.fixture
 async def app_client(request: pytest.FixtureRequest) -> AsyncIterator[TestClient]:
     """The ``app`` fixture's App, running on in-process transports for one test."""
+    from ..core.app import App
+
     try:
         app = request.getfixturevalue("app")
     except pytest.FixtureLookupError:
