@@ -9,11 +9,10 @@ is used (``from trio_streams import App`` imports ``trio_streams.core.app``), so
 run`` can guard SIGINT and SIGTERM before Trio and the app are imported (``cli/commands.py``).
 """
 
-from ._version import __version__
-
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (a few ms)
 
 if TYPE_CHECKING:
+    from ._version import __version__
     from .core.app import App, AppFailed, Health, HealthState, RunningApp, State
     from .core.broker import Broker, NotConnected
     from .core.codec import DecodeError, EncodeError
@@ -123,6 +122,7 @@ _EXPORTS: dict[str, str] = {
     "Router": ".core.routing",
     "SeekRefused": ".core.transport",
     "Sharing": ".core.transport",
+    "__version__": "._version",
 }
 
 if not TYPE_CHECKING:  # type checkers see the imports above; a typo stays an error there

@@ -97,20 +97,24 @@ async def test_a_cancelled_receive_takes_nothing(autojump_clock: trio.abc.Clock)
     assert await channel.receive() is d
 
 
-async def test_wait_idle_returns_when_nothing_is_outstanding_or_on_interrupt() -> None:
-    channel = DeliveryChannel(4)
-    await channel.wait_idle_or_interrupt()  # nothing outstanding: at once
-    d = make(1)[0]
-    await _send(channel, d)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(channel.wait_idle_or_interrupt)
-        await trio.testing.wait_all_tasks_blocked()
-        channel.finished(await channel.receive())
-    async with trio.open_nursery() as nursery:
-        await _send(channel, make(1)[0])
-        nursery.start_soon(channel.wait_idle_or_interrupt)
-        await trio.testing.wait_all_tasks_blocked()
-        channel.interrupt()
+async def test_wait_idle_returns_when_nothing_is_outstanding_or_on_interrupt(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # A wait that never returns fails at once: the clock jumps to the deadline.
+    with trio.fail_after(1):
+        channel = DeliveryChannel(4)
+        await channel.wait_idle_or_interrupt()  # nothing outstanding: at once
+        d = make(1)[0]
+        await _send(channel, d)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(channel.wait_idle_or_interrupt)
+            await trio.testing.wait_all_tasks_blocked()
+            channel.finished(await channel.receive())
+        async with trio.open_nursery() as nursery:
+            await _send(channel, make(1)[0])
+            nursery.start_soon(channel.wait_idle_or_interrupt)
+            await trio.testing.wait_all_tasks_blocked()
+            channel.interrupt()
 
 
 async def test_receive_yields_to_the_scheduler_regularly_even_when_never_waiting() -> None:

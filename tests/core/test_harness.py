@@ -1,8 +1,14 @@
 """The test harness: app.test(), settling, assertions, and the pytest plugin."""
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import trio
 
+import trio_streams
 from trio_streams import (
     RETRY_COUNT_HEADER,
     App,
@@ -175,6 +181,24 @@ def test_the_pytest_plugin_runs_an_app_per_test(pytester: pytest.Pytester) -> No
     )
     result = pytester.runpytest_subprocess()
     result.assert_outcomes(passed=2)
+
+
+def test_importing_the_plugin_imports_neither_trio_nor_the_framework() -> None:
+    """pytest loads the plugin in every run wherever trio-streams is installed: until a test
+    asks for ``app_client``, it costs the packages it sits in and itself, and no Trio."""
+    code = (
+        "import json, sys\n"
+        "import trio_streams.testing.plugin\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    root = Path(trio_streams.__file__).parent.parent  # this checkout, not another install
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True
+    )
+    modules = json.loads(done.stdout)
+    ours = [name for name in modules if name.split(".")[0] == "trio_streams"]
+    assert ours == ["trio_streams", "trio_streams.testing", "trio_streams.testing.plugin"]
+    assert [name for name in modules if name.split(".")[0] == "trio"] == []
 
 
 def test_the_plugin_explains_a_missing_app_fixture(pytester: pytest.Pytester) -> None:

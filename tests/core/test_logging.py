@@ -29,8 +29,6 @@ from trio_streams.file import FileBroker, FileStream
 from trio_streams.file.writer import StreamWriter
 from trio_streams.memory.broker import MemorySubscription, MemoryTransport
 
-pytestmark = pytest.mark.usefixtures("autojump_clock")
-
 
 def lines_at(caplog: pytest.LogCaptureFixture, level: int) -> list[logging.LogRecord]:
     return [r for r in caplog.records if r.levelno == level and r.name.startswith("trio_streams")]
@@ -83,7 +81,7 @@ async def test_a_retry_is_one_warning_line_and_its_traceback_is_at_debug(
 
 
 async def test_a_retry_after_says_when_once_it_is_scheduled(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, autojump_clock: trio.abc.Clock
 ) -> None:
     caplog.set_level(logging.DEBUG)
     async with flaky_app(1, retry_delay=2.5).test() as t:
@@ -245,7 +243,9 @@ def test_app_run_leaves_a_configured_logging_alone(monkeypatch: pytest.MonkeyPat
     assert root.handlers == [handler]
 
 
-async def test_retry_after_outcomes_are_not_failures(caplog: pytest.LogCaptureFixture) -> None:
+async def test_retry_after_outcomes_are_not_failures(
+    caplog: pytest.LogCaptureFixture, autojump_clock: trio.abc.Clock
+) -> None:
     caplog.set_level(logging.INFO)
     app = App("shop")
     broker = app.broker(MemoryBroker())

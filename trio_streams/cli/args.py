@@ -1,9 +1,11 @@
-"""Argument types the subcommands share, checked by the parser.
+"""The subcommands' argument types and the parser that refuses a bad command line.
 
 A value that cannot be right whatever the server or the file holds (a position that is not
 one, a Redis URL that does not parse, a negative wait) is a bad command line: the parser refuses
-it with one line and status 2, before anything is opened. Each type returns the text as given,
-so the command reads it as before; only the check moves to the parser.
+it with one line and status 2, before anything is opened. A type that only checks returns the
+text as given, so the command reads it as before; only the check moves to the parser. Every
+``type=`` of the subcommands is here, so the rules a value meets are read in one place; what a
+type needs of the transports is imported when it runs, so building the parser stays cheap.
 """
 
 from __future__ import annotations
@@ -11,12 +13,17 @@ from __future__ import annotations
 import argparse
 import difflib
 import math
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 __all__ = [
+    "REDIS_SCHEMES",
+    "URL_SCHEME",
     "CommandLineParser",
+    "app_address",
+    "at_least_one",
     "bad_command_line",
     "beacon_interval",
     "checked_by",
@@ -24,10 +31,21 @@ __all__ = [
     "error_line",
     "file_position",
     "guarded",
+    "header",
+    "http_address",
+    "positive",
+    "record_bound",
     "redis_url",
     "seconds",
     "set_command",
+    "stream_key",
+    "top_target",
 ]
+
+#: How a Redis URL begins (``redis+cluster://``, ``rediss+sentinel://`` included).
+REDIS_SCHEMES = ("redis://", "rediss://", "redis+", "rediss+")
+#: A URL's scheme (``redis`` of ``redis://...``): a target that has one is not a file path.
+URL_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
 #: The command being run, as typed (``trio-streams file decode``): set once its arguments are
 #: parsed, so every error line names it.
@@ -168,16 +186,114 @@ def redis_url(text: str) -> str:
     return checked_by(parse_url, text)
 
 
-def seconds(*, unbounded: bool = False) -> Callable[[str], float]:
-    """A number of seconds >= 0; ``inf`` (no bound) only if ``unbounded``."""
+def seconds(*, minimum: float = 0, unbounded: bool = False) -> Callable[[str], float]:
+    """A number of seconds >= ``minimum``; ``inf`` (no bound) only if ``unbounded``."""
 
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-        if math.isnan(value) or value < 0 or (math.isinf(value) and not unbounded):
-            raise argparse.ArgumentTypeError(f"must be >= 0 seconds, not {text}")
+        if math.isnan(value) or value < minimum or (math.isinf(value) and not unbounded):
+            raise argparse.ArgumentTypeError(f"must be >= {minimum} seconds, not {text}")
         return value
 
     return parse
+
+
+def positive(kind: type[Any]) -> Callable[[str], Any]:
+    """A finite number > 0 of ``kind`` (``int`` or ``float``): a rate, a speed, a limit."""
+
+    def parse(value: str) -> Any:
+        try:
+            number = kind(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+        if not (number > 0 and math.isfinite(number)):
+            raise argparse.ArgumentTypeError(f"must be > 0, not {value}")
+        return number
+
+    return parse
+
+
+def at_least_one(text: str) -> int:
+    """A whole number >= 1: a count of processes or of restarts."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, not {value}")
+    return value
+
+
+def stream_key(text: str) -> str:
+    """A stream key the file format can hold, that a subscription can name."""
+    from ..file.sources import check_stream_key
+
+    return checked_by(check_stream_key, text)
+
+
+def header(text: str) -> tuple[str, str]:
+    """``NAME=VALUE``, a header of the messages published (the value may be empty)."""
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"a header is NAME=VALUE, not {text!r}")
+    return name, value
+
+
+def record_bound(option: str) -> Callable[[str], str]:
+    """``--from`` / ``--until`` of ``record``: an entry id, ``ts:MS`` (or ``end`` for
+    ``--from``), checked by the parser; the text is kept for ``parse_bounds``."""
+
+    def check(value: str) -> object:
+        from ..record.bounds import parse_bounds
+
+        return parse_bounds(value, None) if option == "--from" else parse_bounds(None, value)
+
+    return lambda value: checked_by(check, value)
+
+
+def http_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (or ``:PORT``) that ``run --http`` listens on."""
+    from ..running.http_endpoints import parse_address
+
+    try:
+        return parse_address(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def top_target(text: str) -> str:
+    """What ``top`` watches. A Redis URL and an app's ``http://HOST:PORT`` are checked by the
+    parser (a bad one, or a URL of another scheme, is a bad command line); a file is looked at
+    when the view starts."""
+    if text.startswith(REDIS_SCHEMES):
+        return redis_url(text)
+    if text.startswith("http://"):
+        return app_address(text)
+    scheme = URL_SCHEME.match(text)
+    if scheme is not None:
+        from ..redis.client import redact_url
+
+        raise argparse.ArgumentTypeError(
+            f"{scheme.group(1)}:// is not supported: top reads a Redis URL (redis://, "
+            "rediss://, redis+cluster://, redis+sentinel://), a stream file, or the "
+            f"http://HOST:PORT of an app's --http; got {redact_url(text)!r}"
+        )
+    return text
+
+
+def app_address(text: str) -> str:
+    """``http://HOST:PORT`` of an app's ``--http``, with nothing after the port: top reads
+    ``/metrics`` and ``/readyz`` itself."""
+    address = text.removeprefix("http://").removesuffix("/")
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536 or "/" in address or "@" in host:
+        from ..redis.client import redact_url
+
+        raise argparse.ArgumentTypeError(
+            f"expected http://HOST:PORT (the address an app's --http listens on, with no "
+            f"path), got {redact_url(text)!r}"
+        )
+    return text

@@ -15,36 +15,24 @@ transport, so other transports can add theirs (``redis://...`` is refused for no
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from collections.abc import Mapping
 
 from ..file.envelope import open_envelope, seal
 from ..file.format import DEFAULT_BEACON_INTERVAL
 from ..file.ndjson_input import InputError, PublishRow, read_publish_input
-from ..file.sources import check_stream_key
 from ..file.writer import StreamWriter
-from .args import bad_command_line, beacon_interval, error_line, guarded
+from .args import (
+    URL_SCHEME,
+    bad_command_line,
+    beacon_interval,
+    error_line,
+    guarded,
+    header,
+    stream_key,
+)
 
 __all__ = ["register"]
-
-_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
-
-
-def _header(text: str) -> tuple[str, str]:
-    name, sep, value = text.partition("=")
-    if not sep or not name:
-        raise argparse.ArgumentTypeError(f"a header is NAME=VALUE, not {text!r}")
-    return name, value
-
-
-def _stream_key(text: str) -> str:
-    """KEY on the command line: one the format can hold, that a subscription can name."""
-    try:
-        check_stream_key(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
 
 
 def _read_payload(args: argparse.Namespace) -> bytes:
@@ -108,7 +96,7 @@ def _publish_file(args: argparse.Namespace, items: list[tuple[str, bytes, int | 
 
 
 def _publish(args: argparse.Namespace) -> int:
-    url = _URL.match(args.target)
+    url = URL_SCHEME.match(args.target)
     if url is not None:
         from ..redis.client.config import redact_url
 
@@ -132,7 +120,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         description=__doc__.split("\n\n")[1] if __doc__ else None,
     )
     parser.add_argument("target", metavar="FILE", help="the stream file (.ss), created if missing")
-    parser.add_argument("key", metavar="KEY", nargs="?", type=_stream_key, help="the stream key")
+    parser.add_argument("key", metavar="KEY", nargs="?", type=stream_key, help="the stream key")
     parser.add_argument(
         "payload", metavar="PAYLOAD", nargs="?", help="the payload (default: --file, else stdin)"
     )
@@ -141,7 +129,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "-H",
         "--header",
         action="append",
-        type=_header,
+        type=header,
         metavar="NAME=VALUE",
         help="a header of every message (repeatable)",
     )

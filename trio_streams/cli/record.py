@@ -9,11 +9,9 @@ short exits 130, saying the last id it wrote.
 from __future__ import annotations
 
 import argparse
-import math
 import signal
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import trio
 
@@ -40,7 +38,7 @@ from ..record.resume import KeyNotRecorded, id_after, recorded_key
 from ..redis.client import RedisClient, connect, redact_url
 from ..redis.wire import split_id, text
 from ..top.redis_sample import scan_keys
-from .args import checked_by, error_line, file_position, redis_url
+from .args import error_line, file_position, positive, record_bound, redis_url
 
 __all__ = ["register"]
 
@@ -298,29 +296,6 @@ def _guarded(main: Callable[[argparse.Namespace], Awaitable[int]]) -> Callable[.
     return run
 
 
-def _positive(kind: type[Any]) -> Callable[[str], Any]:
-    def parse(value: str) -> Any:
-        try:
-            number = kind(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
-        if not (number > 0 and math.isfinite(number)):
-            raise argparse.ArgumentTypeError(f"must be > 0, not {value}")
-        return number
-
-    return parse
-
-
-def _bound(option: str) -> Callable[[str], str]:
-    """``--from`` / ``--until`` of ``record``: an entry id, ``ts:MS`` (or ``end`` for
-    ``--from``), checked by the parser; the text is kept for ``parse_bounds``."""
-
-    def check(value: str) -> object:
-        return parse_bounds(value, None) if option == "--from" else parse_bounds(None, value)
-
-    return lambda value: checked_by(check, value)
-
-
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``record`` and ``replay`` to the ``trio-streams`` parser."""
     record = commands.add_parser(
@@ -342,13 +317,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--key", default=None, help="the file's stream key (default: the Redis key's name)"
     )
     record.add_argument(
-        "--from", dest="start", type=_bound("--from"), default=None, metavar="ID|ts:MS|end",
+        "--from", dest="start", type=record_bound("--from"), default=None, metavar="ID|ts:MS|end",
         help="first entry: an id (inclusive), ts:MS (strictly later), or end (only new "
         "entries; with --follow); default: the beginning",
     )  # fmt: skip
     until = record.add_mutually_exclusive_group()
     until.add_argument(
-        "--until", type=_bound("--until"), default=None, metavar="ID|ts:MS",
+        "--until", type=record_bound("--until"), default=None, metavar="ID|ts:MS",
         help="last entry: an id or ts:MS (inclusive); default: the last one when recording began",
     )  # fmt: skip
     until.add_argument(
@@ -358,7 +333,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     kind.add_argument("--channel", action="store_true", help="KEY is a Pub/Sub channel")
     kind.add_argument("--pattern", action="store_true", help="KEY is a Pub/Sub pattern")
     record.add_argument(
-        "--limit", type=_positive(int), default=None, metavar="N", help="stop after N entries"
+        "--limit", type=positive(int), default=None, metavar="N", help="stop after N entries"
     )
     record.add_argument(
         "--append", action="store_true",
@@ -407,13 +382,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )  # fmt: skip
     pace = replay.add_mutually_exclusive_group()
     pace.add_argument(
-        "--rate", type=_positive(float), default=None, metavar="N", help="N messages a second"
+        "--rate", type=positive(float), default=None, metavar="N", help="N messages a second"
     )
     pace.add_argument(
         "--as-recorded", action="store_true", help="keep the recorded gaps between messages"
     )
     pace.add_argument(
-        "--speed", type=_positive(float), default=None, metavar="X",
+        "--speed", type=positive(float), default=None, metavar="X",
         help="as recorded, X times faster (0.5: twice as slow)",
     )  # fmt: skip
     replay.add_argument(
@@ -425,7 +400,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help=f"the header the recording kept entry ids in (default {ID_HEADER}): not sent",
     )  # fmt: skip
     replay.add_argument(
-        "--limit", type=_positive(int), default=None, metavar="N", help="stop after N messages"
+        "--limit", type=positive(int), default=None, metavar="N", help="stop after N messages"
     )
     replay.add_argument(
         "--keep-retries", action="store_true",

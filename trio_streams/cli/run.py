@@ -33,7 +33,7 @@ from ..running.supervisor import (
     worker_command,
 )
 from ..running.supervisor_http import serve_worker_endpoints
-from .args import seconds
+from .args import at_least_one, http_address, seconds
 
 __all__ = ["AppImportFailed", "AppNotFound", "load_app", "register"]
 
@@ -312,15 +312,6 @@ def _serve_http(app: App, address: tuple[str, int]) -> None:
         await serve_endpoints(app, host, port)
 
 
-def _address(text: str) -> tuple[str, int]:
-    from ..running.http_endpoints import parse_address
-
-    try:
-        return parse_address(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def _worker_argv(args: argparse.Namespace) -> list[str]:
     """The ``run`` options a worker gets: the supervisor's, without its own."""
     argv = [args.app]
@@ -336,20 +327,6 @@ def _worker_argv(args: argparse.Namespace) -> list[str]:
         if value is not None:
             argv += [flag, value]
     return argv
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, not {value}")
-    return value
-
-
-#: ``--shutdown-timeout`` and ``--restart-backoff``: seconds, >= 0 (``inf``: no bound).
-_seconds = seconds(unbounded=True)
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -371,14 +348,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     parser.add_argument(
         "--shutdown-timeout",
-        type=_seconds,
+        type=seconds(unbounded=True),
         default=None,
         metavar="SECONDS",
         help="how long a graceful shutdown may drain before cancelling, >= 0 (default: the app's)",
     )
     parser.add_argument(
         "--http",
-        type=_address,
+        type=http_address,
         default=None,
         metavar="HOST:PORT",
         help="serve /metrics, /healthz and /readyz on HOST:PORT from the app (default: off; "
@@ -388,7 +365,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     processes = parser.add_argument_group("processes")
     processes.add_argument(
         "--workers",
-        type=_positive,
+        type=at_least_one,
         default=None,
         metavar="N",
         help="run the app in N worker processes under a supervisor that forwards signals and "
@@ -404,7 +381,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     processes.add_argument(
         "--restart-backoff",
-        type=_seconds,
+        type=seconds(unbounded=True),
         default=0.5,
         metavar="SECONDS",
         help="the first pause before a crashed worker is restarted; it doubles, to 30 s "
@@ -412,7 +389,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     processes.add_argument(
         "--crash-limit",
-        type=_positive,
+        type=at_least_one,
         default=5,
         metavar="N",
         help="give up (exit 1) when one worker crashes N times within a minute (default: 5)",

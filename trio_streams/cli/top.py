@@ -11,11 +11,10 @@ for scripts and tests; without it, the live view needs a terminal and the ``tui`
 from __future__ import annotations
 
 import argparse
-import math
 import re
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import trio
 
@@ -32,11 +31,10 @@ from ..top.live import LIVE_VIEW
 from ..top.redis_sample import scan_streams
 from ..top.render import SORTS, as_text
 from ..top.view import FileWatch, RedisWatch, Screen, Watch
-from .args import error_line, redis_url
+from .args import REDIS_SCHEMES, error_line, seconds, top_target
 
 __all__ = ["register", "screen_text"]
 
-_REDIS_SCHEMES = ("redis://", "rediss://", "redis+", "rediss+")
 #: ``HOST:PORT`` (``[::1]:PORT`` too): a Redis address given without its ``redis://``.
 _HOST_PORT = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):\d{1,5}")
 
@@ -83,7 +81,7 @@ async def _top(args: argparse.Namespace) -> int:
 
         await _show(AppWatch(args.target), args)
         return 0
-    if args.target.startswith(_REDIS_SCHEMES):
+    if args.target.startswith(REDIS_SCHEMES):
         shown = redact_url(args.target)  # the title and errors never show the password
         async with connect(args.target) as client:
             await _check_streams(client, args.stream, shown)
@@ -131,52 +129,6 @@ def _run(args: argparse.Namespace) -> int:
         return 1
 
 
-def _seconds(minimum: float) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-        if not (math.isfinite(value) and value >= minimum):
-            raise argparse.ArgumentTypeError(f"must be >= {minimum} seconds, not {text}")
-        return value
-
-    return parse
-
-
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
-
-
-def _target(text: str) -> str:
-    """A Redis URL and an app's ``http://HOST:PORT`` are checked by the parser (a bad one, or
-    a URL of another scheme, is a bad command line); a file is looked at when the view starts."""
-    if text.startswith(_REDIS_SCHEMES):
-        return redis_url(text)
-    if text.startswith("http://"):
-        return _app_address(text)
-    scheme = _SCHEME.match(text)
-    if scheme is not None:
-        raise argparse.ArgumentTypeError(
-            f"{scheme.group(1)}:// is not supported: top reads a Redis URL (redis://, "
-            "rediss://, redis+cluster://, redis+sentinel://), a stream file, or the "
-            f"http://HOST:PORT of an app's --http; got {redact_url(text)!r}"
-        )
-    return text
-
-
-def _app_address(text: str) -> str:
-    """``http://HOST:PORT`` of an app's ``--http``, with nothing after the port: top reads
-    ``/metrics`` and ``/readyz`` itself."""
-    address = text.removeprefix("http://").removesuffix("/")
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536 or "/" in address or "@" in host:
-        raise argparse.ArgumentTypeError(
-            f"expected http://HOST:PORT (the address an app's --http listens on, with no "
-            f"path), got {redact_url(text)!r}"
-        )
-    return text
-
-
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``top`` to the ``trio-streams`` parser."""
     top = commands.add_parser(
@@ -192,7 +144,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     top.add_argument(
         "target",
-        type=_target,
+        type=top_target,
         metavar="URL|FILE",
         help="a Redis URL, a stream file (.ss), or http://HOST:PORT of an app's --http",
     )
@@ -201,7 +153,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="print one snapshot as text (two samples --interval apart) and exit",
     )  # fmt: skip
     top.add_argument(
-        "--interval", type=_seconds(0.01), default=1.0, metavar="SECONDS",
+        "--interval", type=seconds(minimum=0.01), default=1.0, metavar="SECONDS",
         help="time between snapshots (default 1)",
     )  # fmt: skip
     top.add_argument(
@@ -216,7 +168,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "by their headers)",
     )  # fmt: skip
     top.add_argument(
-        "--stuck-after", type=_seconds(0.0), default=30.0, metavar="SECONDS",
+        "--stuck-after", type=seconds(minimum=0.0), default=30.0, metavar="SECONDS",
         help="a consumer with pending entries idle this long is stuck (default 30)",
     )  # fmt: skip
     top.add_argument("--sort", choices=list(SORTS), default="name", help="the first sort order")

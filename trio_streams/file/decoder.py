@@ -174,19 +174,6 @@ class FrameDecoder:
                 f"file ends {self.pending} bytes into a {what}", path=self.path, offset=self.offset
             )
 
-    def pending_frame_size(self) -> int | None:
-        """The size the undecoded frame declares (key, header, payload, checksum), if its
-        header is held; None otherwise (or if a beacon is due first)."""
-        buf, p, off, nb = self._buf, self._pos, self.offset, self._next_beacon
-        if off == nb or p >= len(buf):
-            return None
-        head_len = buf[p] + _HEAD_FIXED
-        got = self._gather(buf, p, off, nb, head_len)
-        if got is None:
-            return None
-        plen: int = _unpack_fixed(got[0], head_len - FRAME_FIXED.size)[3]
-        return head_len + plen + 3
-
     def known_streams(self) -> dict[tuple[str, int], int]:
         """The last sequence number decoded of each stream (key, shard), internal ones aside."""
         out = {(info[0], 0): info[3] for info in self._key_info.values() if info[3] != _NO_SEQ}

@@ -30,7 +30,6 @@ from typing import Literal
 import trio
 
 from ..core.positions import Position
-from ._closing import AsyncClosing
 from .errors import FileRemovedError
 from .format import Header, Message
 from .reader import FileReader
@@ -42,7 +41,7 @@ MIN_BACKOFF_MS = 1
 MAX_BACKOFF_MS = 1024
 
 
-class FileSource(AsyncClosing):
+class FileSource(trio.abc.AsyncResource):
     """Messages of one stream file, read in batches; see the module docstring for the loop.
 
     ``live``: starts after the last complete message and follows the file as it grows. An

@@ -47,8 +47,6 @@ INTERNAL_KEY = "SEA_STREAMER_INTERNAL"
 #: Subscription-only key meaning "every stream but the internal one"; never written.
 WILDCARD_KEY = "SEA_STREAMER_WILDCARD"
 EOS_PAYLOAD = b"EOS"
-#: Frame overhead beyond key and payload: key length, shard, seq, ts, size, crc, 0x0D.
-FRAME_OVERHEAD = 32
 #: Fixed part of a frame header after the key: shard, seq, timestamp, payload size.
 FRAME_FIXED = struct.Struct(">QQQI")
 _MARKER_FIXED = struct.Struct(">QQQH")

@@ -20,8 +20,9 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import trio
+
 from ..core.codec import encode
-from ._closing import AsyncClosing
 from .durability import DEFAULT_DURABILITY, Durability, check_durability
 from .envelope import seal
 from .errors import StreamFileNotFoundError, WriterClosedError
@@ -34,7 +35,7 @@ __all__ = ["FilePublisher", "open_publisher"]
 _NO_HEADERS: Mapping[str, str] = {}
 
 
-class FilePublisher(AsyncClosing):
+class FilePublisher(trio.abc.AsyncResource):
     """Publishes messages to the stream file at ``path``; close it (or use ``async with``).
 
     The file is created (with ``beacon_interval``) unless ``existing_only`` is set, in which

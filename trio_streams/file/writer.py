@@ -56,7 +56,6 @@ from typing import Any, NamedTuple, final
 import trio
 
 from ..core.positions import Position
-from ._closing import AsyncClosing
 from .catchup import catch_up
 from .durability import (
     DEFAULT_DURABILITY,
@@ -740,7 +739,7 @@ class StreamWriter:
         self.close()
 
 
-class WriterHandle(AsyncClosing):
+class WriterHandle(trio.abc.AsyncResource):
     """One publisher's share of a :class:`StreamWriter`; close it once when done.
 
     For a hot loop, call :attr:`writer`'s methods directly; the handle only adds reference

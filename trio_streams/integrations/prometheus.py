@@ -80,7 +80,7 @@ class _Counts:
     counting costs a few additions per delivery, no lock, no label lookup)."""
 
     __slots__ = ("buckets", "dead_letters", "decode_failures", "handled", "received", "retries",
-                 "seconds", "timed")  # fmt: skip
+                 "seconds")  # fmt: skip
 
     def __init__(self, bounds: int) -> None:
         self.received = 0
@@ -88,10 +88,10 @@ class _Counts:
         self.retries = 0
         self.dead_letters = 0
         self.decode_failures = 0
-        #: Observations per histogram bucket (the last: above every bound), their sum, count.
+        #: Observations per histogram bucket (the last: above every bound) and their sum (the
+        #: count is the buckets' total).
         self.buckets = [0] * (bounds + 1)
         self.seconds = 0.0
-        self.timed = 0
 
 
 class PrometheusMiddleware(Middleware):
@@ -161,7 +161,6 @@ class PrometheusMiddleware(Middleware):
         if seconds is not None:
             counts.buckets[bisect_left(self._bounds, seconds)] += 1
             counts.seconds += seconds
-            counts.timed += 1
 
     @asynccontextmanager
     async def publish(self, call: PublishCall) -> AsyncIterator[None]:

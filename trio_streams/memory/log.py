@@ -175,9 +175,6 @@ class MemoryHub:
     def add_listener(self, listener: Callable[[], None]) -> None:
         self._listeners.append(listener)
 
-    def remove_listener(self, listener: Callable[[], None]) -> None:
-        self._listeners.remove(listener)
-
 
 class Group:
     """A consumer group: one cursor shared by its members, so each message goes to one.

@@ -176,8 +176,6 @@ class MemoryListSubscription(SubscriptionSource):
         #: Held tokens whose entry came back with runs (they run alone).
         self._suspects: set[int] = set()
         self._retry_target: str | None = None
-        #: Entries put back by :meth:`kill`.
-        self.killed = 0
         #: Tokens below this were handed out before the last :meth:`kill`.
         self._dead_below = 0
 
@@ -248,7 +246,6 @@ class MemoryListSubscription(SubscriptionSource):
         self._dead_below = next(self._tokens)
         if held:
             self._queue.put_back(held)
-            self.killed += len(held)
             self._hub.wake()
         return len(held)
 

@@ -113,7 +113,6 @@ class RecordSummary:
     #: The file's stream key the messages went to.
     key: str
     entries: int = 0
-    payload_bytes: int = 0
     first_seq: int | None = None
     last_seq: int | None = None
     first_id: str | None = None
@@ -131,7 +130,7 @@ class RecordSummary:
     #: Entries recorded at each page, with the Trio time: for a live rate.
     marks: list[tuple[float, int]] = field(default_factory=list)
 
-    def wrote(self, seq: int, entry_id: str | None, size: int) -> None:
+    def wrote(self, seq: int, entry_id: str | None) -> None:
         if self.first_seq is None:
             self.first_seq = seq
             self.first_id = entry_id
@@ -139,7 +138,6 @@ class RecordSummary:
         if entry_id is not None:
             self.last_id = entry_id
         self.entries += 1
-        self.payload_bytes += size
 
 
 #: Called after each page is written and flushed.
@@ -172,7 +170,7 @@ def _write_entry(
     ms = int(entry.id.partition("-")[0])
     data = seal(payload, headers)
     seq, _, _ = writer.append(key, data, ms)
-    summary.wrote(seq, entry.id, len(payload))
+    summary.wrote(seq, entry.id)
 
 
 async def record_stream(
@@ -368,7 +366,7 @@ async def record_list(
         payload, headers = decode_frame(bytes(value))
         add_header(headers, LIST_HEADER, list_key, f"element {n} of {list_key!r}")
         seq, _, _ = writer.append(file_key, seal(payload, headers), stamp)
-        summary.wrote(seq, None, len(payload))
+        summary.wrote(seq, None)
         if n % PAGE == PAGE - 1:
             _page_done(writer, summary, on_page)
             await trio.lowlevel.checkpoint()
@@ -417,7 +415,7 @@ async def record_channel(
             payload, headers = decode_frame(item.data)
             add_header(headers, CHANNEL_HEADER, text(item.channel), f"a message on {channel!r}")
             seq, _, _ = writer.append(file_key, seal(payload, headers))
-            summary.wrote(seq, None, len(payload))
+            summary.wrote(seq, None)
             _page_done(writer, summary, on_page)
             if _full(summary, limit):
                 break

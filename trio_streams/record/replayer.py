@@ -102,7 +102,6 @@ class ReplaySummary:
     #: What each key of ``per_key`` (and ``refused_key``) is: stream, list or channel.
     kinds: dict[str, Target] = field(default_factory=dict)
     first_timestamp_ms: int | None = None
-    last_timestamp_ms: int | None = None
 
 
 def is_retry_copy(headers: Mapping[str, str]) -> bool:
@@ -278,7 +277,6 @@ async def _send(
         summary.per_key[key] = summary.per_key.get(key, 0) + 1
         if summary.first_timestamp_ms is None:
             summary.first_timestamp_ms = message.timestamp_ms
-        summary.last_timestamp_ms = message.timestamp_ms
     if refusal is not None:
         key, kind, message = pending_keys[refusal.index]
         summary.refused_key = key

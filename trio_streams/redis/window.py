@@ -4,7 +4,8 @@ No I/O happens here but in :func:`send_items`, so every rule can be checked with
 the group subscription (:mod:`.group`) and the reliable list (:mod:`.list_reliable`) are the
 thin shells that feed it reads and outcomes and send the plans it makes.
 
-The rules (DESIGN.md, "The Redis pipeline window"):
+The rules (docs/architecture.md, "The transport contract"; as users see them,
+docs/guides/redis-streams.md, "The pipeline window"):
 
 - Each delivery of a read takes a **slot**, named by a token (a stream entry id). A handler's
   ``ctx.pipeline`` commands go into the slot's **segment**, opened at the first command.

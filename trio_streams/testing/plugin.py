@@ -15,6 +15,9 @@ running on in-process transports, shut down gracefully afterwards. Tests run und
 It also registers the marker of the transport conformance suite
 (:mod:`trio_streams.testing.conformance`), so a project running the suite under
 ``--strict-markers`` needs no configuration for it.
+
+pytest loads this module in every run, whether or not a test uses trio-streams: it imports
+neither Trio nor the framework until a test asks for ``app_client``.
 """
 
 from __future__ import annotations
@@ -23,8 +26,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from ..core.app import App
-from .harness import TestClient
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
+
+if TYPE_CHECKING:
+    from .harness import TestClient
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -40,6 +45,8 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture
 async def app_client(request: pytest.FixtureRequest) -> AsyncIterator[TestClient]:
     """The ``app`` fixture's App, running on in-process transports for one test."""
+    from ..core.app import App
+
     try:
         app = request.getfixturevalue("app")
     except pytest.FixtureLookupError:

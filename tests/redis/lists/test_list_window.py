@@ -8,7 +8,7 @@ import pytest
 import trio
 
 from tests.redis.client.redis_waits import eventually
-from tests.redis.window.support import Writes, calls
+from tests.redis.window.support import Writes, calls, one_left_outstanding
 from tests.redis_servers import RedisServer
 from tests.redis_servers import redis_server as start_redis_server
 from tests.support import serving
@@ -160,12 +160,11 @@ async def test_nothing_is_flushed_until_the_settled_deliveries_reach_the_reads_c
             two_settled.set()
 
     await redis.execute("CONFIG", "RESETSTAT")
-    async with serving(app):
+    async with serving(app) as running:
         with trio.fail_after(10):
             await two_settled.wait()
-        for _ in range(20):  # give a wrong early flush every chance to happen
-            await trio.lowlevel.checkpoint()
-        await trio.sleep(0.05)
+        # Wait until both settles are over: a flush they started would be answered by then.
+        await eventually(one_left_outstanding(running), what="the first two deliveries settled")
         assert calls(await redis.execute("INFO", "commandstats"), "lrem") == 0
         assert await values(redis, ["n:1", "n:2", "n:3"]) == [None, None, None]
         release.set()

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+import trio
 
+from trio_streams import RunningApp
 from trio_streams.redis.client.connection import Connection
 
 
@@ -65,3 +68,16 @@ def calls(info: Any, command: str) -> int:
         if line.startswith(f"cmdstat_{command}:"):
             return int(line.split("calls=")[1].split(",")[0])
     return 0
+
+
+def one_left_outstanding(running: RunningApp) -> Callable[[], Awaitable[bool]]:
+    """For ``eventually``: the running app's one subscription has one delivery left outstanding (the
+    others settled). The count drops only once a settle has returned, so a flush a settle sent
+    has been answered by then."""
+
+    async def check() -> bool:
+        await trio.lowlevel.checkpoint()
+        (stats,) = running.stats().values()
+        return stats.outstanding == 1
+
+    return check

@@ -33,7 +33,7 @@ from trio_streams.core.errors import ConfigurationError, UnsupportedError
 from trio_streams.redis import RedisBroker, RedisStream, SegmentRefused
 from trio_streams.redis.client import RedisClient, connect
 
-from .support import Writes, calls, stat
+from .support import Writes, calls, one_left_outstanding, stat
 
 BEGINNING = Position.beginning()
 
@@ -235,12 +235,11 @@ async def test_nothing_is_flushed_until_the_settled_deliveries_reach_the_reads_c
             two_settled.set()
 
     await redis.execute("CONFIG", "RESETSTAT")
-    async with serving(app):
+    async with serving(app) as running:
         with trio.fail_after(10):
             await two_settled.wait()
-        for _ in range(20):  # give a wrong early flush every chance to happen
-            await trio.lowlevel.checkpoint()
-        await trio.sleep(0.05)
+        # Wait until both settles are over: a flush they started would be answered by then.
+        await eventually(one_left_outstanding(running), what="the first two deliveries settled")
         assert calls(await redis.execute("INFO", "commandstats"), "xack") == 0
         assert await values(redis, ["n:1", "n:2", "n:3"]) == [None, None, None]
         release.set()

@@ -193,8 +193,6 @@ class SwitchWatch:
         self._health_check = health_check
         self._manager: AbstractAsyncContextManager[trio.Nursery] | None = None
         self._scope = trio.CancelScope()
-        #: Announcements of this service read so far (for inspection).
-        self.switches = 0
 
     async def start(self) -> None:
         """Start listening; the tasks live in a nursery this object owns until :meth:`stop`.
@@ -274,7 +272,6 @@ class SwitchWatch:
             address = (parts[3], int(parts[4]))
         except ValueError:
             return
-        self.switches += 1
         self._switch(address)
 
     def _switch(self, address: Address) -> None:
