@@ -53,11 +53,9 @@ _UNDECODED: Any = UNDECODED
 async def take_runs(
     channel: DeliveryChannel,
     handle: Callable[[Delivery], Awaitable[None]],
-    begin_run: Callable[[], None] | None = None,
 ) -> None:
     """Hand every delivery of ``channel`` to ``handle``, one at a time, in runs, until the
-    channel is closed and drained. ``begin_run`` is called as each run begins (what a run
-    reads once)."""
+    channel is closed and drained."""
     receive = channel.receive
     take = channel.receive_nowait
     checkpoint = trio.lowlevel.checkpoint
@@ -66,8 +64,6 @@ async def take_runs(
             delivery = await receive()
         except trio.EndOfChannel:
             return
-        if begin_run is not None:
-            begin_run()
         run = RUN
         while True:
             await handle(delivery)

@@ -45,7 +45,7 @@ from .handler import UNDECODED
 from .transport import Unsettled
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterator
+    from collections.abc import Iterator
 
     from .middleware import HandlerCall
     from .subscription import SubscriptionRunner
@@ -53,6 +53,8 @@ if TYPE_CHECKING:
 __all__ = ["RUN", "Dispatcher", "HandledMessage"]
 
 _UNDECODED: Any = UNDECODED
+#: The in-line path's handler was not called: the delivery waits for its turn to run.
+_WAITS: Any = object()
 
 
 class Dispatcher:
@@ -103,9 +105,6 @@ class Dispatcher:
         #: One delivery's handling, outside the in-line path.
         self._handle_plain = self._process_wrapped if self._hooks else self._process_plain
         self._process = self._process_mortal if self._mortal else self._handle_plain
-        #: What the in-line path reads once per run (:meth:`_begin_run`).
-        self._noop_acks = False
-        self._runs: Callable[[Delivery], Awaitable[None]] | None = None
 
     async def run(self) -> None:
         """Handle deliveries until the channel is closed and drained.
@@ -131,7 +130,7 @@ class Dispatcher:
                     )
                 elif self._payload_only:
                     for _ in range(options.workers):
-                        nursery.start_soon(take_runs, channel, self._payload, self._begin_run)
+                        nursery.start_soon(self._payload_worker)
                 else:
                     for _ in range(options.workers):
                         nursery.start_soon(take_runs, channel, self._process)
@@ -142,91 +141,125 @@ class Dispatcher:
 
     # ---- in line -----------------------------------------------------------------------------
 
-    def _begin_run(self) -> None:
-        """Read once per run: an ack settles nothing on some sources, so the delivery ends as
-        a settle would end it; some count runs."""
-        source = self._runner.source
-        self._noop_acks = source.acks_are_noops
-        self._runs = source.attempt_started if source.counts_runs else None
+    async def _payload_worker(self) -> None:
+        """A worker for a handler that takes the payload alone, outside an ordered lane: the
+        common case in line (current, first attempt, decoded, the handler returns None, ack),
+        everything else the general way, with the same outcome for every delivery. Its own
+        copy of :func:`._workers.take_runs`, so the common case costs no call of its own.
 
-    async def _payload(self, delivery: Delivery) -> None:
-        """Handle ``delivery`` for a handler that takes the payload alone: the common case in
-        line (current, first attempt, decoded, the handler returns None, ack), everything
-        else the general way, with the same outcome for every delivery.
-
-        Cancelled, the delivery is reported abandoned, as the general way does."""
+        Cancelled, the delivery in hand is reported abandoned, as the general way does."""
         channel = self._channel
-        if delivery.attempt != 1 or not channel.is_current(delivery):
-            # A retry copy (maybe another's, maybe spent), or made stale by a seek.
-            await self._process(delivery, _UNDECODED)
-            return
         runner = self._runner
+        receive = channel.receive
+        take = channel.receive_nowait
+        finished = channel.finished
+        is_current = channel.is_current
+        process = self._process
+        decode = self._handler.decode
+        fn = self._handler.fn
+        source = runner.source
         observers = runner.observers
-        began = time.perf_counter() if observers else 0.0
         gate = self._gate
-        message = _UNDECODED
-        admitted = False
-        try:
+        perf_counter = time.perf_counter
+        checkpoint = trio.lowlevel.checkpoint
+        while True:
             try:
-                message = self._handler.decode(delivery.payload)
-                # With a gate, one may run alone now: this then waits its turn the general way.
-                admitted = gate is None or gate.enter_nowait()
-                if admitted:
-                    runs = self._runs
-                    if runs is not None and not runner.source.record_run(delivery):
-                        await runs(delivery)
-                    result = await self._handler.fn(message)
-            except Exception as exc:  # noqa: BLE001 - the failure (or decode) policy
-                next_ = await self._payload_failed(delivery, message, exc, began)
-            except BaseException as exc:
-                if message is _UNDECODED or (stop := self._escaped(exc)) is None:
-                    raise
-                raise stop from exc
-            else:
-                if not admitted:
-                    next_ = await self._handle_delivery(delivery, message)
-                elif result is not None:
-                    next_ = await self._payload_result(delivery, message, result, began)
+                delivery = await receive()
+            except trio.EndOfChannel:
+                return
+            # Read once per run: an ack settles nothing there, so the delivery ends as a
+            # settle would end it.
+            noop_acks = source.acks_are_noops
+            runs = source.attempt_started if source.counts_runs else None
+            record_run = source.record_run
+            run = RUN
+            while True:
+                if delivery.attempt != 1 or not is_current(delivery):
+                    # A retry copy (maybe another's, maybe spent), or made stale by a seek.
+                    await process(delivery, _UNDECODED)
                 else:
-                    next_ = Next.DONE
-                    if observers:  # the verdict of an ack needs no policy
-                        self._observe_ack(delivery, message, began)
-                    if self._noop_acks:
-                        runner.ended_by_noop_ack(delivery)
-                    else:
-                        await runner.settle(delivery, ACK)
-            finally:
-                if admitted and gate is not None:
-                    gate.leave()
-        except BaseException:
-            # Cancelled (or failed) before it was settled: it never will be.
-            runner.unsettled(delivery, Unsettled.ABANDONED)
-            channel.finished(delivery)
-            raise
-        if next_ is not Next.DELAYED:
-            channel.finished(delivery)
+                    began = perf_counter() if observers else 0.0
+                    message = result = _UNDECODED
+                    admitted = False
+                    try:
+                        try:
+                            message = decode(delivery.payload)
+                            # With a gate, one may run alone now: this then waits its turn the
+                            # general way (``_payload_handled``).
+                            admitted = gate is None or gate.enter_nowait()
+                            if admitted and runs is not None and not record_run(delivery):
+                                await runs(delivery)
+                            result = await fn(message) if admitted else _WAITS
+                        except BaseException as exc:  # noqa: BLE001 - see _payload_raised
+                            await self._payload_raised(delivery, message, exc, began)
+                        else:
+                            if result is None and noop_acks:  # ack, and an ack settles nothing
+                                if observers:  # the verdict of an ack needs no policy
+                                    self._observe_ack(delivery, message, began)
+                                runner.ended_by_noop_ack(delivery)
+                                finished(delivery)
+                            else:
+                                await self._payload_handled(delivery, message, result, began)
+                        finally:
+                            if admitted and gate is not None:
+                                gate.leave()
+                    except BaseException:
+                        # Cancelled (or failed) before it was settled: it never will be.
+                        runner.unsettled(delivery, Unsettled.ABANDONED)
+                        finished(delivery)
+                        raise
+                run -= 1
+                if not run:
+                    await checkpoint()  # a run's schedule point
+                    break
+                try:
+                    delivery = take()
+                except trio.WouldBlock:
+                    break
+                except trio.EndOfChannel:
+                    return
 
-    async def _payload_failed(
-        self, delivery: Delivery, message: Any, exc: Exception, began: float
-    ) -> Next:
+    async def _payload_raised(
+        self, delivery: Delivery, message: Any, exc: BaseException, began: float
+    ) -> None:
         """The in-line path's payload could not be decoded (``message`` is still undecoded),
-        or its handler raised: as the general way, the decode or the failure policy."""
+        or its handler raised: as the general way, the decode or the failure policy. A
+        ``BaseException`` goes on (as the error that stops the subscription, if it escaped
+        the handler)."""
+        if not isinstance(exc, Exception):
+            if message is _UNDECODED or (stop := self._escaped(exc)) is None:
+                raise exc
+            raise stop from exc
+        verdicts = self._verdicts
         with self._timed(delivery, began):
-            verdicts = self._verdicts
             if message is not _UNDECODED:
-                return await verdicts.failure(delivery, message, exc)
-            if isinstance(exc, DecodeError):
-                return await verdicts.undecodable(delivery, exc)
-            # A payload type's own constructor raised: the failure policy, the handler not
-            # called.
-            return await verdicts.failure(delivery, None, exc, called=False)
+                next_ = await verdicts.failure(delivery, message, exc)
+            elif isinstance(exc, DecodeError):
+                next_ = await verdicts.undecodable(delivery, exc)
+            else:  # a payload type's own constructor raised: the handler was not called
+                next_ = await verdicts.failure(delivery, None, exc, called=False)
+        self._finish(delivery, next_)
 
-    async def _payload_result(
+    async def _payload_handled(
         self, delivery: Delivery, message: Any, result: Any, began: float
-    ) -> Next:
-        """The in-line path's handler returned ``result``: publish it, then conclude."""
-        with self._timed(delivery, began):
-            return await self._verdicts.result(delivery, message, result)
+    ) -> None:
+        """The in-line path's handler returned ``result`` (``_WAITS``: it waits for its turn
+        to run, the general way): publish it and conclude, or settle the ack."""
+        if result is _WAITS:
+            next_ = await self._handle_delivery(delivery, message)
+        elif result is None:
+            if self._runner.observers:  # the verdict of an ack needs no policy
+                self._observe_ack(delivery, message, began)
+            await self._runner.settle(delivery, ACK)
+            next_ = Next.DONE
+        else:
+            with self._timed(delivery, began):
+                next_ = await self._verdicts.result(delivery, message, result)
+        self._finish(delivery, next_)
+
+    def _finish(self, delivery: Delivery, next_: Next) -> None:
+        if next_ is not Next.DELAYED:  # else the delayed retry finishes it when it fires
+            self._channel.finished(delivery)
 
     @contextlib.contextmanager
     def _timed(self, delivery: Delivery, began: float) -> Iterator[None]:
