@@ -31,19 +31,10 @@ from .transport import DeadLetter, SourceFault, Unsettled
 if TYPE_CHECKING:
     from .subscription import SubscriptionRunner
 
-__all__ = [
-    "ACK",
-    "ACK_VERDICT",
-    "HandledMessage",
-    "Next",
-    "Unencodable",
-    "Verdicts",
-    "handler_call",
-    "where",
-]
+__all__ = ["ACK", "HandledMessage", "Next", "Unencodable", "Verdicts", "handler_call", "where"]
 
 ACK = ack()
-ACK_VERDICT = Verdict(ACK)
+_ACK_VERDICT = Verdict(ACK)
 
 
 class Next(enum.Enum):
@@ -407,6 +398,15 @@ class Verdicts:
             )
             for observer in observers:
                 observer(record)
+
+    def observe_ack(self, delivery: Delivery, message: Any, began: float) -> None:
+        """The observers' record of an ack of the in-line path: its verdict needs no policy."""
+        record = HandledMessage(
+            self._runner.label, delivery, message, ACK, _ACK_VERDICT,
+            None, True, time.perf_counter() - began,
+        )  # fmt: skip
+        for observer in self._runner.observers:
+            observer(record)
 
 
 def handler_call(runner: SubscriptionRunner, delivery: Delivery) -> HandlerCall:

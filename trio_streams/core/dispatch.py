@@ -4,9 +4,8 @@ decode payload → fill parameters → handler → outcome → failure policy �
 
 Its workers take one of three shapes (:mod:`._workers`): ``workers=n`` tasks taking runs of
 deliveries, a lane router and ``n`` ordered lanes (``by_key``), or ``n`` batch collectors
-(``batch``), whose batches :mod:`._batches` handles. What becomes of a delivery after its
-handler (the failure policy, the attempts cap, dead letters, settling) is
-:mod:`._verdicts`'.
+(``batch``), whose batches :mod:`._batches` handles. :mod:`._verdicts` carries out what
+becomes of a delivery after its handler (failure policy, attempts cap, dead letter, settle).
 
 A handler that takes the payload alone (no other parameter, outside an ordered lane) is handled
 in line: decode, call, and for the common outcome (``None``: ack) the settle, which is skipped
@@ -26,7 +25,7 @@ import trio
 from ._alone import RunGate
 from ._batches import Batches
 from ._escapes import escaped
-from ._verdicts import ACK, ACK_VERDICT, HandledMessage, Next, Unencodable, Verdicts, handler_call
+from ._verdicts import ACK, HandledMessage, Next, Unencodable, Verdicts, handler_call
 from ._workers import (
     RUN,
     KeyFailed,
@@ -195,7 +194,7 @@ class Dispatcher:
                         else:
                             if result is None and noop_acks:  # ack, and an ack settles nothing
                                 if observers:  # the verdict of an ack needs no policy
-                                    self._observe_ack(delivery, message, began)
+                                    self._verdicts.observe_ack(delivery, message, began)
                                 runner.ended_by_noop_ack(delivery)
                                 finished(delivery)
                             else:
@@ -249,7 +248,7 @@ class Dispatcher:
             next_ = await self._handle_delivery(delivery, message)
         elif result is None:
             if self._runner.observers:  # the verdict of an ack needs no policy
-                self._observe_ack(delivery, message, began)
+                self._verdicts.observe_ack(delivery, message, began)
             await self._runner.settle(delivery, ACK)
             next_ = Next.DONE
         else:
@@ -274,15 +273,6 @@ class Dispatcher:
             yield
         finally:
             starts.pop(id(delivery), None)
-
-    def _observe_ack(self, delivery: Delivery, message: Any, began: float) -> None:
-        """The observers' record of an in-line ack."""
-        record = HandledMessage(
-            self._runner.label, delivery, message, ACK, ACK_VERDICT,
-            None, True, time.perf_counter() - began,
-        )  # fmt: skip
-        for observer in self._runner.observers:
-            observer(record)
 
     # ---- one delivery, the general way -------------------------------------------------------
 
