@@ -195,27 +195,36 @@ class SubscriptionDriver:
                 batch = source.poll()
                 if not batch:
                     return
-            generation = channel.generation
-            sent = 0
-            self.holding = len(batch)
-            try:
-                while sent < len(batch):
-                    queued = await channel.send_from(batch, sent)
-                    if queued == sent:  # interrupted by a seek request
-                        if not await self._serve_seeks():
-                            return
-                        if channel.generation != generation:
-                            break  # the rest of this read is stale
-                    sent = queued
-                    self.holding = len(batch) - sent
-            finally:
-                self.holding = 0
-                if sent < len(batch):
-                    # The rest of this read never reaches the channel: a seek made it stale,
-                    # or the driver was cancelled (shutdown) while it waited for room.
-                    why = Unsettled.STALE if channel.generation != generation else None
-                    for delivery in batch[sent:]:
-                        self.source.unsettled(delivery, why or Unsettled.ABANDONED)
+            if not await self._queue(batch):
+                return
+
+    async def _queue(self, batch: Sequence[Delivery]) -> bool:
+        """Queue the deliveries of one read into the channel, serving the seeks requested
+        while it waits for room. False if the subscription must end (a refused seek of a live
+        one). Cancelled, the rest of the read is reported abandoned to the source."""
+        channel = self.channel
+        generation = channel.generation
+        sent = 0
+        self.holding = len(batch)
+        try:
+            while sent < len(batch):
+                queued = await channel.send_from(batch, sent)
+                if queued == sent:  # interrupted by a seek request
+                    if not await self._serve_seeks():
+                        return False
+                    if channel.generation != generation:
+                        break  # the rest of this read is stale
+                sent = queued
+                self.holding = len(batch) - sent
+        finally:
+            self.holding = 0
+            if sent < len(batch):
+                # The rest of this read never reaches the channel: a seek made it stale,
+                # or the driver was cancelled (shutdown) while it waited for room.
+                why = Unsettled.STALE if channel.generation != generation else None
+                for delivery in batch[sent:]:
+                    self.source.unsettled(delivery, why or Unsettled.ABANDONED)
+        return True
 
     async def _read_failed(self, fault: SourceFault) -> None:
         """Report a fault the source raised from a read, then pause before reading again (a

@@ -337,6 +337,20 @@ class SubscriptionSource(ABC):
         del delivery
         return False
 
+    #: True if this source's consumer can die while the subscription goes on, as a process
+    #: dies (an in-process work queue or group member, killed by ``TestClient.kill_consumer``):
+    #: the core then asks :meth:`died_with_consumer` before handling each delivery, and keeps
+    #: each handler's cancel scope so the dead consumer's handlers end where they are.
+    #: Default False: the core does neither.
+    consumer_can_die: bool = False
+
+    def died_with_consumer(self, delivery: Delivery) -> bool:
+        """True if ``delivery`` was read by a consumer that has died since: one not yet handled
+        is dropped unhandled (reported stale), one in a handler is cancelled there, as the
+        crash would end them. Asked only where :attr:`consumer_can_die` is True."""
+        del delivery
+        return False
+
     async def attempt_started(self, delivery: Delivery) -> None:
         """A handler run of ``delivery`` is about to begin (its dependencies, then the handler):
         record it where a later process reads it, before returning, so a run that never

@@ -312,13 +312,12 @@ class MemorySubscription(SubscriptionSource):
         self.record_run(delivery)
         await checkpoint()
 
-    #: Handlers of deliveries this source calls dead are cancelled by the dispatcher, and such
-    #: deliveries still queued are dropped unhandled (:meth:`dead`).
     @property
-    def killable(self) -> bool:
+    def consumer_can_die(self) -> bool:  # type: ignore[override]
+        """A group member dies at :meth:`kill`."""
         return self._members is not None
 
-    def dead(self, delivery: Delivery) -> bool:
+    def died_with_consumer(self, delivery: Delivery) -> bool:
         """``delivery`` was read by this member before :meth:`kill` killed it."""
         held = self._held.get(id(delivery))
         return held is not None and held[1] < self._life

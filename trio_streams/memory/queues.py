@@ -242,18 +242,17 @@ class MemoryListSubscription(SubscriptionSource):
         held = list(self._holding.values())
         self._holding.clear()
         # Everything taken so far was the dead process's: its handlers end with it, and what
-        # it still had queued is gone with its memory (``dead``).
+        # it still had queued is gone with its memory (``died_with_consumer``).
         self._dead_below = next(self._tokens)
         if held:
             self._queue.put_back(held)
             self._hub.wake()
         return len(held)
 
-    #: Handlers of deliveries this source calls dead are cancelled by the dispatcher, and such
-    #: deliveries still queued are dropped unhandled (:meth:`dead`).
-    killable = True
+    #: A consumer dies at :meth:`kill`.
+    consumer_can_die = True
 
-    def dead(self, delivery: Delivery) -> bool:
+    def died_with_consumer(self, delivery: Delivery) -> bool:
         """``delivery`` was taken by a consumer that :meth:`kill` killed since."""
         token: int = delivery.handle
         return token < self._dead_below

@@ -305,8 +305,8 @@ class TestClient:
         for runner in self._runners:
             if handler in (runner.label, runner.subscription.handler.fn):
                 source = runner.source
-                if isinstance(source, MemoryListSubscription) or (
-                    isinstance(source, MemorySubscription) and source.killable
+                if source.consumer_can_die and isinstance(
+                    source, MemoryListSubscription | MemorySubscription
                 ):
                     moved = source.kill()
                     if runner.dispatcher is not None:
