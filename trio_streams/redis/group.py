@@ -7,10 +7,9 @@ consumer name, what it holds, its attempt ledger):
   so each entry is in the consumer's pending list (PEL) until it is acknowledged; its own
   pending entries first at open and after every reconnect, then new ones.
 - **An attempt is a handler run.** A delivery's attempt is 1, plus the handler runs the entry
-  had (recorded before each run in the consumer's run journal, :mod:`.journal`, and sent to the
-  group's attempt ledger, :mod:`.attempts`; read back for entries delivered again), plus the
-  retry-count header of a retry copy. The PEL's delivery count, which every read raises, only
-  bounds it: a read-ahead, a stop, a restart, a reclaim charge nothing.
+  had (the run journal, :mod:`.journal`, and the group's attempt ledger, :mod:`.attempts`),
+  plus the retry-count header of a retry copy: a read-ahead, a stop, a restart, a reclaim
+  charge nothing.
 - **Names that survive restarts.** The default consumer name is stable for app, subscription,
   host and worker slot, leased so two live processes never share it (:mod:`.names`); a
   restarted process takes back its own pending entries at open.

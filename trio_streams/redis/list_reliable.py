@@ -7,14 +7,10 @@ How it keeps its promises (one module per job):
   its settle removes that exact value (``LREM key 1 value``). At open, after every reconnect
   and after a failed settle, the own processing list is read first: a restart with the same
   ``consumer`` name takes back what it had when it died.
-- **An attempt is a handler run.** An entry's attempt is 1, plus the tries its retry copy
-  carries, plus the handler runs it had at consumers that died holding it (or stopped before
-  settling it), which the reaper and the take-back write into the entry itself
-  (:data:`~.frames.REDELIVERED_HEADER`). Each run is recorded before it begins, in the
-  consumer's run journal and its attempt ledger (:mod:`.list_runs`). So ``max_attempts`` stops
-  an entry that kills every consumer that runs it (it is then dead-lettered or dropped without
-  being handled again), and an entry that was only read — waiting in a dead consumer's buffer,
-  read by a read that a stop cut short — goes back uncharged.
+- **An attempt is a handler run.** Each run is recorded before it begins, in the consumer's
+  run journal and its attempt ledger (:mod:`.list_runs`); the reaper and the take-back write
+  the runs an entry had into the entry itself, so an entry that was only read goes back
+  uncharged.
 - **Heartbeat and reaper.** The consumer keeps its heartbeat alive (:mod:`.list_heartbeat`);
   every ``reap_every`` s its reaper moves the processing lists of consumers whose heartbeat
   expired back to the front of the list, atomically (:mod:`.list_reaper`).
