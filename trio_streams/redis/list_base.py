@@ -1,5 +1,5 @@
 """What the two forms of a Redis list subscription share: opening, key checks, deliveries,
-copies (retries and dead letters), reconnecting and the durable-delay promoter."""
+copies (retries and dead letters), reconnecting and durable delays (:class:`~.delays.Promoter`)."""
 
 from __future__ import annotations
 
@@ -13,19 +13,16 @@ from ..core.host import SubscriptionHost
 from ..core.pipeline import Command
 from ..core.transport import DeadLetter, SubscriptionSource
 from .client import Backoff, ReadOnlyError, RedisClient, RedisConnectionError
-from .client.errors import RedisError, ReplyError
+from .client.connection import Connection
+from .client.errors import ReplyError
 from .dedicated import DedicatedConnection
-from .delays import delay_key, member
+from .delays import Promoter
 from .frames import REDELIVERED_HEADER, decode_frame, encode_frame, take_redeliveries
 from .keytypes import check_dead_letter_key, check_key_type
-from .list_scripts import PROMOTE, SCHEDULE
 from .lists import DeadLetterKind, ListEnd, RedisList, WrongKeyType
 from .wire import encode_fields
 
 __all__ = ["ListSubscriptionBase", "lost", "wrong_type"]
-
-#: The longest the promoter waits before looking for due copies again (seconds).
-_PROMOTE_EVERY = 1.0
 
 
 def lost(exc: BaseException) -> bool:
@@ -72,10 +69,10 @@ class ListSubscriptionBase(SubscriptionSource):
         self._dedicated = DedicatedConnection(client, source.key)
         self._backoff = Backoff(0.05, 2.0)
         self._faulted = False
-        self._delays = delay_key(source.key)
-        self._promote_wanted = trio.Event()
-        #: Seconds until the promoter looks again.
-        self._promote_in = 0.0
+        self._promoter = Promoter(
+            client, source.key, write=self._end.push, on_wrong_type=self._promote_met_wrong_type
+        )
+        self._delays = self._promoter.delays
         self._closed = False
 
     # ---- opening -----------------------------------------------------------------------------
@@ -89,7 +86,7 @@ class ListSubscriptionBase(SubscriptionSource):
         await check_dead_letter_key(
             self._client, host, self._source.dead_letter_kind.value, label=self._label
         )
-        host.start_soon(self._promote_loop, name=f"{self._label}: delayed retries")
+        host.start_soon(self._promoter.run, host, name=f"{self._label}: delayed retries")
 
     async def check_type(self, key: str, kind: str = "list", role: str = "as a work queue") -> None:
         """Refuse, with :class:`WrongKeyType`, a ``key`` that holds something else than a
@@ -130,6 +127,10 @@ class ListSubscriptionBase(SubscriptionSource):
 
     # ---- faults ------------------------------------------------------------------------------
 
+    async def connection(self) -> tuple[Connection, bool]:
+        """The dedicated connection of the reads, and whether it is new (a reconnect)."""
+        return await self._dedicated.get()
+
     async def connection_lost(self, exc: BaseException) -> None:
         """Report the fault ``connection``, drop the connection, pause (paced)."""
         assert self._host is not None
@@ -150,37 +151,10 @@ class ListSubscriptionBase(SubscriptionSource):
     async def schedule(self, copy: bytes, delay: float, processing: str, original: bytes) -> None:
         """Put ``copy`` into the delay set, due in ``delay`` s; remove ``original`` from the
         ``processing`` list in the same step (``original`` b"" for a simple list)."""
-        delay_ms = max(0, round(delay * 1000))
-        await self._client.execute(
-            "EVAL", SCHEDULE, 2, self._delays, processing, delay_ms, member([copy]), original
-        )
-        if delay < self._promote_in:
-            self._promote_wanted.set()  # sooner than the promoter planned to look
+        settle = ("LREM", original) if original else ()
+        await self._promoter.schedule([copy], delay, processing, *settle)
 
-    async def _promote_loop(self) -> None:
-        """Push due copies back onto the list, sleeping until the next is due, at most
-        ``_PROMOTE_EVERY`` (copies other consumers scheduled are due too). Cancelled with the
-        subscription: what is scheduled stays in Redis for the next promoter."""
-        assert self._host is not None
-        while True:
-            try:
-                wait_ms = await self._client.execute(
-                    "EVAL", PROMOTE, 2, self._delays, self._key, 100, self._end.push
-                )
-            except ReplyError as exc:
-                if exc.code == "WRONGTYPE":  # the delay set or the list turned into another type
-                    await self.check_type(self._delays, "zset", "as the list's delayed retries")
-                    await self.check_type(self._key)
-                self._host.report_fault("delayed", f"promoting delayed retries: {exc}", error=exc)
-                wait_ms = -1
-            except RedisError as exc:
-                self._host.report_fault("delayed", f"promoting delayed retries: {exc}", error=exc)
-                wait_ms = -1
-            else:
-                self._host.clear_fault("delayed")
-                self._host.answered()  # a failed flush or heartbeat is over too (host.py)
-            wait = _PROMOTE_EVERY if wait_ms < 0 else min(_PROMOTE_EVERY, wait_ms / 1000)
-            self._promote_in = wait
-            with trio.move_on_after(wait):
-                await self._promote_wanted.wait()
-            self._promote_wanted = trio.Event()
+    async def _promote_met_wrong_type(self) -> None:
+        """The promoter met a key of another type: the delay set or the list turned into one."""
+        await self.check_type(self._delays, "zset", "as the list's delayed retries")
+        await self.check_type(self._key)

@@ -1,4 +1,4 @@
-"""The Lua scripts of Redis list subscriptions: the reaper, and durable ``retry_after``.
+"""The Lua scripts of Redis list subscriptions: the reaper, take-back, renewal and copies.
 
 Each runs atomically on the server, so what it checks and what it moves are one step:
 
@@ -10,23 +10,20 @@ Each runs atomically on the server, so what it checks and what it moves are one 
   an entry no handler started goes back as it was), and the ledger is deleted.
 - :data:`TAKE_BACK` does the same, in place, for the entries a consumer restarting under its
   name finds in its own processing list.
-- :data:`SCHEDULE` puts a retry copy into the delay ZSET (the shape :mod:`.delays` gives
-  streams: scored by when it is due on the server's clock, member ``<32 hex>|<len>:<bytes>``)
-  and, for a reliable list, removes the original from the processing list, as one step.
 - :data:`COPY_THEN_REMOVE` writes a copy (a retry pushed back onto the list, a dead letter onto
   its list or stream) and only then removes the original from the processing list. Unlike
   ``MULTI``/``EXEC``, which runs the ``LREM`` even when the write before it fails (a destination
   that holds another type), the script stops at the failed write: the original stays.
-- :data:`PROMOTE` pushes every due copy back onto the list and removes it from the ZSET, and
-  answers how long until the next is due; every consumer's promoter runs it, each copy moves
-  once.
+
+Durable ``retry_after`` (the copy scheduled in the delay ZSET, the original removed, as one
+step; the promoter) is shared with streams: :mod:`.delays`.
 """
 
 from __future__ import annotations
 
 from .client.scripts import Script
 
-__all__ = ["COPY_THEN_REMOVE", "COUNTED", "PROMOTE", "REAP", "RENEW", "SCHEDULE", "TAKE_BACK"]
+__all__ = ["COPY_THEN_REMOVE", "COUNTED", "REAP", "RENEW", "TAKE_BACK"]
 
 #: ``counted(v, header, n)``: list entry ``v`` with its redelivery header (``REDELIVERED_HEADER``)
 #: ``n`` higher; ``charge(v, runs, header)``: ``v`` charged with the runs the table ``runs`` (by
@@ -236,19 +233,6 @@ return kept
     purpose="take back the entries of the own processing list",
 )
 
-#: KEYS: delay ZSET, processing list (ignored when ARGV[3] is empty). ARGV: delay ms, member,
-#: the original value to remove from the processing list ("" for a simple list: nothing to).
-SCHEDULE = Script(
-    """
-local now = redis.call('TIME')
-local at = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + tonumber(ARGV[1])
-redis.call('ZADD', KEYS[1], at, ARGV[2])
-if ARGV[3] ~= '' then return redis.call('LREM', KEYS[2], 1, ARGV[3]) end
-return 0
-""",
-    purpose="schedule a delayed retry",
-)
-
 #: KEYS: where the copy goes, processing list. ARGV: the original value, the write's command
 #: name (LPUSH/RPUSH/XADD), then its arguments after the key. Returns what LREM removed.
 COPY_THEN_REMOVE = Script(
@@ -257,26 +241,4 @@ redis.call(ARGV[2], KEYS[1], unpack(ARGV, 3))
 return redis.call('LREM', KEYS[2], 1, ARGV[1])
 """,
     purpose="copy an entry, then remove it from the processing list",
-)
-
-#: KEYS: delay ZSET, list. ARGV: most copies to move, the push command (LPUSH/RPUSH). Returns
-#: ms until the next due copy (-1: none scheduled).
-PROMOTE = Script(
-    """
-local now = redis.call('TIME')
-local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ms, 'LIMIT', 0, tonumber(ARGV[1]))
-for _, m in ipairs(due) do
-  local colon = string.find(m, ':', 34, true)
-  local len = tonumber(string.sub(m, 34, colon - 1))
-  redis.call(ARGV[2], KEYS[2], string.sub(m, colon + 1, colon + len))
-  redis.call('ZREM', KEYS[1], m)
-end
-local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if #nxt == 0 then return -1 end
-local wait = tonumber(nxt[2]) - ms
-if wait < 0 then return 0 end
-return wait
-""",
-    purpose="promote due delayed retries",
 )

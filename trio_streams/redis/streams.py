@@ -113,51 +113,13 @@ class RedisStream(NamedSource):
         mode: Mode = Mode.GROUP,
     ) -> None:
         check_source_args("RedisStream", (key,), start, entry_ids=True, parameter="start")
-        for what, value in (("group", group), ("consumer", consumer)):
-            if value is not None and (not isinstance(value, str) or not value):
-                raise ConfigurationError(f"{what} must be a non-empty string, not {value!r}")
+        _check_names(group, consumer)
         mode = Mode(mode)
         if remove_idle_consumers is ...:
             remove_idle_consumers = DEFAULT_REMOVE_IDLE if mode is Mode.GROUP else None
-        allowed: tuple[PositionKind, ...] = (
-            PositionKind.BEGINNING,
-            PositionKind.END,
-            PositionKind.ENTRY,
-        )
-        if mode is not Mode.GROUP:
-            allowed += (PositionKind.TIMESTAMP,)
-            if group is not None or consumer is not None:
-                raise ConfigurationError(
-                    f"RedisStream({key!r}).{mode.value}() reads without a consumer group: "
-                    "give no group or consumer"
-                )
-            if delete_on_ack:
-                raise ConfigurationError("delete_on_ack needs a consumer group (nothing is acked)")
-        if start is not None and start.kind not in allowed:
-            raise ConfigurationError(
-                f"a Redis stream starts at Position.beginning(), Position.end(), "
-                f"Position.entry(id){'' if mode is Mode.GROUP else ' or Position.timestamp(ms)'}"
-                f", not {start!r}"
-            )
-        if remove_idle_consumers is not None:
-            if isinstance(remove_idle_consumers, bool) or not isinstance(
-                remove_idle_consumers, int | float
-            ):
-                raise ConfigurationError(
-                    f"remove_idle_consumers takes seconds, not {remove_idle_consumers!r}"
-                )
-            if not 1 <= remove_idle_consumers < float("inf"):
-                raise ConfigurationError(
-                    f"remove_idle_consumers must be at least 1 s, got {remove_idle_consumers!r}"
-                )
-            if mode is not Mode.GROUP:
-                raise ConfigurationError("remove_idle_consumers needs a consumer group")
-        if not isinstance(delete_on_ack, bool):
-            raise ConfigurationError(f"delete_on_ack is True or False, not {delete_on_ack!r}")
-        if isinstance(min_idle, bool) or not isinstance(min_idle, int | float):
-            raise ConfigurationError(f"min_idle takes seconds, not {min_idle!r}")
-        if not 0.01 <= min_idle < float("inf"):
-            raise ConfigurationError(f"min_idle must be at least 0.01 s, got {min_idle!r}")
+        _check_mode(key, mode, group, consumer, start, delete_on_ack)
+        _check_remove_idle(remove_idle_consumers, mode)
+        _check_seconds(delete_on_ack, min_idle)
         try:
             policy = NoGroup(on_nogroup)
         except ValueError:
@@ -268,3 +230,71 @@ class RedisStream(NamedSource):
             )
         # No group named: one group per subscription, which in process is a cursor of its own.
         return MemoryStream(self.key, group=self.group, start_at=start)
+
+
+def _check_mode(
+    key: str,
+    mode: Mode,
+    group: str | None,
+    consumer: str | None,
+    start: Position | None,
+    delete_on_ack: bool,
+) -> None:
+    """Refuse what the mode cannot take (a plain read has no group) and a start it cannot."""
+    allowed: tuple[PositionKind, ...] = (
+        PositionKind.BEGINNING,
+        PositionKind.END,
+        PositionKind.ENTRY,
+    )
+    if mode is not Mode.GROUP:
+        allowed += (PositionKind.TIMESTAMP,)
+        if group is not None or consumer is not None:
+            raise ConfigurationError(
+                f"RedisStream({key!r}).{mode.value}() reads without a consumer group: "
+                "give no group or consumer"
+            )
+        if delete_on_ack:
+            raise ConfigurationError("delete_on_ack needs a consumer group (nothing is acked)")
+    if start is not None and start.kind not in allowed:
+        raise ConfigurationError(
+            f"a Redis stream starts at Position.beginning(), Position.end(), "
+            f"Position.entry(id){'' if mode is Mode.GROUP else ' or Position.timestamp(ms)'}"
+            f", not {start!r}"
+        )
+
+
+def _check_names(group: str | None, consumer: str | None) -> None:
+    """Refuse a group or consumer name that is not a non-empty string."""
+    for what, value in (("group", group), ("consumer", consumer)):
+        if value is not None and (not isinstance(value, str) or not value):
+            raise ConfigurationError(f"{what} must be a non-empty string, not {value!r}")
+
+
+def _check_remove_idle(remove_idle_consumers: object, mode: Mode) -> None:
+    """Refuse a ``remove_idle_consumers`` that is not seconds (at least 1), or one without a
+    group."""
+    if remove_idle_consumers is None:
+        return
+    if isinstance(remove_idle_consumers, bool) or not isinstance(
+        remove_idle_consumers, int | float
+    ):
+        raise ConfigurationError(
+            f"remove_idle_consumers takes seconds, not {remove_idle_consumers!r}"
+        )
+    if not 1 <= remove_idle_consumers < float("inf"):
+        raise ConfigurationError(
+            f"remove_idle_consumers must be at least 1 s, got {remove_idle_consumers!r}"
+        )
+    if mode is not Mode.GROUP:
+        raise ConfigurationError("remove_idle_consumers needs a consumer group")
+
+
+def _check_seconds(delete_on_ack: object, min_idle: object) -> None:
+    """Refuse a ``delete_on_ack`` that is not a bool, a ``min_idle`` that is not seconds (at
+    least 0.01)."""
+    if not isinstance(delete_on_ack, bool):
+        raise ConfigurationError(f"delete_on_ack is True or False, not {delete_on_ack!r}")
+    if isinstance(min_idle, bool) or not isinstance(min_idle, int | float):
+        raise ConfigurationError(f"min_idle takes seconds, not {min_idle!r}")
+    if not 0.01 <= min_idle < float("inf"):
+        raise ConfigurationError(f"min_idle must be at least 0.01 s, got {min_idle!r}")

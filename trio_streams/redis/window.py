@@ -1,8 +1,8 @@
 """The pipeline window as a pure state machine: slots, segments, commit order, the flush plan.
 
 No I/O happens here but in :func:`send_items`, so every rule can be checked without a server;
-the group subscription (:mod:`.group`) and the reliable list (:mod:`.list_reliable`) are the
-thin shells that feed it reads and outcomes and send the plans it makes.
+one thin shell (:mod:`.window_shell`), used by the group subscription (:mod:`.group`) and the
+reliable list (:mod:`.list_reliable`), feeds it reads and outcomes and sends the plans it makes.
 
 The rules (docs/architecture.md, "The transport contract"; as users see them,
 docs/guides/redis-streams.md, "The pipeline window"):
