@@ -117,6 +117,8 @@ async def test_without_atomic_a_segment_may_name_keys_on_any_node(
             async def both_counted() -> bool:
                 # The flush sends each node its part at once: the stream's node may answer
                 # (and the entries leave the pending list) before the other node has.
-                return await redis.execute("GET", same) == await redis.execute("GET", other) == b"3"
+                return bool(
+                    await redis.execute("GET", same) == await redis.execute("GET", other) == b"3"
+                )
 
             await eventually(both_counted, within=5, what="both keys incremented three times")
