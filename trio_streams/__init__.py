@@ -9,7 +9,11 @@ is used (``from trio_streams import App`` imports ``trio_streams.core.app``), so
 run`` can guard SIGINT and SIGTERM before Trio and the app are imported (``cli/commands.py``).
 """
 
+from ._moved import install as _install_moved
+
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (a few ms)
+
+_install_moved()  # the modules' paths of the flat layout still import (with a warning)
 
 if TYPE_CHECKING:
     from ._version import __version__

@@ -197,7 +197,12 @@ def test_importing_the_plugin_imports_neither_trio_nor_the_framework() -> None:
     )
     modules = json.loads(done.stdout)
     ours = [name for name in modules if name.split(".")[0] == "trio_streams"]
-    assert ours == ["trio_streams", "trio_streams.testing", "trio_streams.testing.plugin"]
+    assert ours == [
+        "trio_streams",
+        "trio_streams._moved",
+        "trio_streams.testing",
+        "trio_streams.testing.plugin",
+    ]
     assert [name for name in modules if name.split(".")[0] == "trio"] == []
 
 
