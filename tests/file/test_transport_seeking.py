@@ -19,7 +19,8 @@ import pytest
 import trio
 
 from tests.support import serving
-from trio_streams import App, Context, Position, SeekRefused
+from trio_streams import App, ConfigurationError, Context, Position, SeekRefused
+from trio_streams.core.positions import MAX_TIMESTAMP_MS
 from trio_streams.file import FileBroker, FilePosition, FileStream
 from trio_streams.file.writer import StreamWriter
 
@@ -481,3 +482,45 @@ def test_stream_writer_of_scenarios_is_deterministic(tmp_path: Path) -> None:
     with StreamWriter(path) as writer:
         assert writer.last_seq("s") == 8
         assert writer.last_seq("e") == 0
+
+
+# ---- The conformance suite checks only that these are refused (any transport words its own
+# refusals); what the file transport says is checked here.
+
+
+async def refused_live_seek(tmp_path: Path, position: Position) -> str:
+    """What a live file subscription's refusal of a seek to ``position`` says."""
+    app = App("seek")
+    broker = app.broker(FileBroker(tmp_path / "s.ss"))
+    refusals: list[str] = []
+
+    @broker.subscriber(FileStream("s"))
+    async def handle(n: int, ctx: Context) -> None:
+        try:
+            await ctx.seeker.seek(position)
+        except SeekRefused as refused:
+            refusals.append(str(refused))
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            running = await nursery.start(app.serve)
+            await broker.publish("s", 1)
+            await running.wait_stopped()  # the refusal ended the subscription
+    assert len(refusals) == 1
+    return refusals[0]
+
+
+async def test_a_refused_live_seek_says_there_is_no_message_later_than_the_instant(
+    tmp_path: Path,
+) -> None:
+    said = await refused_live_seek(tmp_path, Position.timestamp(MAX_TIMESTAMP_MS))
+    assert "no message" in said and "later than" in said
+
+
+async def test_a_seek_to_an_entry_id_is_refused_naming_it(tmp_path: Path) -> None:
+    assert "entry id" in await refused_live_seek(tmp_path, Position.entry("1526985054069-0"))
+
+
+def test_a_source_refuses_to_start_at_an_entry_id_saying_what_entry_ids_address() -> None:
+    with pytest.raises(ConfigurationError, match="entry ids address Redis streams"):
+        FileStream("s", start_at=Position.entry("1-0")).replay()

@@ -5,10 +5,12 @@ The Seeking contract itself is stated once for every transport in
 ``trio_streams/testing/conformance/seeking.py``.
 """
 
+import pytest
 import trio
 
 from trio_streams import (
     App,
+    ConfigurationError,
     Context,
     MemoryBroker,
     MemoryStream,
@@ -16,6 +18,7 @@ from trio_streams import (
     SeekRefused,
     UnsupportedError,
 )
+from trio_streams.core.positions import MAX_TIMESTAMP_MS
 
 
 async def run_to_end(app: App) -> None:
@@ -64,3 +67,43 @@ async def test_a_sequence_must_name_its_stream_when_several_are_read() -> None:
     await run_to_end(app)
     assert len(errors) == 1 and "must name one of the streams" in errors[0]
     assert seen == [1, 2, 3, 4, 5, 4, 5]
+
+
+# ---- The conformance suite checks only that these are refused (any transport words its own
+# refusals); what the in-process transport says is checked here.
+
+
+async def refused_live_seek(position: Position) -> str:
+    """What a live in-process subscription's refusal of a seek to ``position`` says."""
+    app = App("seek")
+    broker = app.broker(MemoryBroker())
+    refusals: list[str] = []
+
+    @broker.subscriber(MemoryStream("s"))
+    async def handle(n: int, ctx: Context) -> None:
+        try:
+            await ctx.seeker.seek(position)
+        except SeekRefused as refused:
+            refusals.append(str(refused))
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            running = await nursery.start(app.serve)
+            await broker.publish("s", 1)
+            await running.wait_stopped()  # the refusal ended the subscription
+    assert len(refusals) == 1
+    return refusals[0]
+
+
+async def test_a_refused_live_seek_says_there_is_no_message_later_than_the_instant() -> None:
+    said = await refused_live_seek(Position.timestamp(MAX_TIMESTAMP_MS))
+    assert "no message" in said and "later than" in said
+
+
+async def test_a_seek_to_an_entry_id_is_refused_naming_it() -> None:
+    assert "entry id" in await refused_live_seek(Position.entry("1526985054069-0"))
+
+
+def test_a_source_refuses_to_start_at_an_entry_id_saying_what_entry_ids_address() -> None:
+    with pytest.raises(ConfigurationError, match="entry ids address Redis streams"):
+        MemoryStream("s", start_at=Position.entry("1-0")).replay()

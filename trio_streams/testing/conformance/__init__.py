@@ -26,10 +26,13 @@ pytest collect a subclass of :class:`ConformanceTests` that names it::
 Every test of the suite then runs once per transport in ``transports``. A test that needs a
 :class:`Capability` the transport declares in ``cannot`` is skipped with the reason given
 there; one that uses a capability without declaring it fails rather than skips, and the suite
-checks the declarations against the sources (a source that says ``seekable`` must be able to
-seek). The areas are also classes of their own (:class:`Reading`, :class:`Settling`,
-:class:`RetrySemantics`, :class:`Seeking`, :class:`Shutdown`, :class:`Backpressure`,
-:class:`Capabilities`), for a project that runs only some of them.
+checks the declarations where it can (:class:`Capabilities` says which: ``SEEK`` against the
+sources' ``seekable``, ``REPLAY``, ``PIN_INSTANTS`` and ``RETAIN`` against the methods they need,
+``POSITIONS`` declared missing against a live source asked to start at a position). Refusals
+are checked by their type, never by their words. The areas are also classes of their own
+(:class:`Reading`, :class:`Settling`, :class:`RetrySemantics`, :class:`Seeking`,
+:class:`Shutdown`, :class:`Backpressure`, :class:`Capabilities`), for a project that runs only
+some of them.
 
 The tests are ``async def`` tests for pytest-trio, with ``trio_mode = true`` in the project's
 pytest configuration; each gets a fresh :class:`TransportUnderTest` made with its ``tmp_path``.

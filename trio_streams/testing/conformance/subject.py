@@ -8,7 +8,7 @@ A transport declares, in ``cannot``, each :class:`Capability` it lacks and why. 
 needs a capability says so with ``@needs(Capability...)``: the fixture skips it, with the
 transport's reason, where the capability is declared missing. A test that uses a capability it
 did not declare fails instead of skipping, so nothing is skipped silently, and the suite checks
-that the declarations tell the truth.
+the declarations it can (see :mod:`.capabilities`); the others rest on the transport's word.
 """
 
 from __future__ import annotations
