@@ -21,6 +21,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from .backoff import Backoff
+from .capabilities import SNAPSHOT, ServerCommands, read_commands
 from .config import ClientConfig, ConnectionOptions
 from .connection import Connection, open_connection
 from .errors import (
@@ -45,12 +46,35 @@ class RedisClient(abc.ABC):
 
     config: ClientConfig
     _protocols: ProtocolWatch
+    _commands: ServerCommands | None = None
 
     @property
     def protocol(self) -> int | None:
         """The RESP version the client's connections speak: 3, or 2 on a server without
         ``HELLO`` (logged once as a warning); None before the first connection."""
         return self._protocols.protocol
+
+    @property
+    def commands(self) -> ServerCommands:
+        """The server's command table as last read (:meth:`server_commands`), or the committed
+        :data:`~.capabilities.SNAPSHOT` before it was read: what a synchronous check (a
+        pipeline-window segment) consults."""
+        return self._commands or SNAPSHOT
+
+    async def server_commands(self) -> ServerCommands:
+        """The server's command table: which commands it has, where their keys are, and the
+        options of the commands the transports ask about (see :mod:`.capabilities`).
+
+        Read once and kept; a connection opened after the server was lost reads it again before
+        it is used, so a server replaced by another build is seen as it is. Cancelling the
+        first read closes its connection; the next call reads again.
+        """
+        if self._commands is None:
+            self._commands = await self._read_commands()
+        return self._commands
+
+    @abc.abstractmethod
+    async def _read_commands(self) -> ServerCommands: ...
 
     @abc.abstractmethod
     async def execute(self, *args: Any) -> Any:
@@ -150,12 +174,15 @@ class Redis(RedisClient):
             label = f"primary of {config.service_name!r}"
         else:
             label = f"redis {format_address(config.addresses[0])}"
+        self._label = label
+        self._commands_stale = False
         self._pool = (PrimaryPool if self._locator else ConnectionPool)(
             self._open_node,
             label=label,
             max_size=config.pool_size,
             timeout=config.pool_timeout,
             backoff=Backoff(config.backoff_initial, config.backoff_cap),
+            on_lost=self._server_lost,
         )
         self._watch: SwitchWatch | None = None
         if self._locator is not None:
@@ -184,13 +211,34 @@ class Redis(RedisClient):
 
     async def _open_node(self) -> Connection:
         if self._locator is not None:
-            return self._protocols.seen(await self._locator.open_primary())
-        connection = await open_connection(self.config.addresses[0], self.config.connection)
+            connection = await self._locator.open_primary()
+        else:
+            connection = await open_connection(self.config.addresses[0], self.config.connection)
+        if self._commands_stale and self._commands is not None:
+            # The server was lost: the one answering now may be another build (an upgrade, a
+            # failover). Read its table before anything relies on the old one.
+            try:
+                self._commands = await read_commands(connection, source=self._commands.source)
+            except BaseException:
+                connection.close()
+                raise
+            self._commands_stale = False
         return self._protocols.seen(connection)
+
+    async def _read_commands(self) -> ServerCommands:
+        async with self.connection() as connection:
+            commands = await read_commands(connection, source=self._label)
+        self._commands_stale = False
+        return commands
+
+    def _server_lost(self) -> None:
+        """A connection to the server was lost: the next one opened reads its table again."""
+        self._commands_stale = True
 
     def _node_failed(self) -> None:
         """The node went away or stopped being primary: stop trusting pooled connections."""
         self._pool.discard_idle()
+        self._server_lost()
         if self._locator is not None:
             self._locator.forget()
 

@@ -23,6 +23,7 @@ import trio
 
 from ...core.errors import ConfigurationError
 from .backoff import Backoff
+from .capabilities import ServerCommands, read_commands
 from .client import RedisClient
 from .commands import check_command
 from .config import ClientConfig
@@ -42,7 +43,7 @@ from .errors import (
     describe_command,
     format_address,
 )
-from .keys import SLOTS, KeyFinder, key_slot, parse_command_table
+from .keys import SLOTS, KeyFinder, key_slot
 from .keys import text as _text
 from .negotiation import ProtocolWatch
 from .pipeline import Item, TransactionBlock, fold_replies, wire_commands
@@ -108,6 +109,8 @@ class RedisCluster(RedisClient):
         self._pools: dict[Address, ConnectionPool] = {}
         self._known: list[Address] = list(config.addresses)
         self._keys: KeyFinder | None = None
+        self._commands_stale = False
+        self._label = "cluster " + ", ".join(format_address(a) for a in config.addresses)
         self._refresh_lock = trio.Lock()
         self._epoch = 0
         self._stale = True
@@ -167,8 +170,12 @@ class RedisCluster(RedisClient):
                 if "unknown" not in exc.message.lower():
                     raise
                 ranges = parse_cluster_slots(await connection.execute("CLUSTER", "SLOTS"))
-            if self._keys is None:
-                self._keys = KeyFinder(parse_command_table(await connection.execute("COMMAND")))
+            if self._commands is None or self._commands_stale:
+                # Once per client, and again after a node was lost (it may come back as
+                # another build): the key positions and options of this cluster's commands.
+                self._commands = await read_commands(connection, source=self._label)
+                self._commands_stale = False
+                self._keys = self._commands.finder
         if not ranges:
             raise ClusterError(f"node {format_address(address)} reports no slot ranges")
         slots: list[Address | None] = [None] * SLOTS
@@ -203,6 +210,7 @@ class RedisCluster(RedisClient):
 
     def _node_lost(self, address: Address) -> None:
         self._stale = True
+        self._commands_stale = True
         pool = self._pools.get(address)
         if pool is not None:
             pool.discard_idle()
@@ -227,6 +235,11 @@ class RedisCluster(RedisClient):
         if keys is None:
             keys = await self._server_keys(args)
         return self._common_slot(keys, [args])
+
+    async def _read_commands(self) -> ServerCommands:
+        await self._ready()  # the slot map's first load reads the table
+        assert self._commands is not None
+        return self._commands
 
     async def _server_keys(self, args: Command) -> list[Arg]:
         reply = await self.execute_on(self._any_node(), "COMMAND", "GETKEYS", *args)

@@ -28,7 +28,11 @@ from .errors import PoolTimeoutError, RedisConnectionError, RedisError
 
 
 class ConnectionPool:
-    """Connections to one node, opened on demand by ``opener``."""
+    """Connections to one node, opened on demand by ``opener``.
+
+    ``on_lost`` is called when an idle connection is found closed or out of step at checkout
+    (the server went away, or restarted), before a new one is opened in its place.
+    """
 
     def __init__(
         self,
@@ -38,8 +42,10 @@ class ConnectionPool:
         max_size: int,
         timeout: float,
         backoff: Backoff,
+        on_lost: Callable[[], None] | None = None,
     ) -> None:
         self._opener = opener
+        self._on_lost = on_lost
         self._label = label
         self._idle: list[Connection] = []
         self._slots = trio.Semaphore(max_size)
@@ -86,6 +92,8 @@ class ConnectionPool:
                 if connection.is_reusable():
                     return connection
                 connection.close()
+                if self._on_lost is not None:
+                    self._on_lost()  # the server closed it: it may have restarted
             return await self._open()
         except BaseException:
             self._slots.release()
