@@ -9,6 +9,10 @@ never returns (the process was killed in it) is on record; a run that returns re
 ``poison:<n>`` (the run of ``n`` ends its process at once, ``os._exit``, as a crash would);
 ``slow-poison:<n>`` (the same, every run taking 0.3 s first).
 ``max_attempts=3``, dead letters to ``<KEY>.dead``. SIGTERM stops it gracefully.
+
+``LEDGER_LEASE`` (seconds, in the environment) replaces the stream's ``min_idle`` and the list's
+heartbeat: a test that makes it long shows that what another consumer takes within far less
+was handed back, not taken after the lease ran out.
 """
 
 from __future__ import annotations
@@ -31,13 +35,14 @@ def build(
     app = App("ledger")
     broker = app.broker(RedisBroker(url))
     name = None if consumer == "-" else consumer
+    lease = float(os.environ.get("LEDGER_LEASE", "1.0"))
     source: Source
     if kind == "stream":
         source = RedisStream(
-            key, group="g", consumer=name, start=Position.beginning(), min_idle=1.0
+            key, group="g", consumer=name, start=Position.beginning(), min_idle=lease
         )
     else:
-        source = RedisList(key, reliable=True, consumer=name, heartbeat=1.0, reap_every=0.2)
+        source = RedisList(key, reliable=True, consumer=name, heartbeat=lease, reap_every=0.2)
     ledger = Ledger(runlog)
     poison = int(behaviour.partition(":")[2]) if "poison:" in behaviour else None
     pause = 0.3 if behaviour.startswith("slow-poison:") else 0.0

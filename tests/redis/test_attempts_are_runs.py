@@ -28,12 +28,17 @@ APP = "tests.redis.ledger_app"
 
 def consumer(
     server: RedisServer, kind: str, key: str, name: str, runlog: Path, behaviour: str = "ok",
-    *, count: int = 10, workers: int = 1,
+    *, count: int = 10, workers: int = 1, lease: float = 1.0,
 ) -> Consumer:  # fmt: skip
     return Consumer(
         server.url, kind, key, name, runlog, behaviour, count, workers, module=APP,
-        env={"TRIO_STREAMS_STATE_DIR": str(runlog.parent / "state")},
+        env={"TRIO_STREAMS_STATE_DIR": str(runlog.parent / "state"), "LEDGER_LEASE": str(lease)},
     )  # fmt: skip
+
+
+#: A lease far longer than the waits below: what a consumer takes within them was handed back
+#: at the stop, never taken because a lease ran out.
+LONG_LEASE = 600.0
 
 
 async def settled(redis: RedisClient, ledger: KeyLedger, *, within: float = 30) -> LedgerReport:
@@ -114,10 +119,12 @@ async def test_ten_graceful_stops_in_a_row_during_a_backlog_charge_no_attempt(
     await ledger.publish(range(1, 3001))
     waits: list[float] = []
     for stop in range(10):
-        proc = consumer(redis_server, kind, "jobs", "w1", ledger.path, "slow", count=50)
+        proc = consumer(
+            redis_server, kind, "jobs", "w1", ledger.path, "slow", count=50, lease=LONG_LEASE
+        )
         if stop:  # what the last stop handed back is handled by this consumer at once
             started = time.monotonic()
-            await proc.wait_line("handled ", within=10)
+            await proc.wait_line("handled ", within=30)
             waits.append(time.monotonic() - started)
         target = ledger.handled() + 100
 
@@ -139,17 +146,22 @@ async def test_ten_graceful_stops_in_a_row_during_a_backlog_charge_no_attempt(
     # Nobody died: every run was a first attempt (a stop charged nothing, nothing ran twice).
     assert {attempt for seen in report.attempts.values() for attempt in seen} == {1}
     assert report.duplicates == {}
+    # Within 30 s of a start, under a 600 s lease: handed back, not waited out. The times
+    # (a process start included) are printed, not asserted: they vary with the machine's load.
     print(f"first handled after a restart within (s): {[round(w, 2) for w in waits]}")
-    assert max(waits) < 2.0
 
 
-async def test_what_a_graceful_stop_hands_back_another_live_consumer_takes_within_two_seconds(
+async def test_what_a_graceful_stop_hands_back_another_live_consumer_takes_at_once(
     redis_server: RedisServer, redis: RedisClient, tmp_path: Path
 ) -> None:
     ledger = KeyLedger(redis, "stream", "jobs", tmp_path / "runs.log")
     await ledger.publish(range(1, 2001))
-    stays = consumer(redis_server, "stream", "jobs", "b", ledger.path, "slow", count=50)
-    goes = consumer(redis_server, "stream", "jobs", "a", ledger.path, "slow", count=50)
+    stays = consumer(
+        redis_server, "stream", "jobs", "b", ledger.path, "slow", count=50, lease=LONG_LEASE
+    )
+    goes = consumer(
+        redis_server, "stream", "jobs", "a", ledger.path, "slow", count=50, lease=LONG_LEASE
+    )
     try:
         await goes.wait_line("handled ", within=10)
         await stays.wait_line("handled ", within=10)
@@ -163,14 +175,15 @@ async def test_what_a_graceful_stop_hands_back_another_live_consumer_takes_withi
             reply = await redis.execute("XPENDING", "jobs", "g", "-", "+", 1000, "a")
             return not reply
 
-        await eventually(taken, within=5, what="consumer a's entries taken by b")
+        # Within 30 s under a 600 s min_idle: only a hand-back makes them claimable so soon.
+        await eventually(taken, within=30, what="consumer a's entries taken by b")
         took = time.monotonic() - started
         report = await settled(redis, ledger, within=60)
     finally:
         stays.stop()
         goes.stop()
     print(f"{len(handed_back)} entries handed back, taken by the other consumer in {took:.2f} s")
-    assert took < 2.0
+    assert handed_back  # the stop had something to hand back
     assert report.handled == set(range(1, 2001)) and not report.settled_without_run
     assert {attempt for seen in report.attempts.values() for attempt in seen} == {1}
 
