@@ -30,6 +30,7 @@ that group's position: it grows until the group moves or is deleted (``XGROUP DE
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -48,6 +49,8 @@ Trim = Literal["safe", "acked", "groups", "unsafe"]
 _TRIMS: Final = get_args(Trim)
 #: Publishes to one stream between two safe trims of it, unless ``trim_every=`` says.
 DEFAULT_TRIM_EVERY: Final = 100
+#: The groups script by its digest: sent whole only to a server that has not seen it.
+_SCRIPT_SHA: Final = hashlib.sha1(ADD_THEN_TRIM.encode()).hexdigest()
 #: Streams whose publish count a transport keeps; one forgotten is trimmed at its next publish.
 _COUNTED_STREAMS: Final = 10_000
 
@@ -205,6 +208,11 @@ class Trimmer:
                 if policy.trim != "safe" or "syntax" not in exc.message.lower():
                     raise
                 # Refused before anything was written: this node lacks ACKED.
-        return await self.client.execute(
-            "EVAL", ADD_THEN_TRIM, 1, key, bound[0], policy.operator, bound[1], *fields
-        )
+        arguments = (1, key, bound[0], policy.operator, bound[1], *fields)
+        try:
+            return await self.client.execute("EVALSHA", _SCRIPT_SHA, *arguments)
+        except ReplyError as exc:
+            if exc.code != "NOSCRIPT":
+                raise
+        # Not in this server's script cache yet (or flushed, or another node): send it whole.
+        return await self.client.execute("EVAL", ADD_THEN_TRIM, *arguments)
