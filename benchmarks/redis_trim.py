@@ -97,10 +97,8 @@ async def main(args: argparse.Namespace) -> None:
         async with connect(server.url) as probe:
             takes_acked = (await probe.server_commands()).takes("xadd", "ACKED")
             info = (await probe.execute("INFO", "server")).decode()
-        version = next(
-            (line for line in info.splitlines() if line.startswith(("valkey_version", "redis_version"))),
-            "",
-        )  # fmt: skip
+        prefixes = ("valkey_version", "redis_version")
+        version = next((line for line in info.splitlines() if line.startswith(prefixes)), "")
         names = [n for n in CONTENDERS if takes_acked or not n.startswith("acked")]
         print(f"server: {redis_binary()} ({version.split(':')[-1]}), ACKED taken: {takes_acked}")
         print(
