@@ -2,8 +2,10 @@
 
 - **Publishing** is one ``XADD``: the payload in ``_payload``, each header in ``h:<name>``
   (:mod:`.wire`); the receipt is the entry's position, ``Position.entry(id, stream=key)``.
-  ``maxlen=`` / ``minid=`` trim the stream as it is written (approximately, ``~``, unless
-  ``exact_trim=True``): ``XACK`` never deletes an entry, so a stream grows until trimmed.
+  ``maxlen=`` / ``minid=`` trim the stream as it is written: ``XACK`` never deletes an
+  entry, so a stream grows until trimmed. By default a trim never cuts an entry a consumer
+  group has not acknowledged (``trim="safe"``); ``trim="unsafe"`` is the plain trim, which
+  can (:mod:`.trimming`).
 - **Subscriptions** (``RedisStream``) are consumer group members (:mod:`.group`), one dedicated
   connection each for the blocking read.
 - **The pipeline window** (``pipeline=True``, ``atomic=True``) on group subscriptions: a
@@ -95,7 +97,20 @@ class RedisBroker(Broker):
     """Redis Streams through consumer groups (standalone, cluster or sentinel URL).
 
     ``group`` / ``consumer``: defaults for the ``RedisStream`` subscriptions that name none.
-    ``maxlen`` / ``minid``: trim streams as this broker publishes (see the module docstring).
+    ``maxlen`` / ``minid``: trim streams as this broker publishes (approximately, ``~``,
+    unless ``exact_trim=True``). ``trim`` says what a trim may cut (:mod:`.trimming`):
+
+    - ``"safe"`` (default): never an entry some consumer group has not read or acknowledged;
+      the server's ``XADD … ACKED`` where it takes it, else a bound computed from the groups;
+    - ``"acked"`` / ``"groups"``: one of those two, chosen (``"acked"`` is refused at
+      connect by a server without it);
+    - ``"unsafe"``: the plain ``XADD … MAXLEN``/``MINID`` on every publish, which **can lose
+      entries a group has not read or acknowledged**.
+
+    The safe forms trim on the first publish to a stream and then every ``trim_every``-th
+    (default 100, or 1 with ``exact_trim=True``), in the same one command as the ``XADD``. A
+    stream with no group is trimmed as ``maxlen``/``minid`` say; one whose group stopped
+    reading grows until the group moves or is deleted.
 
     Subscriber options: ``count`` — entries per read (default 100); ``block`` — ms one blocking
     read waits (default 1000); ``pipeline=True`` — the pipeline window: commands a handler
