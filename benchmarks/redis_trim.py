@@ -97,10 +97,10 @@ async def main(args: argparse.Namespace) -> None:
         async with connect(server.url) as probe:
             takes_acked = (await probe.server_commands()).takes("xadd", "ACKED")
             info = (await probe.execute("INFO", "server")).decode()
-        prefixes = ("valkey_version", "redis_version")
-        version = next((line for line in info.splitlines() if line.startswith(prefixes)), "")
+        fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
+        version = fields.get("valkey_version") or fields.get("redis_version", "?")
         names = [n for n in CONTENDERS if takes_acked or not n.startswith("acked")]
-        print(f"server: {redis_binary()} ({version.split(':')[-1]}), ACKED taken: {takes_acked}")
+        print(f"server: {redis_binary()} ({version}), ACKED taken: {takes_acked}")
         print(
             f"messages per round: {args.messages}, concurrency {args.concurrency}, "
             f"maxlen {args.maxlen}, rounds {args.rounds}"
