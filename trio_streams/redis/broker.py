@@ -2,8 +2,10 @@
 
 - **Publishing** is one ``XADD``: the payload in ``_payload``, each header in ``h:<name>``
   (:mod:`.wire`); the receipt is the entry's position, ``Position.entry(id, stream=key)``.
-  ``maxlen=`` / ``minid=`` trim the stream as it is written (approximately, ``~``, unless
-  ``exact_trim=True``): ``XACK`` never deletes an entry, so a stream grows until trimmed.
+  ``maxlen=`` / ``minid=`` trim the stream as it is written: ``XACK`` never deletes an
+  entry, so a stream grows until trimmed. By default a trim never cuts an entry a consumer
+  group has not acknowledged (``trim="safe"``); ``trim="unsafe"`` is the plain trim, which
+  can (:mod:`.trimming`).
 - **Subscriptions** (``RedisStream``) are consumer group members (:mod:`.group`), one dedicated
   connection each for the blocking read.
 - **The pipeline window** (``pipeline=True``, ``atomic=True``) on group subscriptions: a
@@ -40,7 +42,7 @@ from ..core.destinations import Destination, DestinationKind
 from ..core.errors import ConfigurationError, UnsupportedError, WrongKeyType
 from ..core.extras import require
 from ..core.pipeline import CommandCheck
-from ..core.positions import InvalidPosition, Position
+from ..core.positions import Position
 from ..core.process import process_name
 from ..core.routing import Declared
 from ..core.transport import Source, SubscriptionSource, Transport, read_count_option
@@ -59,6 +61,7 @@ from .plain import PlainSubscription
 from .pubsub import ChannelSubscription
 from .segments import segment_check
 from .streams import Mode, RedisStream
+from .trimming import Trim, Trimmer, TrimPolicy
 from .wire import encode_fields, text
 
 __all__ = ["DEFAULT_BLOCK_MS", "DEFAULT_COUNT", "RedisBroker", "RedisTransport"]
@@ -94,7 +97,20 @@ class RedisBroker(Broker):
     """Redis Streams through consumer groups (standalone, cluster or sentinel URL).
 
     ``group`` / ``consumer``: defaults for the ``RedisStream`` subscriptions that name none.
-    ``maxlen`` / ``minid``: trim streams as this broker publishes (see the module docstring).
+    ``maxlen`` / ``minid``: trim streams as this broker publishes (approximately, ``~``,
+    unless ``exact_trim=True``). ``trim`` says what a trim may cut (:mod:`.trimming`):
+
+    - ``"safe"`` (default): never an entry some consumer group has not read or acknowledged;
+      the server's ``XADD … ACKED`` where it takes it, else a bound computed from the groups;
+    - ``"acked"`` / ``"groups"``: one of those two, chosen (``"acked"`` is refused at
+      connect by a server without it);
+    - ``"unsafe"``: the plain ``XADD … MAXLEN``/``MINID`` on every publish, which **can lose
+      entries a group has not read or acknowledged**.
+
+    The safe forms trim on the first publish to a stream and then every ``trim_every``-th
+    (default 100, or 1 with ``exact_trim=True``), in the same one command as the ``XADD``. A
+    stream with no group is trimmed as ``maxlen``/``minid`` say; one whose group stopped
+    reading grows until the group moves or is deleted.
 
     Subscriber options: ``count`` — entries per read (default 100); ``block`` — ms one blocking
     read waits (default 1000); ``pipeline=True`` — the pipeline window: commands a handler
@@ -128,6 +144,8 @@ class RedisBroker(Broker):
         maxlen: int | None = None,
         minid: str | None = None,
         exact_trim: bool = False,
+        trim: Trim | None = None,
+        trim_every: int | None = None,
         name: str | None = None,
         prefix: str = "",
         **defaults: Any,
@@ -139,21 +157,12 @@ class RedisBroker(Broker):
         for what, value in (("group", group), ("consumer", consumer)):
             if value is not None and (not isinstance(value, str) or not value):
                 raise ConfigurationError(f"{what} must be a non-empty string, not {value!r}")
-        if maxlen is not None and (isinstance(maxlen, bool) or not isinstance(maxlen, int)):
-            raise ConfigurationError(f"maxlen takes an int, not {maxlen!r}")
-        if maxlen is not None and maxlen < 0:
-            raise ConfigurationError(f"maxlen must be >= 0, got {maxlen}")
-        if minid is not None:
-            _check_minid(minid)
-        if maxlen is not None and minid is not None:
-            raise ConfigurationError("trim by maxlen or by minid, not both")
+        #: How publishing trims streams (:mod:`.trimming`), or None when it does not.
+        self.trim = TrimPolicy.from_options(
+            maxlen=maxlen, minid=minid, exact_trim=exact_trim, trim=trim, trim_every=trim_every
+        )
         self.group = group
         self.consumer = consumer
-        self._trim: tuple[Any, ...] = ()
-        if maxlen is not None:
-            self._trim = ("MAXLEN", "=" if exact_trim else "~", maxlen)
-        elif minid is not None:
-            self._trim = ("MINID", "=" if exact_trim else "~", minid)
 
     def description(self) -> BrokerDescription:
         """Its server is its URL's host and port, ``redis`` or ``rediss``, and its topology (a
@@ -245,10 +254,14 @@ class RedisBroker(Broker):
     @asynccontextmanager
     async def connect(self) -> AsyncIterator[Transport]:
         async with connect(self.url) as client:
+            trimmer = Trimmer(client, self.trim)
+            if self.trim is not None and self.trim.trim in ("safe", "acked"):
+                await client.server_commands()  # which safe trim this server takes
+                trimmer.check_server()
             await check_publisher_keys(
                 client, [(s.name, p.target) for s in self.subscriptions for p in s.publishers]
             )
-            yield RedisTransport(self, client)
+            yield RedisTransport(self, client, trimmer)
 
 
 def _window_options(options: Mapping[str, Any]) -> bool:
@@ -289,9 +302,12 @@ def _block_option(options: Mapping[str, Any]) -> int:
 class RedisTransport(Transport):
     """A connected ``RedisBroker``: its client and its group subscriptions."""
 
-    def __init__(self, broker: RedisBroker, client: RedisClient) -> None:
+    def __init__(
+        self, broker: RedisBroker, client: RedisClient, trimmer: Trimmer | None = None
+    ) -> None:
         self.broker = broker
         self.client = client
+        self.trimmer = trimmer or Trimmer(client, broker.trim)
 
     async def publish(
         self, destination: str, payload: bytes, headers: Mapping[str, str]
@@ -299,9 +315,7 @@ class RedisTransport(Transport):
         if not isinstance(payload, bytes):
             raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
         try:
-            entry_id = await self.client.execute(
-                "XADD", destination, *self.broker._trim, "*", *encode_fields(payload, headers)
-            )
+            entry_id = await self.trimmer.add(destination, encode_fields(payload, headers))
         except ReplyError as exc:
             if exc.code == "WRONGTYPE":
                 raise WrongKeyType(
@@ -401,16 +415,3 @@ class RedisTransport(Transport):
             atomic=bool(options.get("atomic")),
             segment_check=self.broker.segment_check(source, options, label=label),
         )
-
-
-def _check_minid(minid: object) -> None:
-    """Refuse, naming ``minid``, a trim bound that is not an entry id (``<ms>`` or
-    ``<ms>-<seq>``)."""
-    valid = isinstance(minid, str)
-    if isinstance(minid, str):
-        try:
-            Position.entry(minid if "-" in minid else f"{minid}-0")
-        except InvalidPosition:
-            valid = False
-    if not valid:
-        raise ConfigurationError(f"minid takes an entry id, <ms> or <ms>-<seq>, not {minid!r}")
