@@ -22,7 +22,7 @@ from ..core.group_moves import shared_group_refusal
 from ..core.host import SubscriptionHost
 from ..core.outcome import Outcome, OutcomeKind
 from ..core.pipeline import CommandCheck, Pipeline, Segment
-from ..core.positions import Position, PositionKind, delivered_position
+from ..core.positions import Position, delivered_position
 from ..core.schedule import FairShare
 from ..core.transport import (
     SeekRefused,
@@ -397,11 +397,8 @@ class MemorySubscription(SubscriptionSource):
         try:
             self._cursor.move(position)
         except SeekRefused as exc:
-            if group is not None and position.kind is PositionKind.TIMESTAMP:
-                self._cursor.move(Position.end())  # past the last message: the end, as live
-            else:
-                # Name the subscription, as a stream file's refusal does.
-                raise SeekRefused(f"{self._label}: seek to {position!r} refused: {exc}") from None
+            # Name the subscription, as a stream file's refusal does.
+            raise SeekRefused(f"{self._label}: seek to {position!r} refused: {exc}") from None
         if group is not None:
             self._cut = set(self._held)
         self._hub.wake()

@@ -2,11 +2,11 @@
 does under ``app.test()``, with the refusals of the live one.
 
 Positions are the live ones' (see :mod:`trio_streams.redis.group_position`): the beginning, the
-end (the tip now), an instant (the first message strictly later; past the last message, the
-end). In-process streams are addressed by sequence numbers, so an entry id is refused here (as a
-plain stream's seek to one is under ``app.test()``), and so is a sequence number (the live
-stream refuses it; the caller says so before asking). The group's last delivered message is
-its sequence number (``0``: none yet).
+end (the tip now), an instant (the first message strictly later; refused if there is none).
+In-process streams are addressed by sequence numbers, so an entry id is refused here (as a plain
+stream's seek to one is under ``app.test()``), and so is a sequence number (the live stream
+refuses it; the caller says so before asking). The group's last delivered message is its
+sequence number (``0``: none yet).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ __all__ = ["move_memory_group"]
 
 
 def _target(hub: MemoryHub, stream: str, position: Position) -> Cursor:
-    """A cursor of ``stream`` at ``position`` (an instant past the last message: the end)."""
+    """A cursor of ``stream`` at ``position`` (:class:`PositionRefused` if out of reach)."""
     if position.kind is PositionKind.ENTRY:
         raise PositionRefused(
             f"stream {stream!r}: {position!r} is a Redis entry id; in-process streams are "
@@ -28,10 +28,8 @@ def _target(hub: MemoryHub, stream: str, position: Position) -> Cursor:
         )
     try:
         return Cursor(hub, (stream,), position)
-    except SeekRefused:
-        if position.kind is not PositionKind.TIMESTAMP:
-            raise
-        return Cursor(hub, (stream,), Position.end())
+    except SeekRefused as exc:
+        raise PositionRefused(f"stream {stream!r}: {exc}") from None
 
 
 def group_of(hub: MemoryHub, stream: str, group: str) -> Group:

@@ -13,7 +13,8 @@ delivered id, which is what ``XGROUP SETID`` sets):
   stream's last entry is refused (:class:`~trio_streams.core.group_moves.PositionRefused`):
   the group would pass over entries not written yet.
 - ``Position.timestamp(ms)``: ``<ms>-<max>``, so the first entry strictly later than ``ms`` is
-  next, as on a plain stream; an instant past the last entry is the end (the tip now).
+  next, as on a plain stream; an instant with no entry after it is refused, as an id past the
+  last entry is (and as every transport's seek refuses it).
 - ``Position.sequence(n)``: refused, typed: Redis entries are addressed by id and time.
 
 **Counting.** The entries between the group's last delivered id and the new one are counted
@@ -180,7 +181,12 @@ def _target(position: Position, key: str, tip: str) -> str:
         return id_before(position.entry_id)
     assert kind is PositionKind.TIMESTAMP and position.value is not None
     target = f"{position.value}-{MAX_SEQUENCE}"
-    return tip if split_id(target) > split_id(tip) else target
+    if split_id(target) >= split_id(tip):
+        raise PositionRefused(
+            f"stream {key!r} holds no entry later than {position.value} ms (its last is "
+            f"{tip}): the group would pass over entries not written yet"
+        )
+    return target
 
 
 async def count_range(
