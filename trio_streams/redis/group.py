@@ -69,7 +69,7 @@ from .names import ConsumerLease
 from .streams import RedisStream
 from .window import FlushPlan
 from .window_shell import WindowShell
-from .wire import encode_fields
+from .wire import encode_fields, parse_pending
 
 __all__ = ["GroupSubscription", "GroupVanished"]
 
@@ -203,9 +203,11 @@ class GroupSubscription(SubscriptionSource):
         or other consumers of the group are live and the subscription does not say
         ``shared_seek=True``. Once it has moved: what this consumer holds and no handler has
         started is acknowledged when the core purges it (skipped, as the Seeking contract
-        says); what a handler is running settles as the handler says; the next read waits
-        until neither is held, then reads after the new position. Nothing here charges an
-        attempt: an entry read again is a new delivery. Bounded: refused after 30 s."""
+        says); what a handler is running settles as the handler says; the rest of its pending
+        list is acknowledged now (:meth:`_sweep_pending`), but for entries claimed from other
+        consumers; the next read waits until nothing held at the seek is, then reads after
+        the new position. Nothing here charges an attempt: an entry read again is a new
+        delivery. Bounded: refused after 30 s (the group may have moved by then)."""
         m = self._member
         self._cut = set()  # a refused seek skips nothing: what it purges stays pending
         with trio.move_on_after(_SEEK_TIMEOUT) as bounded:
@@ -216,6 +218,8 @@ class GroupSubscription(SubscriptionSource):
                     if others:
                         raise SeekRefused(shared_group_refusal(self._label, m.key, m.group, others))
                 move = await move_group(m.client, m.key, m.group, position)
+                self._cut = set(m.held)
+                swept = await self._sweep_pending()
             except GroupMoveRefused as exc:
                 raise SeekRefused(f"{self._label}: seek to {position!r} refused: {exc}") from exc
             except RedisError as exc:
@@ -225,9 +229,35 @@ class GroupSubscription(SubscriptionSource):
                 f"{self._label}: seek to {position!r} did not finish within {_SEEK_TIMEOUT:g} s "
                 "(the group may have moved)"
             )
-        self._cut = set(m.held)
         self._reader.after_seek(self._cut)
-        _log.info("%s: seek: %s", self._label, move.describe())
+        _log.info(
+            "%s: seek: %s; %d pending entries of this consumer acknowledged",
+            self._label, move.describe(), swept,
+        )  # fmt: skip
+
+    async def _sweep_pending(self) -> int:
+        """After a seek moved the group: acknowledge what this consumer has pending and holds
+        no delivery of (a read the seek cut short, entries from before its start or a
+        reconnect), except entries claimed from other consumers, which it owes them. What
+        lies after the new position the group delivers again. Returns how many."""
+        m = self._member
+        async with m.claim_lock:
+            claimed = self._reader.claimed_ids
+            start, swept = "-", 0
+            while True:
+                reply = await m.client.execute(
+                    "XPENDING", m.key, m.group, start, "+", CHUNK, m.consumer
+                )
+                ids = list(parse_pending(reply))
+                drop = [i for i in ids if i not in m.held and i not in claimed]
+                if drop:
+                    await self._acknowledge(drop)
+                    if m.ledger is not None:
+                        m.ledger.settled(drop)
+                    swept += len(drop)
+                if len(ids) < CHUNK:
+                    return swept
+                start = "(" + ids[-1]
 
     def lag(self) -> tuple[str, float] | None:
         """Entries of the stream the group has not read yet (``XINFO GROUPS``' ``lag``, as

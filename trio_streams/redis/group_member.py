@@ -59,6 +59,9 @@ class GroupMember:
     deleted_pending: int = 0
     #: Set when an entry stops being held, while the reader waits for that (after a seek).
     released: trio.Event | None = None
+    #: Held by a reclaim pass from its claim until the reader hears of it, and by a seek's
+    #: sweep of this consumer's pending list: the sweep never takes a claimed entry for its own.
+    claim_lock: trio.Lock = field(default_factory=trio.Lock)
 
     def __post_init__(self) -> None:
         self.key = self.stream.key

@@ -291,6 +291,11 @@ class GroupReader:
         self._superseded = set(held)
         self._caught_up = False
 
+    @property
+    def claimed_ids(self) -> frozenset[str]:
+        """Entries claimed from other consumers and not delivered yet."""
+        return frozenset(self._claimed)
+
     def claimed(self, ids: list[str]) -> None:
         """The reclaim task claimed ``ids`` from other consumers: the reader takes them from
         its own pending list, and delivers them carefully."""

@@ -269,7 +269,7 @@ async def _none_pending(redis: RedisClient) -> bool:
 # ---- "pending entries of this consumer are settled or handed back as the docs decide and say;"
 
 
-async def test_a_seek_back_while_another_handler_runs_settles_it_by_its_outcome_and_delivers_it_again(
+async def test_a_seek_back_while_another_handler_runs_lets_it_settle_then_delivers_it_again(
     redis_server: RedisServer, redis: RedisClient
 ) -> None:
     """workers=2: entry 1's handler is running when entry 2's handler seeks back to entry 1.
