@@ -273,6 +273,14 @@ MISTAKES: list[tuple[list[str], int, str]] = [
     (["top", "[::1]:1", "--once"], 1, "file (a Redis URL starts with redis://)"),
     (["top", "{tmp}/ok.ss", "--once", "--interval", "soon"], 2, "argument --interval"),
     (["top", "{tmp}/ok.ss", "--once", "--sort", "size"], 2, "argument --sort"),
+    # group
+    (["group", "set-position", "{down}", "s", "g", "seq:3"], 2, "a sequence number cannot"),
+    (["group", "set-position", "{down}", "s", "g", "soon"], 2, "position 'soon' is not"),
+    (["group", "set-position", "{down}", "s", "g", "1-x"], 2, "entry id '1-x' is not"),
+    (["group", "set-position", "nowhere", "s", "g", "end"], 2, "Redis URL 'nowhere' must"),
+    (["group", "set-position", "{down}", "s", "g", "end"], 1, "cannot connect"),
+    (["group", "set-position", "{down}", "s", "g"], 2, "the following arguments are required"),
+    (["group"], 2, "the following arguments are required: ACTION"),
     # the command itself
     (["nosuchcommand"], 2, "argument COMMAND: invalid choice: 'nosuchcommand'"),
 ]
@@ -303,7 +311,7 @@ def command_named(argv: list[str]) -> str:
     """The command an error line of ``trio-streams ARGV`` names: its full subcommand path."""
     if argv[0] == "nosuchcommand":
         return "trio-streams"
-    path = argv[:2] if argv[0] == "file" and len(argv) > 1 else argv[:1]
+    path = argv[:2] if argv[0] in ("file", "group") and len(argv) > 1 else argv[:1]
     return " ".join(["trio-streams", *path])
 
 

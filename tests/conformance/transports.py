@@ -138,16 +138,16 @@ class FileTransport(TransportUnderTest):
 class RedisTransport(TransportUnderTest):
     """Redis streams read through consumer groups, on a server of the test's own.
 
-    ``live`` subscriptions are group members with the default group (one per subscription).
+    ``live`` subscriptions are group members with the default group (one per subscription),
+    which a seek moves (alone in it: nothing else reads it).
     Preloaded entries get the ids ``0-<n>``, so ``Position.sequence(n)`` maps to the entry
     ``0-<n>`` and what is published afterwards (``<ms>-<seq>``) comes after them.
     """
 
     name = "redis"
     cannot: ClassVar[Mapping[Capability, str]] = {
-        Capability.SEEK: "a consumer group member cannot seek (moving a group is XGROUP SETID)",
-        Capability.REPLAY: "a Redis replay reads without a group and can seek, while this "
-        "suite's live subscription is a group member, which cannot; the suite's replays also "
+        Capability.REPLAY: "a Redis replay reads without a group, while this suite's live "
+        "subscription is a group member, whose seek moves its group; the suite's replays also "
         "address messages by sequence number, Redis by entry id (plain replays and their "
         "seeks are tested in tests/redis/streams)",
         Capability.PIN_INSTANTS: "an entry's instant is its id, chosen by the server here",
@@ -195,8 +195,9 @@ class RedisTransport(TransportUnderTest):
             start_at = Position.entry(f"0-{start_at.seq}")
         return RedisStream(stream, start=start_at)
 
-    def past_the_end_refusal(self, *, asked: int, last: int) -> tuple[str, ...]:
-        raise NotImplementedError("a Redis group subscription cannot seek")
+    def preloaded_position(self, n: int) -> Position:
+        """A group member seeks by entry id (moving its group, which it is alone in)."""
+        return Position.entry(f"0-{n}")
 
 
 class RedisPubSubTransport(RedisTransport):

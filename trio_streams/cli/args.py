@@ -30,6 +30,7 @@ __all__ = [
     "command_path",
     "error_line",
     "file_position",
+    "group_position",
     "guarded",
     "header",
     "http_address",
@@ -176,6 +177,31 @@ def file_position(text: str) -> str:
     from ..file.positions import parse_position
 
     return checked_by(parse_position, text)
+
+
+def parse_group_position(text: str) -> Any:
+    """The :class:`~trio_streams.core.positions.Position` a consumer group is moved to:
+    ``beginning``, ``end``, an entry id ``<ms>-<seq>`` (that entry delivered next) or
+    ``ts:MS`` (the first entry strictly later). ``seq:N`` is refused, saying why."""
+    from ..core.positions import Position
+
+    if text in ("beginning", "end"):
+        return Position.beginning() if text == "beginning" else Position.end()
+    kind, sep, number = text.partition(":")
+    if sep and kind == "seq":
+        from ..redis.streams import SEQUENCE_REFUSAL
+
+        raise ValueError(f"position {text!r}: a sequence number {SEQUENCE_REFUSAL}")
+    if sep and kind == "ts" and number.isdigit():
+        return Position.timestamp(int(number))
+    if not sep and "-" in text:
+        return Position.entry(text)  # InvalidPosition (a ValueError) names what is wrong
+    raise ValueError(f"position {text!r} is not beginning, end, an entry id <ms>-<seq> or ts:MS")
+
+
+def group_position(text: str) -> str:
+    """``POSITION`` of ``group set-position`` (see :func:`parse_group_position`)."""
+    return checked_by(parse_group_position, text)
 
 
 def redis_url(text: str) -> str:

@@ -45,6 +45,7 @@ def _registrars() -> list[Registrar]:
     from . import publish as cli_publish
     from . import run as cli_run
     from .file import register as register_file
+    from .group import register as register_group
     from .record import register as register_record
     from .top import register as register_top
 
@@ -54,6 +55,7 @@ def _registrars() -> list[Registrar]:
         register_file,
         register_record,
         register_top,
+        register_group,
         cli_asyncapi.register,
     ]
 

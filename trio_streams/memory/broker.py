@@ -18,6 +18,7 @@ from ..core.delivery import (
 )
 from ..core.destinations import Destination, DestinationKind
 from ..core.errors import ConfigurationError, UnsupportedError
+from ..core.group_moves import shared_group_refusal
 from ..core.host import SubscriptionHost
 from ..core.outcome import Outcome, OutcomeKind
 from ..core.pipeline import CommandCheck, Pipeline, Segment
@@ -225,6 +226,11 @@ class MemorySubscription(SubscriptionSource):
         # publishing). Seek refusals still treat it as a replay.
         self._ends = stream.replaying and not follow
         self._group = stream.group
+        self._group_seek = stream.group_seek
+        self._keys = stream.keys
+        #: What this member held when it last moved its group (by ``id``): read at the old
+        #: position, so let go of as skipped when the seek makes them stale.
+        self._cut: set[int] = set()
         #: The group this member belongs to (None: a cursor of its own).
         self._members: Group | None = None
         #: What this group member holds (read, not settled), by ``id(delivery)``: the life it
@@ -237,7 +243,7 @@ class MemorySubscription(SubscriptionSource):
             group = hub.group(stream.keys, stream.group, start)
             self._members = group
             self._cursor: Cursor = group.cursor
-            self.seekable = False
+            self.seekable = stream.group_seek is not None
         else:
             self._cursor = Cursor(hub, stream.keys, start)
             self.seekable = True
@@ -247,6 +253,8 @@ class MemorySubscription(SubscriptionSource):
             # Any member of the group handles a copy another member asked for, as the group
             # shares one cursor: the copy is the group's, not one member's.
             host.retry_target = f"group:{self._group}"
+        if self._members is not None:
+            self._members.join(self, self._label, self._held)
         self._retry_target = host.retry_target
         await checkpoint()
 
@@ -276,13 +284,16 @@ class MemorySubscription(SubscriptionSource):
         entries: list[Entry] = []
         while group.returned and len(entries) < self._count:
             entries.append(group.returned.popleft())
+        # Entries handed back carry their runs; one the cursor reads is new to the group (as
+        # an entry a moved group reads again: a seek charges no attempt).
+        returned = len(entries)
         if len(entries) < self._count:
             entries += self._cursor.take(self._count - len(entries))
         out = []
         runs, held, life = group.runs, self._held, self._life
-        for entry in entries:
+        for index, entry in enumerate(entries):
             delivery = _deliver(entry)
-            again = runs.get((entry.stream, entry.seq), 0)
+            again = runs.get((entry.stream, entry.seq), 0) if index < returned else 0
             if again:
                 delivery.attempt += again
                 self._suspects.add(id(delivery))
@@ -353,6 +364,7 @@ class MemorySubscription(SubscriptionSource):
         """``delivery`` is settled: False if its member was killed since (nothing to do)."""
         held = self._held.pop(id(delivery), None)
         self._suspects.discard(id(delivery))
+        self._cut.discard(id(delivery))
         if held is not None and held[1] < 0:
             return False
         if self._members is not None:
@@ -363,12 +375,22 @@ class MemorySubscription(SubscriptionSource):
     async def aclose(self) -> None:
         """A group member's close hands back what it still holds (delivered again at once to
         another member), as the live close does."""
+        if self._members is not None:
+            self._members.leave(self)
         self._hand_back(dead_only=False)
         await cancel_shielded_checkpoint()
 
     async def seek(self, position: Position) -> None:
         if not self.seekable:
             raise UnsupportedError(f"{self._label}: a consumer group member cannot seek")
+        group = self._members
+        if group is not None and self._group_seek != "shared":
+            others = group.others(self)
+            if others:
+                assert self._group is not None
+                raise SeekRefused(
+                    shared_group_refusal(self._label, self._keys[0], self._group, others)
+                )
         for kind, reason in self._refused_seeks:
             if position.kind is kind:
                 raise SeekRefused(f"{self._label}: {position!r} {reason}")
@@ -377,6 +399,8 @@ class MemorySubscription(SubscriptionSource):
         except SeekRefused as exc:
             # Name the subscription, as a stream file's refusal does.
             raise SeekRefused(f"{self._label}: seek to {position!r} refused: {exc}") from None
+        if group is not None:
+            self._cut = set(self._held)
         self._hub.wake()
         await checkpoint()
 
@@ -407,6 +431,10 @@ class MemorySubscription(SubscriptionSource):
         if held is not None and held[1] < 0:
             del self._held[id(delivery)]  # its member was killed: the entry went back
             self._suspects.discard(id(delivery))
+        elif id(delivery) in self._cut and why in (Unsettled.STALE, Unsettled.PURGED):
+            # Read at the position a seek moved the group from: skipped, as live (acknowledged).
+            self._cut.discard(id(delivery))
+            self._release(delivery)
         # Otherwise a group member keeps holding it (pending, as live) until its close.
 
     def _decide(self, delivery: Delivery, *, kept: bool, decided_by: str) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sized
 from typing import TYPE_CHECKING
 
 from trio.lowlevel import ParkingLot
@@ -165,6 +165,14 @@ class MemoryHub:
             group = self._groups[key] = Group(Cursor(self, streams, start))
         return group
 
+    def find_group(self, streams: tuple[str, ...], name: str) -> Group | None:
+        """The group ``name`` of ``streams`` if one was made (a member opened), else None."""
+        return self._groups.get((streams, name))
+
+    def group_names(self, streams: tuple[str, ...]) -> list[str]:
+        """The names of the groups made on ``streams``, sorted."""
+        return sorted(name for keys, name in self._groups if keys == streams)
+
     def wake(self) -> None:
         """Wake readers and anyone watching for changes (the test harness)."""
         if self.activity:
@@ -190,6 +198,30 @@ class Group:
         self.returned: deque[Entry] = deque()
         #: Handler runs of entries not settled yet, by ``(stream, seq)``.
         self.runs: dict[tuple[str, int], int] = {}
+        #: The open members, by ``id``: each one's name and what it holds (read, unsettled).
+        self.members: dict[int, tuple[str, Sized]] = {}
+
+    def join(self, member: object, name: str, holds: Sized) -> None:
+        """``member`` opened as ``name``; ``holds`` is what it holds (its pending entries)."""
+        self.members[id(member)] = (name, holds)
+
+    def leave(self, member: object) -> None:
+        """``member`` closed."""
+        self.members.pop(id(member), None)
+
+    def others(self, member: object) -> list[str]:
+        """The names of the open members other than ``member``."""
+        return [name for key, (name, _) in self.members.items() if key != id(member)]
+
+    @property
+    def names(self) -> list[str]:
+        """The open members' names."""
+        return [name for name, _ in self.members.values()]
+
+    @property
+    def pending(self) -> int:
+        """Entries read and not settled: held by members or handed back to the group."""
+        return len(self.returned) + sum(len(holds) for _, holds in self.members.values())
 
 
 class Cursor:
@@ -237,7 +269,17 @@ class Cursor:
             self._next[best] = seq + 1
         return taken
 
+    @property
+    def next_seqs(self) -> list[int]:
+        """The sequence number each stream is read from next (in the order of the streams)."""
+        return list(self._next)
+
     # ---- moving ------------------------------------------------------------------------------
+
+    def move_to(self, seq: int) -> None:
+        """Read a single stream from sequence ``seq`` next."""
+        assert len(self._next) == 1, self._streams
+        self._next = [seq]
 
     def move(self, position: Position) -> None:
         """Move to ``position``; raise SeekRefused, moving nothing, if it is out of reach."""

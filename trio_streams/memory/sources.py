@@ -26,6 +26,10 @@ class MemoryStream(NamedSource):
     - ``start_at=Position...`` starts somewhere else (a live subscription then keeps following).
     - ``group="workers"``: a consumer group; each message goes to one member. Several streams
       are read in the order they were published.
+    - ``group_seek``: whether a member of ``group`` may seek, which moves the whole group (the
+      in-process form of a Redis group subscription): ``"alone"`` — only while no other member
+      of the group is open (refused otherwise, as live); ``"shared"`` — whatever the others;
+      None (the default) — members cannot seek.
     - ``refused_seeks``: position kinds a seek refuses, each with the reason — what the real
       transport a source stands in for under ``app.test()`` refuses (a Redis stream has no
       sequence numbers).
@@ -39,6 +43,7 @@ class MemoryStream(NamedSource):
     start_at: Position | None
     group: str | None
     refused_seeks: tuple[tuple[PositionKind, str], ...]
+    group_seek: str | None
 
     def __init__(
         self,
@@ -47,15 +52,19 @@ class MemoryStream(NamedSource):
         start_at: Position | None = None,
         replaying: bool = False,
         refused_seeks: tuple[tuple[PositionKind, str], ...] = (),
+        group_seek: str | None = None,
     ) -> None:
         check_source_args("MemoryStream", streams, start_at)
         if group is not None and (not isinstance(group, str) or not group):
             raise ConfigurationError(f"group must be a non-empty string, not {group!r}")
+        if group_seek not in (None, "alone", "shared"):
+            raise ConfigurationError(f"group_seek is 'alone', 'shared' or None, not {group_seek!r}")
         object.__setattr__(self, "keys", tuple(streams))
         object.__setattr__(self, "replaying", replaying)
         object.__setattr__(self, "start_at", start_at)
         object.__setattr__(self, "group", group)
         object.__setattr__(self, "refused_seeks", tuple(refused_seeks))
+        object.__setattr__(self, "group_seek", group_seek)
 
     def replay(self) -> MemoryStream:
         """The same streams read from the beginning, ending at the tip."""
@@ -67,6 +76,7 @@ class MemoryStream(NamedSource):
             "start_at": self.start_at,
             "replaying": self.replaying,
             "refused_seeks": self.refused_seeks,
+            "group_seek": self.group_seek,
         }
 
     def derived_by(self) -> str | None:
@@ -78,8 +88,8 @@ class MemoryStream(NamedSource):
 
     @property
     def seekable(self) -> bool:
-        """Fan-out subscriptions seek; consumer group members cannot."""
-        return self.group is None
+        """Fan-out subscriptions seek; consumer group members only with ``group_seek``."""
+        return self.group is None or self.group_seek is not None
 
     @property
     def sharing(self) -> Sharing:

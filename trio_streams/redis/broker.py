@@ -36,22 +36,28 @@ from contextlib import asynccontextmanager
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
+import trio
+
 from ..core.broker import Broker
 from ..core.description import Binding, BrokerDescription, Server
 from ..core.destinations import Destination, DestinationKind
 from ..core.errors import ConfigurationError, UnsupportedError, WrongKeyType
 from ..core.extras import require
+from ..core.group_moves import GroupMove
 from ..core.pipeline import CommandCheck
 from ..core.positions import Position
 from ..core.process import process_name
 from ..core.routing import Declared
 from ..core.transport import Source, SubscriptionSource, Transport, read_count_option
+from ..memory.broker import MemoryTransport
+from ..memory.group_moves import move_memory_group
 from .channels import RedisChannel
 from .client import RedisClient, connect, key_slot, parse_url
 from .client.errors import ReplyError
 from .companions import companion_key
 from .frames import encode_frame
 from .group import GroupSubscription
+from .group_position import move_group, refuse_position
 from .keytypes import check_publisher_keys
 from .list_base import wrong_type
 from .list_reliable import ReliableListSubscription
@@ -200,6 +206,37 @@ class RedisBroker(Broker):
                     "cannot be one transaction; name the dead letter in the stream's slot, "
                     f"e.g. {companion_key(key, 'dead')!r}"
                 )
+
+    async def set_group_position(
+        self, stream: str, group: str, position: Position, *, dry_run: bool = False
+    ) -> GroupMove:
+        """Move consumer group ``group`` of stream key ``stream`` to ``position``, for every
+        consumer of it: ``Position.beginning()``, ``Position.end()`` (the last entry now),
+        ``Position.entry(id)`` (that entry is delivered next) or ``Position.timestamp(ms)``
+        (the first entry strictly later). ``XGROUP SETID``, with ``ENTRIESREAD`` where the
+        server takes it, so the group's lag stays right (:mod:`.group_position`).
+
+        ``dry_run=True`` moves nothing and says what the move would skip or replay. Returns
+        a :class:`~trio_streams.core.group_moves.GroupMove`. Raises ``GroupNotFound`` (the
+        stream or the group is missing) and ``PositionRefused`` (``Position.sequence``, an
+        entry past the stream's last one, another stream), typed, with nothing moved. Live
+        consumers are not refused (see the guide); their read-ahead and pending entries stay
+        theirs.
+
+        Uses the running app's connection; outside one, a connection of its own to ``url``.
+        Under ``app.test()`` it moves the in-process group, with the same refusals (and an
+        entry id refused: in-process streams have none)."""
+        if not isinstance(position, Position):
+            raise TypeError(f"position must be a Position, not {type(position).__name__}")
+        refuse_position(position, stream)
+        transport = self._transport
+        if isinstance(transport, RedisTransport):
+            return await move_group(transport.client, stream, group, position, dry_run=dry_run)
+        if isinstance(transport, MemoryTransport):
+            await trio.lowlevel.checkpoint()
+            return move_memory_group(transport.hub, stream, group, position, dry_run=dry_run)
+        async with connect(self.url) as client:
+            return await move_group(client, stream, group, position, dry_run=dry_run)
 
     def same_slot(self, key: str, other: str) -> bool:
         """Whether ``key`` and ``other`` can be in one transaction (always, off a cluster)."""

@@ -36,6 +36,7 @@ consumer name, what it holds, its attempt ledger):
 
 from __future__ import annotations
 
+import logging
 import socket
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -44,10 +45,12 @@ from typing import Any
 import trio
 
 from ..core.delivery import Delivery, retry_headers
+from ..core.group_moves import GroupMoveRefused, shared_group_refusal
 from ..core.host import SubscriptionHost
 from ..core.outcome import Outcome, OutcomeKind
 from ..core.pipeline import Command, CommandCheck, Pipeline
-from ..core.transport import DeadLetter, SourceFault, SubscriptionSource, Unsettled
+from ..core.positions import Position
+from ..core.transport import DeadLetter, SeekRefused, SourceFault, SubscriptionSource, Unsettled
 from .attempts import AttemptLedger, ledger_key
 from .client import RedisClient
 from .client.errors import RedisError
@@ -56,6 +59,7 @@ from .group_hygiene import GroupHygiene
 from .group_lag import GroupLag
 from .group_leases import hand_back, renew_leases
 from .group_member import CHUNK, GroupMember
+from .group_position import live_consumers, move_group, refuse_position
 from .group_read import GroupReader, GroupVanished
 from .group_reclaim import reclaim
 from .group_scripts import COPY_THEN_ACK
@@ -65,15 +69,21 @@ from .names import ConsumerLease
 from .streams import RedisStream
 from .window import FlushPlan
 from .window_shell import WindowShell
-from .wire import encode_fields
+from .wire import encode_fields, parse_pending
 
 __all__ = ["GroupSubscription", "GroupVanished"]
+
+_log = logging.getLogger("trio_streams.redis")
+
+#: Seconds a handler's seek of a group may take (it counts entries: see :mod:`.group_position`).
+_SEEK_TIMEOUT = 30.0
 
 
 class GroupSubscription(SubscriptionSource):
     """A consumer of a group on one stream; see the module docstring."""
 
-    seekable = False
+    #: A seek moves the whole group (:meth:`seek`).
+    seekable = True
     #: ``retry_after`` is kept by Redis (a ZSET schedule, see :mod:`.delays`).
     durable_delay = True
     live = True
@@ -112,6 +122,10 @@ class GroupSubscription(SubscriptionSource):
         self._promoter = Promoter(client, stream.key, write="XADD")
         self._lag = GroupLag(member)
         self._closed = False
+        self._shared_seek = stream.shared_seek
+        #: Entries held when a seek moved the group: read at the old position, acknowledged
+        #: as skipped if the seek makes them stale (the others settle as their handlers say).
+        self._cut: set[str] = set()
 
     @property
     def consumer(self) -> str:
@@ -179,6 +193,71 @@ class GroupSubscription(SubscriptionSource):
 
     async def read(self) -> Sequence[Delivery] | None:
         return await self._reader.read()
+
+    # ---- seeking -----------------------------------------------------------------------------
+
+    async def seek(self, position: Position) -> None:
+        """Move the whole group to ``position`` (``XGROUP SETID``, :mod:`.group_position`).
+
+        Refused (``SeekRefused``, nothing moved) where the position cannot address the stream,
+        or other consumers of the group are live and the subscription does not say
+        ``shared_seek=True``. Once it has moved: what this consumer holds and no handler has
+        started is acknowledged when the core purges it (skipped, as the Seeking contract
+        says); what a handler is running settles as the handler says; the rest of its pending
+        list is acknowledged now (:meth:`_sweep_pending`), but for entries claimed from other
+        consumers; the next read waits until nothing held at the seek is, then reads after
+        the new position. Nothing here charges an attempt: an entry read again is a new
+        delivery. Bounded: refused after 30 s (the group may have moved by then)."""
+        m = self._member
+        self._cut = set()  # a refused seek skips nothing: what it purges stays pending
+        with trio.move_on_after(_SEEK_TIMEOUT) as bounded:
+            try:
+                refuse_position(position, m.key)
+                if not self._shared_seek:
+                    others = await live_consumers(m.client, m.key, m.group, besides=m.consumer)
+                    if others:
+                        raise SeekRefused(shared_group_refusal(self._label, m.key, m.group, others))
+                move = await move_group(m.client, m.key, m.group, position)
+                self._cut = set(m.held)
+                swept = await self._sweep_pending()
+            except GroupMoveRefused as exc:
+                raise SeekRefused(f"{self._label}: seek to {position!r} refused: {exc}") from exc
+            except RedisError as exc:
+                raise SeekRefused(f"{self._label}: seek to {position!r} failed: {exc}") from exc
+        if bounded.cancelled_caught:
+            raise SeekRefused(
+                f"{self._label}: seek to {position!r} did not finish within {_SEEK_TIMEOUT:g} s "
+                "(the group may have moved)"
+            )
+        self._reader.after_seek(self._cut)
+        _log.info(
+            "%s: seek: %s; %d pending entries of this consumer acknowledged",
+            self._label, move.describe(), swept,
+        )  # fmt: skip
+
+    async def _sweep_pending(self) -> int:
+        """After a seek moved the group: acknowledge what this consumer has pending and holds
+        no delivery of (a read the seek cut short, entries from before its start or a
+        reconnect), except entries claimed from other consumers, which it owes them. What
+        lies after the new position the group delivers again. Returns how many."""
+        m = self._member
+        async with m.claim_lock:
+            claimed = self._reader.claimed_ids
+            start, swept = "-", 0
+            while True:
+                reply = await m.client.execute(
+                    "XPENDING", m.key, m.group, start, "+", CHUNK, m.consumer
+                )
+                ids = list(parse_pending(reply))
+                drop = [i for i in ids if i not in m.held and i not in claimed]
+                if drop:
+                    await self._acknowledge(drop)
+                    if m.ledger is not None:
+                        m.ledger.settled(drop)
+                    swept += len(drop)
+                if len(ids) < CHUNK:
+                    return swept
+                start = "(" + ids[-1]
 
     def lag(self) -> tuple[str, float] | None:
         """Entries of the stream the group has not read yet (``XINFO GROUPS``' ``lag``, as
@@ -268,7 +347,7 @@ class GroupSubscription(SubscriptionSource):
         else:
             self._reader.note_acked((entry_id,))
         finally:
-            held.pop(entry_id, None)
+            self._member.let_out(entry_id)
             self._shell.settled_alone(entry_id)
 
     async def _copy_and_ack(self, stream: str, fields: Sequence[Any], entry_id: str) -> None:
@@ -290,9 +369,14 @@ class GroupSubscription(SubscriptionSource):
         return True
 
     def unsettled(self, delivery: Delivery, why: Unsettled) -> None:
-        del why  # whatever the reason, the entry stays pending and is delivered again
         entry_id: str = delivery.handle
-        self._member.held.pop(entry_id, None)
+        if entry_id in self._cut and why in (Unsettled.STALE, Unsettled.PURGED):
+            # Read at the position a seek moved the group from: acknowledged, as skipped.
+            self._cut.discard(entry_id)
+            self._shell.consumed_later(delivery)
+            return
+        # Whatever else the reason, the entry stays pending and is delivered again.
+        self._member.let_out(entry_id)
         if self._member.ledger is not None:
             self._member.ledger.let_go(delivery)
         self._shell.let_go(entry_id)
@@ -325,9 +409,9 @@ class GroupSubscription(SubscriptionSource):
     def _release(self, ids: Sequence[str], *, pending: bool, uncharge: bool = False) -> None:
         """``ids`` are no longer held; ``pending``: their settle failed, so they stay pending
         and their runs must reach Redis (``uncharge``: less the runs whose settle was lost)."""
-        held, ledger = self._member.held, self._member.ledger
+        member, ledger = self._member, self._member.ledger
         for entry_id in ids:
-            delivery = held.pop(entry_id, None)
+            delivery = member.let_out(entry_id)
             if pending and delivery is not None and ledger is not None:
                 if uncharge:
                     ledger.uncharge(delivery)

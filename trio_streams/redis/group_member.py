@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import trio
+
 from ..core.delivery import Delivery
 from ..core.host import SubscriptionHost
 from ..core.pipeline import Command
@@ -55,10 +57,32 @@ class GroupMember:
     held: dict[str, Delivery] = field(default_factory=dict)
     #: Entries found deleted (or trimmed) while pending: acknowledged and counted.
     deleted_pending: int = 0
+    #: Set when an entry stops being held, while the reader waits for that (after a seek).
+    released: trio.Event | None = None
+    #: Held by a reclaim pass from its claim until the reader hears of it, and by a seek's
+    #: sweep of this consumer's pending list: the sweep never takes a claimed entry for its own.
+    claim_lock: trio.Lock = field(default_factory=trio.Lock)
 
     def __post_init__(self) -> None:
         self.key = self.stream.key
         self.group = self.stream.group or ""
+
+    def let_out(self, entry_id: str) -> Delivery | None:
+        """``entry_id`` is no longer held: its delivery (None if it was not held)."""
+        delivery = self.held.pop(entry_id, None)
+        if self.released is not None:
+            self.released.set()
+        return delivery
+
+    async def wait_released(self, ids: set[str]) -> None:
+        """Wait until none of ``ids`` is held. Cancellable."""
+        while not ids.isdisjoint(self.held):
+            self.released = trio.Event()
+            try:
+                await self.released.wait()
+            finally:
+                self.released = None
+        await trio.lowlevel.checkpoint()
 
     def journal_group(self) -> str:
         """The server, stream, group and epoch, as this group's journals name them."""

@@ -111,6 +111,9 @@ class GroupReader:
         self._vanished_at = float("-inf")
         self._group_missing = False
         self._faulted = False
+        #: Entries held when a seek moved the group: the next read waits until none is, so an
+        #: entry read again after a seek back is never held twice.
+        self._superseded: set[str] = set()
 
     # ---- the group ---------------------------------------------------------------------------
 
@@ -160,6 +163,9 @@ class GroupReader:
         """The next deliveries (never none): reconnects, recreates a vanished group, and
         waits as long as it takes. Cancelled, it delivers nothing (what a reply held stays
         pending, read again from the own pending list)."""
+        if self._superseded:
+            await self._member.wait_released(self._superseded)
+            self._superseded = set()
         while True:
             if self._rescan:  # the reclaim task claimed entries: take them from the PEL
                 self._rescan = False
@@ -278,6 +284,17 @@ class GroupReader:
         await self._dedicated.drop(None)
 
     # ---- what other parts tell the read ------------------------------------------------------
+
+    def after_seek(self, held: set[str]) -> None:
+        """A seek moved the group while this consumer held ``held``: the next read waits until
+        they are settled or let go (see :meth:`read`), then reads after the new position."""
+        self._superseded = set(held)
+        self._caught_up = False
+
+    @property
+    def claimed_ids(self) -> frozenset[str]:
+        """Entries claimed from other consumers and not delivered yet."""
+        return frozenset(self._claimed)
 
     def claimed(self, ids: list[str]) -> None:
         """The reclaim task claimed ``ids`` from other consumers: the reader takes them from

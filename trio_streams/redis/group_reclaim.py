@@ -46,29 +46,32 @@ async def reclaim(
     while True:
         if cursor == "0-0":
             await trio.sleep(interval)
-        try:
-            reply = await member.client.execute(
-                "XAUTOCLAIM", member.key, member.group, member.consumer, min_idle_ms, cursor,
-                "COUNT", 100, "JUSTID",
-            )  # fmt: skip
-        except RedisError as exc:
-            cursor = "0-0"
-            if not nogroup(exc):
-                host.report_fault("reclaim", str(exc), error=exc)
-            continue
-        host.clear_fault("reclaim")
-        cursor, claimed, deleted = parse_autoclaim(reply)
-        if deleted:
-            member.deleted_pending += len(deleted)
-            _log.warning(
-                "%s: %d entries of stream %r were deleted while pending",
-                member.label, len(deleted), member.key,
-            )  # fmt: skip
-        ids = [c for c in map(text, claimed) if c not in member.held]
-        if ids:
-            ids = await _unfinished(member, ids)
-        if ids:
-            taken(ids)
+        # Under the claim lock, a seek never sweeps this consumer's pending list between a
+        # claim and the reader hearing of it (``taken``).
+        async with member.claim_lock:
+            try:
+                reply = await member.client.execute(
+                    "XAUTOCLAIM", member.key, member.group, member.consumer, min_idle_ms,
+                    cursor, "COUNT", 100, "JUSTID",
+                )  # fmt: skip
+            except RedisError as exc:
+                cursor = "0-0"
+                if not nogroup(exc):
+                    host.report_fault("reclaim", str(exc), error=exc)
+                continue
+            host.clear_fault("reclaim")
+            cursor, claimed, deleted = parse_autoclaim(reply)
+            if deleted:
+                member.deleted_pending += len(deleted)
+                _log.warning(
+                    "%s: %d entries of stream %r were deleted while pending",
+                    member.label, len(deleted), member.key,
+                )  # fmt: skip
+            ids = [c for c in map(text, claimed) if c not in member.held]
+            if ids:
+                ids = await _unfinished(member, ids)
+            if ids:
+                taken(ids)
         if cursor == "0-0":
             await hygiene.when_due()
 

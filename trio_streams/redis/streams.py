@@ -81,13 +81,18 @@ class RedisStream(NamedSource):
     - ``delete_on_ack``: a work queue: an acknowledged entry is deleted too (``XACK`` and
       ``XDEL`` in one ``MULTI``/``EXEC``). Without it ``XACK`` deletes nothing: trim the
       stream (``RedisBroker(maxlen=...)``).
+    - ``shared_seek``: a handler's seek (``ctx.seeker.seek``) moves the whole group, so it is
+      refused while other consumers of the group are live; ``True`` allows it anyway (they
+      are moved too). See :mod:`.group_position`.
 
     Under ``app.test()`` it runs as the ``MemoryStream`` of the same key, group and start (an
-    entry-id start runs from the beginning there: in-process streams have no entry ids).
+    entry-id start runs from the beginning there: in-process streams have no entry ids); its
+    seeks are refused as live (a sequence number; another live member of a named group,
+    unless ``shared_seek``).
     """
 
     label = "RedisStream"
-    shown = (("group", None), ("consumer", None), ("start", None))
+    shown = (("group", None), ("consumer", None), ("start", None), ("shared_seek", False))
 
     key: str
     group: str | None
@@ -98,6 +103,7 @@ class RedisStream(NamedSource):
     mode: Mode
     delete_on_ack: bool
     remove_idle_consumers: float | None
+    shared_seek: bool
 
     def __init__(
         self,
@@ -111,6 +117,7 @@ class RedisStream(NamedSource):
         delete_on_ack: bool = False,
         remove_idle_consumers: float | EllipsisType | None = ...,
         mode: Mode = Mode.GROUP,
+        shared_seek: bool = False,
     ) -> None:
         check_source_args("RedisStream", (key,), start, entry_ids=True, parameter="start")
         _check_names(group, consumer)
@@ -120,6 +127,13 @@ class RedisStream(NamedSource):
         _check_mode(key, mode, group, consumer, start, delete_on_ack)
         _check_remove_idle(remove_idle_consumers, mode)
         _check_seconds(delete_on_ack, min_idle)
+        if not isinstance(shared_seek, bool):
+            raise ConfigurationError(f"shared_seek is True or False, not {shared_seek!r}")
+        if shared_seek and mode is not Mode.GROUP:
+            raise ConfigurationError(
+                f"shared_seek needs a consumer group: RedisStream({key!r}).{mode.value}() "
+                "seeks alone"
+            )
         try:
             policy = NoGroup(on_nogroup)
         except ValueError:
@@ -134,6 +148,7 @@ class RedisStream(NamedSource):
         object.__setattr__(self, "on_nogroup", policy)
         object.__setattr__(self, "mode", mode)
         object.__setattr__(self, "delete_on_ack", delete_on_ack)
+        object.__setattr__(self, "shared_seek", shared_seek)
         object.__setattr__(
             self,
             "remove_idle_consumers",
@@ -174,6 +189,7 @@ class RedisStream(NamedSource):
                 else self.remove_idle_consumers
             ),
             "mode": self.mode,
+            "shared_seek": self.shared_seek,
         }
 
     def derived_by(self) -> str | None:
@@ -192,9 +208,10 @@ class RedisStream(NamedSource):
 
     @property
     def seekable(self) -> bool:
-        """A consumer group member cannot seek (moving a group is ``XGROUP SETID``); a plain
-        replay or tail can."""
-        return self.mode is not Mode.GROUP
+        """Every Redis stream subscription seeks: a plain replay or tail moves its own place; a
+        group member moves its whole group (``XGROUP SETID``), refused while other consumers of
+        it are live unless ``shared_seek``."""
+        return True
 
     @property
     def sharing(self) -> Sharing:
@@ -229,7 +246,13 @@ class RedisStream(NamedSource):
                 refused_seeks=((PositionKind.SEQUENCE, SEQUENCE_REFUSAL),),
             )
         # No group named: one group per subscription, which in process is a cursor of its own.
-        return MemoryStream(self.key, group=self.group, start_at=start)
+        return MemoryStream(
+            self.key,
+            group=self.group,
+            start_at=start,
+            refused_seeks=((PositionKind.SEQUENCE, SEQUENCE_REFUSAL),),
+            group_seek="shared" if self.shared_seek else "alone",
+        )
 
 
 def _check_mode(

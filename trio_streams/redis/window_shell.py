@@ -118,6 +118,12 @@ class WindowShell(Generic[Token]):
             self.finished(delivery)
         return self.window.consumed(delivery.handle, keep=keep)
 
+    def consumed_later(self, delivery: Delivery) -> None:
+        """``drop`` decided where a settle cannot wait (``unsettled``): the flush settles it;
+        one that became due goes to the flush task."""
+        if self.consumed(delivery, keep=False):
+            self._wanted.set()
+
     def settled_alone(self, token: Token) -> None:
         """Settled by a step of its own (a retry, a dead letter, failed or not): the slot
         closes; a flush that became due goes to the flush task."""

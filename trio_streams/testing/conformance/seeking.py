@@ -97,7 +97,7 @@ class Seeking(TransportSuite):
             if n == 6 and seen.count(6) == 1:
                 # The driver is waiting at the tip for the next message: the seek wakes it, runs,
                 # answers.
-                await ctx.seeker.seek(Position.sequence(2))
+                await ctx.seeker.seek(transport.preloaded_position(2))
             if len(seen) == 6:
                 done.set()
 
@@ -491,7 +491,7 @@ class Seeking(TransportSuite):
             while True:
                 looping.set()
                 try:
-                    await ctx.seeker.seek(Position.sequence(1 + n % 7))
+                    await ctx.seeker.seek(transport.preloaded_position(1 + n % 7))
                 except SeekRefused:
                     if stopping:
                         refused_after_stop += 1

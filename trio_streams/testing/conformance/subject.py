@@ -145,6 +145,12 @@ class TransportUnderTest(ABC):
         broker that replays accepts it."""
         raise NotImplementedError(f"{self.name} declares that it can replay but cannot")
 
+    def preloaded_position(self, n: int) -> Position:
+        """The position of the ``n``-th message :meth:`preload` wrote on stream ``s``, as a
+        handler seeks to it: ``Position.sequence(n)`` by default. A transport that addresses
+        messages otherwise (Redis streams, by entry id) names it its way."""
+        return Position.sequence(n)
+
     def past_the_end_refusal(self, *, asked: int, last: int) -> tuple[str, ...]:
         """Fragments the refusal of ``sequence(asked)`` on stream ``s`` (whose last sequence is
         ``last``) must contain: it says why, and where. None by default."""
