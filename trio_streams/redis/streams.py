@@ -20,7 +20,7 @@ SEQUENCE_REFUSAL = (
     "(Position.timestamp)"
 )
 
-__all__ = ["Mode", "NoGroup", "RedisStream"]
+__all__ = ["DeletePolicy", "Mode", "NoGroup", "RedisStream"]
 
 #: How dead letters sent to a stream are written: a stream's, a list's or a channel's with
 #: ``dead_letter_kind="stream"``.
@@ -35,6 +35,24 @@ class NoGroup(enum.Enum):
     RECREATE = "recreate"
     #: Fail the subscription (and so the app) with :class:`~.broker.GroupVanished`.
     FAIL = "fail"
+
+
+class DeletePolicy(enum.Enum):
+    """What ``delete_on_ack`` does to the references other consumer groups hold to an entry
+    it deletes (the options of ``XACKDEL``).
+
+    Only :attr:`KEEPREF` can be done without ``XACKDEL`` (by ``XACK`` and ``XDEL`` in one
+    ``MULTI``/``EXEC``); the others are refused at start by a server that lacks it.
+    """
+
+    #: Delete the entry; other groups' pending lists keep their references to it (their
+    #: consumers find it deleted: acknowledged there, never handled). ``XDEL`` does the same.
+    KEEPREF = "keepref"
+    #: Delete the entry and every group's reference to it: no other group sees it again.
+    DELREF = "delref"
+    #: Acknowledge it; delete it only once every group has read and acknowledged it (the
+    #: group that acknowledges it last, with this policy, deletes it; or a trim).
+    ACKED = "acked"
 
 
 #: Seconds an entry may sit unacknowledged in a dead consumer's pending list before another
@@ -78,9 +96,15 @@ class RedisStream(NamedSource):
       entries and have been idle that long are removed (``XGROUP DELCONSUMER``) by the
       hygiene pass (every 30 s). Default :data:`DEFAULT_REMOVE_IDLE` (5 minutes); ``None``:
       never.
-    - ``delete_on_ack``: a work queue: an acknowledged entry is deleted too (``XACK`` and
-      ``XDEL`` in one ``MULTI``/``EXEC``). Without it ``XACK`` deletes nothing: trim the
-      stream (``RedisBroker(maxlen=...)``).
+    - ``delete_on_ack``: a work queue: an acknowledged entry is deleted too, in the same
+      step (``XACKDEL`` where the server has it, else ``XACK`` and ``XDEL`` in one
+      ``MULTI``/``EXEC``). Without it ``XACK`` deletes nothing: trim the stream
+      (``RedisBroker(maxlen=...)``).
+    - ``delete_policy``: with ``delete_on_ack``, what becomes of other groups' references to
+      a deleted entry (:class:`DeletePolicy`): ``"keepref"`` (default: kept, as ``XDEL``
+      leaves them), ``"delref"`` (removed) or ``"acked"`` (deleted only once every group
+      acknowledged it). ``"delref"`` and ``"acked"`` need a server with ``XACKDEL``; one
+      without it is refused when the app starts.
 
     Under ``app.test()`` it runs as the ``MemoryStream`` of the same key, group and start (an
     entry-id start runs from the beginning there: in-process streams have no entry ids).
@@ -97,6 +121,7 @@ class RedisStream(NamedSource):
     on_nogroup: NoGroup
     mode: Mode
     delete_on_ack: bool
+    delete_policy: DeletePolicy | None
     remove_idle_consumers: float | None
 
     def __init__(
@@ -109,6 +134,7 @@ class RedisStream(NamedSource):
         min_idle: float = DEFAULT_MIN_IDLE,
         on_nogroup: NoGroup | str = NoGroup.RECREATE,
         delete_on_ack: bool = False,
+        delete_policy: DeletePolicy | str | None = None,
         remove_idle_consumers: float | EllipsisType | None = ...,
         mode: Mode = Mode.GROUP,
     ) -> None:
@@ -120,6 +146,7 @@ class RedisStream(NamedSource):
         _check_mode(key, mode, group, consumer, start, delete_on_ack)
         _check_remove_idle(remove_idle_consumers, mode)
         _check_seconds(delete_on_ack, min_idle)
+        deletes = _delete_policy(delete_on_ack, delete_policy)
         try:
             policy = NoGroup(on_nogroup)
         except ValueError:
@@ -134,6 +161,7 @@ class RedisStream(NamedSource):
         object.__setattr__(self, "on_nogroup", policy)
         object.__setattr__(self, "mode", mode)
         object.__setattr__(self, "delete_on_ack", delete_on_ack)
+        object.__setattr__(self, "delete_policy", deletes)
         object.__setattr__(
             self,
             "remove_idle_consumers",
@@ -168,6 +196,7 @@ class RedisStream(NamedSource):
             "min_idle": self.min_idle,
             "on_nogroup": self.on_nogroup,
             "delete_on_ack": self.delete_on_ack,
+            "delete_policy": self.delete_policy,
             "remove_idle_consumers": (
                 ...
                 if self.remove_idle_consumers == DEFAULT_REMOVE_IDLE
@@ -261,6 +290,25 @@ def _check_mode(
             f"Position.entry(id){'' if mode is Mode.GROUP else ' or Position.timestamp(ms)'}"
             f", not {start!r}"
         )
+
+
+def _delete_policy(delete_on_ack: bool, policy: object) -> DeletePolicy | None:
+    """The policy ``delete_on_ack`` deletes with (:attr:`DeletePolicy.KEEPREF` unless given);
+    None without ``delete_on_ack``, which refuses a policy (it would delete nothing)."""
+    if policy is None:
+        return DeletePolicy.KEEPREF if delete_on_ack else None
+    try:
+        chosen = DeletePolicy(policy.lower() if isinstance(policy, str) else policy)
+    except ValueError:
+        raise ConfigurationError(
+            f"delete_policy is 'keepref', 'delref' or 'acked' (a DeletePolicy), not {policy!r}"
+        ) from None
+    if not delete_on_ack:
+        raise ConfigurationError(
+            f"delete_policy={chosen.value!r} says how delete_on_ack deletes an acknowledged "
+            "entry: give delete_on_ack=True too"
+        )
+    return chosen
 
 
 def _check_names(group: str | None, consumer: str | None) -> None:

@@ -77,6 +77,10 @@ class ServerCommands:
         """
         return token.upper() in self._tokens.get(command.lower(), frozenset())
 
+    def names(self) -> list[str]:
+        """Every command and subcommand of the table (lower case, ``container|sub``), sorted."""
+        return sorted(self._keys)
+
     def keys(self, name: str) -> KeySpec | None:
         """The key positions of command ``name``, or None if the server has no such command."""
         return self._keys.get(name.lower())
