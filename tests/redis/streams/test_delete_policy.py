@@ -38,16 +38,14 @@ async def _other_group_holds(redis: RedisClient, count: int, *, acked: int = 0) 
         await redis.execute("XACK", "s", "other", *[f"{n}-0" for n in range(1, acked + 1)])
 
 
-def _app(url: str, policy: str | None, **options: bool) -> App:
+def _app(url: str, policy: str | None, *, pipeline: bool = False, atomic: bool = False) -> App:
     app = App("svc")
     broker = app.broker(RedisBroker(url))
-    source = RedisStream(
-        "s", group="g", start=BEGINNING, delete_on_ack=True, delete_policy=policy
-    )
+    source = RedisStream("s", group="g", start=BEGINNING, delete_on_ack=True, delete_policy=policy)
 
-    @broker.subscriber(source, name="sub", **options)
+    @broker.subscriber(source, name="sub", pipeline=pipeline, atomic=atomic)
     async def handle(n: int, ctx: Context) -> None:
-        if options.get("pipeline"):
+        if pipeline:
             ctx.pipeline.incr(f"n:{n}")
 
     return app
@@ -222,7 +220,7 @@ def test_a_delete_policy_is_keepref_delref_or_acked() -> None:
         DeletePolicy.DELREF
     )
     assert RedisStream("s").delete_policy is None
-    with pytest.raises(ConfigurationError, match="'keepref', 'delref' or 'acked'.*'sometimes'"):
+    with pytest.raises(ConfigurationError, match=r"'keepref', 'delref' or 'acked'.*'sometimes'"):
         RedisStream("s", delete_on_ack=True, delete_policy="sometimes")
     with pytest.raises(ConfigurationError, match="not 3"):
         RedisStream("s", delete_on_ack=True, delete_policy=3)  # type: ignore[arg-type]

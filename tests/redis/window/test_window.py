@@ -645,6 +645,7 @@ async def test_delete_on_ack_under_the_window_deletes_with_the_xack_atomically(
     writes = Writes().install(monkeypatch)
     async with serving(app):
         await drained(redis)
+    settle: list[tuple[bytes, ...]]
     if (await redis.server_commands()).has("xackdel"):  # one command: atomic by itself
         settle = [(b"XACKDEL", b"s", b"g", b"KEEPREF", b"IDS", b"2", b"1-0", b"2-0")]
     else:
