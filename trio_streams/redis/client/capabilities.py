@@ -28,7 +28,7 @@ __all__ = ["DOCUMENTED", "SNAPSHOT", "ServerCommands", "parse_command_tokens", "
 
 #: The commands whose options (``COMMAND DOCS`` tokens) the transports ask about. Reading the
 #: docs of every command would cost a reply several times the size of ``COMMAND``'s.
-DOCUMENTED: Final = ("xadd", "xtrim", "xackdel", "xgroup", "xinfo", "client")
+DOCUMENTED: Final = ("xadd", "xtrim", "xackdel", "xgroup", "xinfo", "xreadgroup", "client")
 
 
 @final
