@@ -14,12 +14,12 @@ import trio
 from tests.redis.streams.support import pending_count
 from tests.redis.window.support import Writes, calls
 from tests.redis.window.test_window import drained, fill
-from tests.redis_servers import RedisServer
+from tests.redis_servers import RedisClusterServers, RedisServer
 from tests.support import serving
 from trio_streams import App, Context, Position
 from trio_streams.core.errors import ConfigurationError, UnsupportedError
 from trio_streams.redis import RedisBroker, RedisStream
-from trio_streams.redis.client import RedisClient
+from trio_streams.redis.client import RedisClient, connect
 from trio_streams.redis.streams import DeletePolicy
 
 BEGINNING = Position.beginning()
@@ -245,3 +245,41 @@ async def test_under_app_test_the_policy_is_validated_the_same_and_entries_are_h
     async with app.test() as t:
         await t.publish("s", 1)
     assert seen == [1]  # no server to ask: whether it has XACKDEL is checked when connecting
+
+
+# ---- cluster: the settle goes to the stream's node, whichever command it is
+
+
+@pytest.mark.parametrize("window", ["plain", "atomic"])
+async def test_delete_on_ack_in_a_cluster_deletes_with_the_command_the_cluster_has(
+    redis_cluster: RedisClusterServers, window: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key, counter = f"{{dc-{window}}}:s", f"{{dc-{window}}}:n"
+    app = App("svc")
+    broker = app.broker(RedisBroker(redis_cluster.url))
+    atomic = window == "atomic"
+
+    @broker.subscriber(
+        RedisStream(key, group="g", start=BEGINNING, delete_on_ack=True),
+        pipeline=atomic,
+        atomic=atomic,
+    )
+    async def handle(n: int, ctx: Context) -> None:
+        if atomic:
+            ctx.pipeline.incr(counter)
+
+    async with connect(redis_cluster.url) as redis:
+        await redis.execute("DEL", key)
+        await redis.execute("DEL", counter)
+        for n in (1, 2, 3):
+            await redis.execute("XADD", key, f"{n}-0", "_payload", str(n))
+        writes = Writes().install(monkeypatch)
+        async with serving(app):
+            await drained(redis, key)
+        assert await redis.execute("XLEN", key) == 0
+        if atomic:
+            assert await redis.execute("GET", counter) == b"3"
+        if (await redis.server_commands()).has("xackdel"):
+            assert writes.with_command(b"XACKDEL") and not writes.with_command(b"XDEL")
+        else:
+            assert writes.with_command(b"XDEL") and not writes.with_command(b"XACKDEL")
