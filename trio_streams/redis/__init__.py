@@ -9,12 +9,13 @@ from .group import GroupVanished
 from .lists import ConsumerNameInUse, DeadLetterKind, ListEnd, RedisList, WrongKeyType
 from .pubsub import PubSubFailed
 from .segments import SegmentRefused
-from .streams import NoGroup, RedisStream
+from .streams import DeletePolicy, NoGroup, RedisStream
 from .wire import ForeignPayloadError, entry_fields
 
 __all__ = [
     "ConsumerNameInUse",
     "DeadLetterKind",
+    "DeletePolicy",
     "ForeignPayloadError",
     "GroupVanished",
     "ListEnd",

@@ -31,7 +31,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
@@ -53,6 +53,7 @@ from ..memory.broker import MemoryTransport
 from ..memory.group_moves import move_memory_group
 from .channels import RedisChannel
 from .client import RedisClient, connect, key_slot, parse_url
+from .client.capabilities import ServerCommands
 from .client.errors import ReplyError
 from .companions import companion_key
 from .frames import encode_frame
@@ -63,6 +64,7 @@ from .list_base import wrong_type
 from .list_reliable import ReliableListSubscription
 from .list_simple import SimpleListSubscription
 from .lists import ListEnd, RedisList
+from .offers import read_offers
 from .plain import PlainSubscription
 from .pubsub import ChannelSubscription
 from .segments import segment_check
@@ -280,21 +282,35 @@ class RedisBroker(Broker):
         self, source: Source, options: Mapping[str, Any], *, label: str
     ) -> CommandCheck | None:
         """What a window segment of this subscription may hold (:mod:`.segments`): the same
-        check live and under ``app.test()``."""
+        check live and under ``app.test()``, where the committed snapshot of commands stands
+        in for the server's table."""
+        return self._segment_check(source, options, label=label, commands=None)
+
+    def _segment_check(
+        self,
+        source: Source,
+        options: Mapping[str, Any],
+        *,
+        label: str,
+        commands: Callable[[], ServerCommands] | None,
+    ) -> CommandCheck | None:
+        """:meth:`segment_check`, live: ``commands`` gives the connected client's table."""
         if not options.get("pipeline") or not isinstance(source, RedisStream | RedisList):
             return None
         atomic = bool(options.get("atomic"))
-        return segment_check(
-            label, atomic=atomic, slot_key=source.key if self.cluster and atomic else None
-        )
+        slot_key = source.key if self.cluster and atomic else None
+        if commands is None:
+            return segment_check(label, atomic=atomic, slot_key=slot_key)
+        return segment_check(label, atomic=atomic, slot_key=slot_key, commands=commands)
 
     @asynccontextmanager
     async def connect(self) -> AsyncIterator[Transport]:
         async with connect(self.url) as client:
+            # The server's command table: XACKDEL for settles, keys for segments, which safe
+            # trim this server takes.
+            await read_offers(client, [(s.name, s.source) for s in self.subscriptions])
             trimmer = Trimmer(client, self.trim)
-            if self.trim is not None and self.trim.trim in ("safe", "acked"):
-                await client.server_commands()  # which safe trim this server takes
-                trimmer.check_server()
+            trimmer.check_server()
             await check_publisher_keys(
                 client, [(s.name, p.target) for s in self.subscriptions for p in s.publishers]
             )
@@ -422,7 +438,16 @@ class RedisTransport(Transport):
             atomic_dead_letter=lambda destination: self.broker.same_slot(source.key, destination),
             window=bool(options.get("pipeline")),
             atomic=bool(options.get("atomic")),
-            segment_check=self.broker.segment_check(source, options, label=label),
+            segment_check=self._segment_check(source, options, label=label),
+        )
+
+    def _segment_check(
+        self, source: Source, options: Mapping[str, Any], *, label: str
+    ) -> CommandCheck | None:
+        """The broker's segment check, consulting this connection's server table."""
+        client = self.client
+        return self.broker._segment_check(
+            source, options, label=label, commands=lambda: client.commands
         )
 
     def _open_list(
@@ -450,5 +475,5 @@ class RedisTransport(Transport):
             same_slot=same_slot,
             window=bool(options.get("pipeline")),
             atomic=bool(options.get("atomic")),
-            segment_check=self.broker.segment_check(source, options, label=label),
+            segment_check=self._segment_check(source, options, label=label),
         )

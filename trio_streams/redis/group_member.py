@@ -21,7 +21,7 @@ from .attempts import AttemptLedger
 from .client import RedisClient
 from .client.errors import RedisError, ReplyError
 from .journal import journal_group
-from .streams import RedisStream
+from .streams import DeletePolicy, RedisStream
 
 __all__ = ["CHUNK", "GroupMember", "nogroup"]
 
@@ -89,9 +89,24 @@ class GroupMember:
         return journal_group(self.client, self.key, self.group, self.epoch)
 
     def settle_commands(self, ids: Sequence[str]) -> list[Command]:
-        """What acknowledges ``ids``: ``XACK``, with ``delete_on_ack`` an ``XDEL`` too (a
-        work queue: acknowledged means gone, atomically), and their ledger fields' removal."""
+        """What acknowledges ``ids``, and removes their ledger fields: ``XACK``; with
+        ``delete_on_ack`` (a work queue: acknowledged means gone, in the same step) one
+        ``XACKDEL`` with the stream's :class:`~.streams.DeletePolicy` where the server has it,
+        else ``XACK`` and ``XDEL`` (the policy ``keepref``; sent in one ``MULTI``/``EXEC``).
+
+        Decided at each call from the server's table as last read, so a server replaced by
+        another build is settled as it can be. ``delref`` and ``acked`` are always
+        ``XACKDEL``: a server that lost it refuses the settle (the entries stay pending,
+        delivered again) rather than have them deleted another way.
+        """
         ledger = [] if self.ledger is None else self.ledger.settle_commands(ids)
-        if self.stream.delete_on_ack:
-            return [("XACK", self.key, self.group, *ids), ("XDEL", self.key, *ids), *ledger]
-        return [("XACK", self.key, self.group, *ids), *ledger]
+        policy = self.stream.delete_policy
+        if policy is None:
+            return [("XACK", self.key, self.group, *ids), *ledger]
+        commands = self.client.commands
+        if policy is not DeletePolicy.KEEPREF or (
+            not commands.is_snapshot and commands.has("xackdel")
+        ):
+            xackdel = ("XACKDEL", self.key, self.group, policy.name, "IDS", str(len(ids)), *ids)
+            return [xackdel, *ledger]
+        return [("XACK", self.key, self.group, *ids), ("XDEL", self.key, *ids), *ledger]

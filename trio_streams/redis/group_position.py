@@ -42,7 +42,6 @@ lease keys share the stream's slot).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from ..core.group_moves import GroupMove, GroupNotFound, PositionRefused
@@ -93,22 +92,13 @@ def refuse_position(position: Position, key: str) -> None:
 
 async def entries_read_supported(client: RedisClient) -> bool:
     """Whether the server's ``XGROUP SETID`` takes ``ENTRIESREAD`` (Redis 7.0 and later), as
-    its ``COMMAND DOCS`` says; a server without ``COMMAND DOCS`` has neither."""
+    its command table says (:meth:`~.client.RedisClient.server_commands`); a server whose
+    table cannot be read is taken not to."""
     try:
-        reply = await client.execute("COMMAND", "DOCS", "XGROUP|SETID")
+        commands = await client.server_commands()
     except ReplyError:
         return False
-    return _mentions(reply, "ENTRIESREAD")
-
-
-def _mentions(reply: Any, token: str) -> bool:
-    if isinstance(reply, bytes | str):
-        return text(reply).upper() == token
-    if isinstance(reply, Mapping):
-        return any(_mentions(k, token) or _mentions(v, token) for k, v in reply.items())
-    if isinstance(reply, list | tuple):
-        return any(_mentions(item, token) for item in reply)
-    return False
+    return commands.takes("xgroup|setid", "ENTRIESREAD")
 
 
 async def live_consumers(

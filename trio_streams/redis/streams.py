@@ -20,7 +20,7 @@ SEQUENCE_REFUSAL = (
     "(Position.timestamp)"
 )
 
-__all__ = ["Mode", "NoGroup", "RedisStream"]
+__all__ = ["DeletePolicy", "Mode", "NoGroup", "RedisStream"]
 
 #: How dead letters sent to a stream are written: a stream's, a list's or a channel's with
 #: ``dead_letter_kind="stream"``.
@@ -35,6 +35,24 @@ class NoGroup(enum.Enum):
     RECREATE = "recreate"
     #: Fail the subscription (and so the app) with :class:`~.broker.GroupVanished`.
     FAIL = "fail"
+
+
+class DeletePolicy(enum.Enum):
+    """What ``delete_on_ack`` does to the references other consumer groups hold to an entry
+    it deletes (the options of ``XACKDEL``).
+
+    Only :attr:`KEEPREF` can be done without ``XACKDEL`` (by ``XACK`` and ``XDEL`` in one
+    ``MULTI``/``EXEC``); the others are refused at start by a server that lacks it.
+    """
+
+    #: Delete the entry; other groups' pending lists keep their references to it (their
+    #: consumers find it deleted: acknowledged there, never handled). ``XDEL`` does the same.
+    KEEPREF = "keepref"
+    #: Delete the entry and every group's reference to it: no other group sees it again.
+    DELREF = "delref"
+    #: Acknowledge it; delete it only once every group has read and acknowledged it (the
+    #: group that acknowledges it last, with this policy, deletes it; or a trim).
+    ACKED = "acked"
 
 
 #: Seconds an entry may sit unacknowledged in a dead consumer's pending list before another
@@ -78,9 +96,15 @@ class RedisStream(NamedSource):
       entries and have been idle that long are removed (``XGROUP DELCONSUMER``) by the
       hygiene pass (every 30 s). Default :data:`DEFAULT_REMOVE_IDLE` (5 minutes); ``None``:
       never.
-    - ``delete_on_ack``: a work queue: an acknowledged entry is deleted too (``XACK`` and
-      ``XDEL`` in one ``MULTI``/``EXEC``). Without it ``XACK`` deletes nothing: trim the
-      stream (``RedisBroker(maxlen=...)``).
+    - ``delete_on_ack``: a work queue: an acknowledged entry is deleted too, in the same
+      step (``XACKDEL`` where the server has it, else ``XACK`` and ``XDEL`` in one
+      ``MULTI``/``EXEC``). Without it ``XACK`` deletes nothing: trim the stream
+      (``RedisBroker(maxlen=...)``).
+    - ``delete_policy``: with ``delete_on_ack``, what becomes of other groups' references to
+      a deleted entry (:class:`DeletePolicy`): ``"keepref"`` (default: kept, as ``XDEL``
+      leaves them), ``"delref"`` (removed) or ``"acked"`` (deleted only once every group
+      acknowledged it). ``"delref"`` and ``"acked"`` need a server with ``XACKDEL``; one
+      without it is refused when the app starts.
     - ``shared_seek``: a handler's seek (``ctx.seeker.seek``) moves the whole group, so it is
       refused while other consumers of the group are live; ``True`` allows it anyway (they
       are moved too). See :mod:`.group_position`.
@@ -102,6 +126,7 @@ class RedisStream(NamedSource):
     on_nogroup: NoGroup
     mode: Mode
     delete_on_ack: bool
+    delete_policy: DeletePolicy | None
     remove_idle_consumers: float | None
     shared_seek: bool
 
@@ -115,6 +140,7 @@ class RedisStream(NamedSource):
         min_idle: float = DEFAULT_MIN_IDLE,
         on_nogroup: NoGroup | str = NoGroup.RECREATE,
         delete_on_ack: bool = False,
+        delete_policy: DeletePolicy | str | None = None,
         remove_idle_consumers: float | EllipsisType | None = ...,
         mode: Mode = Mode.GROUP,
         shared_seek: bool = False,
@@ -134,6 +160,7 @@ class RedisStream(NamedSource):
                 f"shared_seek needs a consumer group: RedisStream({key!r}).{mode.value}() "
                 "seeks alone"
             )
+        deletes = _delete_policy(delete_on_ack, delete_policy)
         try:
             policy = NoGroup(on_nogroup)
         except ValueError:
@@ -149,6 +176,7 @@ class RedisStream(NamedSource):
         object.__setattr__(self, "mode", mode)
         object.__setattr__(self, "delete_on_ack", delete_on_ack)
         object.__setattr__(self, "shared_seek", shared_seek)
+        object.__setattr__(self, "delete_policy", deletes)
         object.__setattr__(
             self,
             "remove_idle_consumers",
@@ -183,6 +211,7 @@ class RedisStream(NamedSource):
             "min_idle": self.min_idle,
             "on_nogroup": self.on_nogroup,
             "delete_on_ack": self.delete_on_ack,
+            "delete_policy": self.delete_policy,
             "remove_idle_consumers": (
                 ...
                 if self.remove_idle_consumers == DEFAULT_REMOVE_IDLE
@@ -284,6 +313,25 @@ def _check_mode(
             f"Position.entry(id){'' if mode is Mode.GROUP else ' or Position.timestamp(ms)'}"
             f", not {start!r}"
         )
+
+
+def _delete_policy(delete_on_ack: bool, policy: object) -> DeletePolicy | None:
+    """The policy ``delete_on_ack`` deletes with (:attr:`DeletePolicy.KEEPREF` unless given);
+    None without ``delete_on_ack``, which refuses a policy (it would delete nothing)."""
+    if policy is None:
+        return DeletePolicy.KEEPREF if delete_on_ack else None
+    try:
+        chosen = DeletePolicy(policy.lower() if isinstance(policy, str) else policy)
+    except ValueError:
+        raise ConfigurationError(
+            f"delete_policy is 'keepref', 'delref' or 'acked' (a DeletePolicy), not {policy!r}"
+        ) from None
+    if not delete_on_ack:
+        raise ConfigurationError(
+            f"delete_policy={chosen.value!r} says how delete_on_ack deletes an acknowledged "
+            "entry: give delete_on_ack=True too"
+        )
+    return chosen
 
 
 def _check_names(group: str | None, consumer: str | None) -> None:

@@ -53,6 +53,7 @@ __all__ = [
     "parse_entries",
     "parse_pending",
     "parse_read",
+    "quiet_ms",
     "split_id",
     "stream_entries",
     "text",
@@ -275,9 +276,21 @@ def parse_pending(reply: Any) -> dict[str, int]:
     return counts
 
 
+def quiet_ms(info: Mapping[str, Any]) -> int:
+    """Milliseconds since a consumer last read or claimed an entry, from its ``XINFO
+    CONSUMERS`` fields (names as str): ``inactive`` where the server reports it (Redis 7.2+,
+    Valkey), else ``idle``, which on a server without ``inactive`` means just that (neither
+    moves on a read that returns nothing; the newer ``idle`` does). A consumer that never took
+    an entry (``inactive`` -1) counts from its last read of any kind (``idle``)."""
+    inactive = info.get("inactive")
+    if inactive is not None and int(inactive) >= 0:
+        return int(inactive)
+    return int(info["idle"])
+
+
 def parse_consumers(reply: Any) -> list[tuple[str, int, int]]:
-    """``XINFO CONSUMERS``' ``(name, pending, idle ms)`` per consumer (RESP3 maps or RESP2
-    flat lists)."""
+    """``XINFO CONSUMERS``' ``(name, pending, quiet ms)`` per consumer (RESP3 maps or RESP2
+    flat lists); quiet is :func:`quiet_ms`: the same meaning on every server."""
     if not isinstance(reply, list):
         raise ReplyShapeError(f"expected a list of consumers, got {reply!r}")
     consumers: list[tuple[str, int, int]] = []
@@ -288,7 +301,7 @@ def parse_consumers(reply: Any) -> list[tuple[str, int, int]]:
             raise ReplyShapeError(f"expected a consumer's fields, got {item!r}")
         info = {text(k): v for k, v in item.items()}
         try:
-            consumers.append((text(info["name"]), int(info["pending"]), int(info["idle"])))
+            consumers.append((text(info["name"]), int(info["pending"]), quiet_ms(info)))
         except KeyError as exc:
             raise ReplyShapeError(f"a consumer's fields lack {exc}: {item!r}") from None
     return consumers

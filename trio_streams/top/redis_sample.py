@@ -27,7 +27,7 @@ from typing import Any, final
 from ..redis.client import RedisClient, RedisCluster, shapes
 from ..redis.client.errors import ReplyError
 from ..redis.delays import delay_key
-from ..redis.wire import HEADER_PREFIX, text
+from ..redis.wire import HEADER_PREFIX, quiet_ms, text
 
 __all__ = [
     "DEAD_LETTER_FIELD",
@@ -50,6 +50,8 @@ MAX_STREAMS = 1000
 class ConsumerSample:
     name: str
     pending: int
+    #: Milliseconds since it last read or claimed an entry (:func:`~..redis.wire.quiet_ms`:
+    #: ``inactive`` where the server has it, else ``idle``; the same meaning on every server).
     idle_ms: int
 
 
@@ -181,7 +183,7 @@ async def sample_redis(
             consumers[(key, name)] = ()
             continue
         consumers[(key, name)] = tuple(
-            ConsumerSample(text(c["name"]), int(c["pending"]), int(c["idle"]))
+            ConsumerSample(text(c["name"]), int(c["pending"]), quiet_ms(c))
             for c in shapes.consumer_info(reply)
         )
     streams: dict[str, StreamSample] = {}

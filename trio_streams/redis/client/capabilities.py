@@ -28,7 +28,7 @@ __all__ = ["DOCUMENTED", "SNAPSHOT", "ServerCommands", "parse_command_tokens", "
 
 #: The commands whose options (``COMMAND DOCS`` tokens) the transports ask about. Reading the
 #: docs of every command would cost a reply several times the size of ``COMMAND``'s.
-DOCUMENTED: Final = ("xadd", "xtrim", "xackdel", "xgroup", "xinfo", "client")
+DOCUMENTED: Final = ("xadd", "xtrim", "xackdel", "xgroup", "xinfo", "xreadgroup", "client")
 
 
 @final
@@ -76,6 +76,10 @@ class ServerCommands:
         used only where the server said it has it.
         """
         return token.upper() in self._tokens.get(command.lower(), frozenset())
+
+    def names(self) -> list[str]:
+        """Every command and subcommand of the table (lower case, ``container|sub``), sorted."""
+        return sorted(self._keys)
 
     def keys(self, name: str) -> KeySpec | None:
         """The key positions of command ``name``, or None if the server has no such command."""

@@ -27,10 +27,11 @@ import select
 import socket
 import ssl
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 import trio
 
+from ..._version import __version__
 from .commands import (
     BLOCKING,
     CLIENT,
@@ -569,14 +570,26 @@ def _keep_alive(stream: trio.SocketStream) -> None:
             stream.setsockopt(socket.IPPROTO_TCP, option, value)
 
 
+#: Who is connecting, for ``CLIENT LIST`` (``lib-name=trio-streams lib-ver=...``): sent with
+#: the rest of the handshake. A server without ``CLIENT SETINFO`` (before Redis 7.2), or a user
+#: whose ACL denies it, answers these two with an error, which is ignored.
+LIBRARY: Final[tuple[Command, Command]] = (
+    ("CLIENT", "SETINFO", "LIB-NAME", "trio-streams"),
+    ("CLIENT", "SETINFO", "LIB-VER", __version__),
+)
+
+
 async def _handshake(connection: Connection, options: ConnectionOptions) -> None:
-    """HELLO (or AUTH and CLIENT SETNAME), SELECT, then PING, in one write per attempt.
+    """HELLO (or AUTH and CLIENT SETNAME), CLIENT SETINFO, SELECT, then PING, in one write
+    per attempt.
 
     The PING proves the server is ready for data: a server still loading its dataset, busy
     with a script or cut off from its primary answers it with an error (HELLO and SELECT
-    pass even then), which becomes a retryable :class:`HandshakeError`.
+    pass even then), which becomes a retryable :class:`HandshakeError`. ``CLIENT SETINFO``
+    names the library where the server has it; its error (an older server, an ACL) is not the
+    connection's: ignored, so naming the library costs no round trip and no probe.
     """
-    setup: list[Command] = []
+    setup: list[Command] = [*LIBRARY]
     if options.db:
         setup.append(("SELECT", options.db))
     setup.append(("PING",))
@@ -628,7 +641,11 @@ async def _exchange(
             replies.append(await connection._read_one(describe, skip_push=True))
     except (RedisConnectionError, trio.BrokenResourceError, OSError) as exc:
         for args, reply in zip(commands, replies, strict=False):
-            if isinstance(reply, ReplyError) and not _is_unknown_command(reply):
+            if (
+                isinstance(reply, ReplyError)
+                and args not in LIBRARY
+                and not _is_unknown_command(reply)
+            ):
                 raise _setup_error(connection, args, reply, options) from exc
         if isinstance(exc, RedisConnectionError):
             if exc.address is None:
@@ -705,7 +722,7 @@ def _raise_setup_errors(
     options: ConnectionOptions,
 ) -> None:
     for args, reply in zip(commands, replies, strict=True):
-        if isinstance(reply, ReplyError):
+        if isinstance(reply, ReplyError) and args not in LIBRARY:
             raise _setup_error(connection, args, reply, options)
 
 

@@ -1,9 +1,13 @@
 """Which arguments of a command are keys, and which cluster slot a key hashes to.
 
 The key positions come from the server's own ``COMMAND`` table (first key, last key, step),
-loaded once per cluster client, so new commands need no code here. Commands whose keys move
-with their arguments (EVAL's numkeys, XREADGROUP's STREAMS...) are handled by rule; any other
-such command is asked of the server with ``COMMAND GETKEYS``.
+loaded once per client, so new commands need no code here. Commands whose keys move with their
+arguments (EVAL's numkeys, XREADGROUP's STREAMS...) are handled by rule, else by the server's
+full key specifications (``COMMAND``'s key specs: where the search begins, an index or a
+keyword, and how keys are found from there, a range or a key count), as the server itself
+reads them; a command whose specs cannot say (a spec marked ``incomplete``, or of type
+``unknown``: ``SORT ... STORE``, ``MIGRATE``) is asked of the server with ``COMMAND GETKEYS``
+where a round trip is possible.
 """
 
 from __future__ import annotations
@@ -48,13 +52,41 @@ def key_slot(key: Arg) -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class KeySearch:
+    """One key specification of a command (an entry of ``COMMAND``'s key specs): where the
+    search begins and how keys are found from there.
+
+    ``begin`` is ``"index"`` (at argument ``index``), ``"keyword"`` (after ``keyword``,
+    searched from argument ``startfrom``, backwards from the end when negative) or
+    ``"unknown"``. ``find`` is ``"range"`` (``lastkey``, ``keystep``, ``limit``), ``"keynum"``
+    (the count at ``keynumidx``, the first key at ``firstkey``, ``keystep``) or
+    ``"unknown"``. ``incomplete``: the spec may miss keys.
+    """
+
+    begin: str
+    find: str
+    index: int = 0
+    keyword: bytes = b""
+    startfrom: int = 0
+    lastkey: int = 0
+    keystep: int = 1
+    limit: int = 0
+    keynumidx: int = 0
+    firstkey: int = 0
+    incomplete: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class KeySpec:
-    """Key positions of one command, as the server's COMMAND table gives them."""
+    """Key positions of one command, as the server's COMMAND table gives them: the legacy
+    first/last/step (all the keys unless ``movable``) and, from a server that has them, the
+    full key specifications."""
 
     first: int
     last: int
     step: int
     movable: bool
+    searches: tuple[KeySearch, ...] = ()
 
 
 def text(value: Any) -> str:
@@ -66,6 +98,43 @@ def _flags(value: Any) -> set[str]:
     return {text(v) for v in value} if isinstance(value, (list, set, tuple)) else set()
 
 
+def _fields(value: Any) -> dict[str, Any]:
+    """A RESP3 map or a RESP2 flat ``[key, value, ...]`` list as a dict (empty otherwise)."""
+    if isinstance(value, dict):
+        return {text(k): v for k, v in value.items()}
+    if isinstance(value, list) and len(value) % 2 == 0:
+        return {text(k): v for k, v in zip(value[::2], value[1::2], strict=True)}
+    return {}
+
+
+def _search(spec: Any) -> KeySearch:
+    """One key spec of a ``COMMAND`` entry; a shape this module does not know is ``unknown``
+    (its keys cannot be told from it)."""
+    fields = _fields(spec)
+    begin, find = _fields(fields.get("begin_search")), _fields(fields.get("find_keys"))
+    begin_type, find_type = text(begin.get("type", "unknown")), text(find.get("type", "unknown"))
+    at, how = _fields(begin.get("spec")), _fields(find.get("spec"))
+    incomplete = "incomplete" in {f.lower() for f in _flags(fields.get("flags"))}
+    try:
+        values: dict[str, Any] = {
+            "index": int(at.get("index", 0)),
+            "keyword": _key_bytes(at.get("keyword", b"")).upper(),
+            "startfrom": int(at.get("startfrom", 0)),
+            "lastkey": int(how.get("lastkey", 0)),
+            "keystep": int(how.get("keystep", 1)),
+            "limit": int(how.get("limit", 0)),
+            "keynumidx": int(how.get("keynumidx", 0)),
+            "firstkey": int(how.get("firstkey", 0)),
+        }
+    except (TypeError, ValueError, CommandEncodingError):
+        return KeySearch("unknown", "unknown")
+    if begin_type not in ("index", "keyword"):
+        begin_type = "unknown"
+    if find_type not in ("range", "keynum"):
+        find_type = "unknown"
+    return KeySearch(begin_type, find_type, incomplete=incomplete, **values)
+
+
 def parse_command_table(reply: Sequence[Any]) -> dict[str, KeySpec]:
     """``name -> KeySpec`` from a ``COMMAND`` reply; subcommands as ``container|sub``."""
     table: dict[str, KeySpec] = {}
@@ -73,7 +142,14 @@ def parse_command_table(reply: Sequence[Any]) -> dict[str, KeySpec]:
     def add(entry: Sequence[Any]) -> None:
         name = text(entry[0]).lower()
         flags = _flags(entry[2])
-        table[name] = KeySpec(int(entry[3]), int(entry[4]), int(entry[5]), "movablekeys" in flags)
+        specs = entry[8] if len(entry) > 8 and isinstance(entry[8], list) else []
+        table[name] = KeySpec(
+            int(entry[3]),
+            int(entry[4]),
+            int(entry[5]),
+            "movablekeys" in flags,
+            tuple(_search(spec) for spec in specs),
+        )
         if len(entry) > 9 and entry[9]:
             for sub in entry[9]:
                 add(sub)
@@ -141,6 +217,66 @@ def _movable_keys(name: str, args: Command) -> list[Arg] | None:
     return None
 
 
+def search_keys(searches: Sequence[KeySearch], args: Command) -> list[Arg] | None:
+    """The keys of ``args`` as the server finds them from its key specs (Redis's
+    ``getKeysUsingKeySpecs``), or None when they cannot say: a spec ``incomplete`` or
+    ``unknown``, or arguments the specs do not fit (the server refuses those anyway). A
+    keyword that is absent contributes no key (``GEORADIUS`` without ``STORE``)."""
+    if not searches:
+        return None
+    argc = len(args)
+    keys: list[Arg] = []
+    for search in searches:
+        if search.incomplete or search.begin == "unknown" or search.find == "unknown":
+            return None
+        found = search.index if search.begin == "index" else _after_keyword(search, args)
+        if found is None:
+            continue  # the keyword is absent: this spec names no key
+        first = found
+        if search.find == "range":
+            step = search.keystep
+            if search.lastkey >= 0:
+                last = first + search.lastkey
+            elif not search.limit:
+                last = argc + search.lastkey
+            else:
+                last = first + ((argc - first) // search.limit + search.lastkey)
+        else:
+            step = search.keystep
+            at = first + search.keynumidx
+            if at >= argc:
+                return None
+            try:
+                count = int(_key_bytes(args[at]))
+            except (ValueError, CommandEncodingError):
+                return None
+            if count < 0:
+                return None
+            first += search.firstkey
+            last = first + count - 1
+        if step <= 0 or first >= argc or last >= argc or last < first:
+            return None
+        keys.extend(args[first : last + 1 : step])
+    return keys
+
+
+def _after_keyword(search: KeySearch, args: Command) -> int | None:
+    """The argument after ``search.keyword``, searched as the server does (from
+    ``startfrom`` forwards, or backwards from the end when negative); None if absent."""
+    argc = len(args)
+    if search.startfrom > 0:
+        positions: range = range(search.startfrom, argc - 1)
+    else:
+        positions = range(argc + search.startfrom, 0, -1)
+    for i in positions:
+        try:
+            if 0 <= i < argc and _key_bytes(args[i]).upper() == search.keyword:
+                return i + 1
+        except CommandEncodingError:
+            continue  # not a word: not the keyword
+    return None
+
+
 class KeyFinder:
     """Finds the keys of a command from the server's command table."""
 
@@ -158,7 +294,8 @@ class KeyFinder:
             if sub is not None:
                 spec = sub
         if spec.movable:
-            return _movable_keys(name, args)
+            keys = _movable_keys(name, args)
+            return keys if keys is not None else search_keys(spec.searches, args)
         if spec.first <= 0:
             return []
         last = spec.last if spec.last >= 0 else len(args) + spec.last
