@@ -68,19 +68,22 @@ MATRIX_SELECTION = (
 )  # fmt: skip
 #: ``--soak`` adds the Redis soak: 30 kills over 50k entries, per consumer kind.
 SOAK_SELECTION = ("tests/redis", "-m", "soak")
-#: What CI runs on each server but Debian's Redis (which ``tests`` covers whole), about two
+#: What CI runs on each server but Debian's Redis (which ``tests`` covers whole), under two
 #: minutes each on 2 cores: what depends on the server — the client against it (commands,
 #: connections, cluster, sentinel, pub/sub, TLS or its skip, refusals in the server's words),
 #: consumer groups end to end, Pub/Sub, the pipeline window on a server and on a cluster, dead
 #: letters on keys of every type, and the conformance suite's Redis transports. Left to the
-#: full matrix: the client's parser and backoff (no server), the kill tests and campaigns
-#: (processes killed: the same on any server), workers, recording and top.
+#: full matrix: the client's parser and backoff (no server), the pacing of its retries, the
+#: kill tests and campaigns (processes killed: the same on any server), lists, workers,
+#: recording and top.
 CI_SELECTION = (
     "tests/redis/client", "tests/redis/streams", "tests/redis/pubsub",
     "tests/redis/window/test_window.py", "tests/redis/window/test_window_cluster.py",
     "tests/redis/test_dead_letter_key_types.py", "tests/conformance",
     "--ignore=tests/redis/client/test_redis_protocol.py",
     "--ignore=tests/redis/client/test_redis_backoff.py",
+    "--ignore=tests/redis/client/test_redis_pacing.py",
+    "--ignore=tests/redis/client/test_redis_review_fixes.py",
     "-k", "redis or not conformance", "-m", "not soak",
 )  # fmt: skip
 
