@@ -1,16 +1,23 @@
-"""nox sessions: tests (the README test command), soak, chaos, lint, docs, bench, demo.
+"""nox sessions: tests (the README test command), redis-matrix, soak, chaos, lint, docs, bench,
+demo.
 
 ``nox -s tests`` is the one command that proves main works: it installs the package with its test
 dependencies into a fresh virtualenv, makes sure every server binary the tests start is present
 (installing Debian's package when it is missing), and runs the suite. Long soak and kill tests are
 kept out of it and run with ``nox -s soak``; ``nox -s chaos`` runs the fault campaign
-(docs/guides/reliability.md).
+(docs/guides/reliability.md). ``nox -s redis-matrix`` runs the Redis suites on every Redis and
+Valkey server of the matrix (``tests/server_matrix.py``; docs/guides/operations.md, "Which
+servers"); ``nox -s redis-matrix-ci`` is the part of it CI runs.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import tempfile
+import time
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
 
 import nox
 
@@ -48,6 +55,95 @@ def tests(session: nox.Session) -> None:
     ensure_servers(session)
     session.install("-e", ".[test]")
     session.run("pytest", "-m", "not soak", *session.posargs)
+
+
+#: The servers of the matrix, by name (tests/server_matrix.py says where each comes from).
+MATRIX = ("redis-7.0", "redis-8.2", "valkey-9.1", "valkey-8.0")
+#: What runs on each server: every Redis test but the long soak, and the conformance suite's
+#: Redis transports (its memory and file ones do not touch a server). The Redis tests include
+#: the window's (tests/redis/window, its kill tests among them) and the small kill campaigns
+#: the soak scales up (tests/redis/test_attempts_are_runs.py).
+MATRIX_SELECTION = (
+    "tests/redis", "tests/conformance", "-k", "redis or not conformance", "-m", "not soak",
+)  # fmt: skip
+#: ``--soak`` adds the Redis soak: 30 kills over 50k entries, per consumer kind.
+SOAK_SELECTION = ("tests/redis", "-m", "soak")
+#: What CI runs on each server but Debian's Redis (which ``tests`` covers whole), under two
+#: minutes each on 2 cores: what depends on the server — the client against it (commands,
+#: connections, cluster, sentinel, pub/sub, TLS or its skip, refusals in the server's words),
+#: consumer groups end to end, Pub/Sub, the pipeline window on a server and on a cluster, dead
+#: letters on keys of every type, and the conformance suite's Redis transports. Left to the
+#: full matrix: the client's parser and backoff (no server), the pacing of its retries, the
+#: kill tests and campaigns (processes killed: the same on any server), lists, workers,
+#: recording and top.
+CI_SELECTION = (
+    "tests/redis/client", "tests/redis/streams", "tests/redis/pubsub",
+    "tests/redis/window/test_window.py", "tests/redis/window/test_window_cluster.py",
+    "tests/redis/test_dead_letter_key_types.py", "tests/conformance",
+    "--ignore=tests/redis/client/test_redis_protocol.py",
+    "--ignore=tests/redis/client/test_redis_backoff.py",
+    "--ignore=tests/redis/client/test_redis_pacing.py",
+    "--ignore=tests/redis/client/test_redis_review_fixes.py",
+    "-k", "redis or not conformance", "-m", "not soak",
+)  # fmt: skip
+
+
+def _matrix(session: nox.Session, servers: list[str], selection: tuple[str, ...]) -> None:
+    """Run ``selection`` on each server (a matrix name, installed first, or a binary's path),
+    one after the other, and print each one's counts; fail if any failed."""
+    ensure_servers(session)
+    session.install("-e", ".[test]")
+    names = [server for server in servers if "/" not in server]
+    if names:
+        session.run("python", "-m", "tests.server_matrix", "install", *names)
+    rows: list[tuple[str, int, int, int, float]] = []
+    with tempfile.TemporaryDirectory(prefix="trio-streams-matrix-") as reports:
+        for server in servers:
+            report = Path(reports) / f"{len(rows)}.xml"
+            env = {"TRIO_STREAMS_REDIS_SERVER": server}
+            session.log(f"redis-matrix: {server}")
+            started = time.monotonic()
+            session.run(
+                "pytest", *selection, f"--junitxml={report}", "-p", "no:cacheprovider",
+                env=env, success_codes=[0, 1],
+            )  # fmt: skip
+            rows.append((server, *_counts(report), time.monotonic() - started))
+    session.log("redis-matrix: server       passed skipped failed  minutes")
+    for server, passed, skipped, failed, seconds in rows:
+        session.log(
+            f"redis-matrix: {server:12} {passed:6} {skipped:7} {failed:6} {seconds / 60:8.1f}"
+        )
+    if broken := [row[0] for row in rows if row[3]]:
+        session.error(f"tests failed on {', '.join(broken)}")
+
+
+def _counts(report: Path) -> tuple[int, int, int]:
+    """Passed, skipped and failed (errors included) from a pytest JUnit XML report."""
+    if not report.exists():
+        return 0, 0, 1  # pytest stopped before writing it: count the run as failed
+    suite = ElementTree.parse(report).getroot()
+    suite = suite if suite.tag == "testsuite" else suite[0]
+    tests, skipped = int(suite.get("tests", 0)), int(suite.get("skipped", 0))
+    failed = int(suite.get("failures", 0)) + int(suite.get("errors", 0))
+    return tests - skipped - failed, skipped, failed
+
+
+@nox.session(name="redis-matrix", python=PYTHON)
+def redis_matrix(session: nox.Session) -> None:
+    """The Redis suites on each server of the matrix, before a release: ``-- NAME|PATH ...``
+    chooses servers (all four by default), ``--soak`` adds the Redis soak."""
+    soak = "--soak" in session.posargs
+    servers = [arg for arg in session.posargs if arg != "--soak"] or list(MATRIX)
+    _matrix(session, servers, MATRIX_SELECTION)
+    if soak:
+        _matrix(session, servers, SOAK_SELECTION)
+
+
+@nox.session(name="redis-matrix-ci", python=PYTHON)
+def redis_matrix_ci(session: nox.Session) -> None:
+    """What CI runs of the matrix: :data:`CI_SELECTION` on every server but Debian's Redis,
+    which ``nox -s tests`` runs whole."""
+    _matrix(session, session.posargs or list(MATRIX[1:]), CI_SELECTION)
 
 
 @nox.session(python=PYTHON)

@@ -8,12 +8,15 @@ references, with their source and date, never divided by.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
+
+from trio_streams.testing.binaries import SERVER_ENV, server_build
 
 MESSAGES = 1_000_000
 PAYLOAD = bytes(range(100))
@@ -60,14 +63,25 @@ def parse_args(description: str | None) -> argparse.Namespace:
 
 
 def redis_drain_args(description: str | None) -> argparse.Namespace:
-    """The options of the Redis drain benchmarks: entries per run, runs, and the FastStream
-    peer (an interpreter that has ``faststream[redis]``, and how many entries it drains)."""
+    """The options of the Redis drain benchmarks: entries per run, runs, the server, and the
+    FastStream peer (an interpreter that has ``faststream[redis]``, and how many entries it
+    drains).
+
+    ``--server NAME|PATH`` chooses the server binary as the tests do (it sets
+    ``TRIO_STREAMS_REDIS_SERVER``: a path, or a server of the matrix, ``redis-8.2``, installed
+    by ``python -m tests.server_matrix install``); by default the one that variable names, else
+    the ``redis-server`` on ``PATH``."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--entries", type=int, default=50_000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--server", metavar="NAME|PATH", default=None)
     parser.add_argument("--faststream-python", metavar="PATH", default=None)
     parser.add_argument("--peer-entries", type=int, default=5_000)
-    return parser.parse_args()
+    args = parser.parse_args()
+    if args.server is not None:
+        os.environ[SERVER_ENV] = args.server
+    print(f"server: {server_build().label}")
+    return args
 
 
 def latency_options(

@@ -18,8 +18,9 @@ Each figure is the median of ``--runs`` rounds, the contenders alternating (so a
 hits all of them); the script prints msgs/s of each and the ratios. The machine has 2 cores
 shared by the server and the clients: compare the ratios.
 
-Run: ``python benchmarks/redis_stream_consume.py [--entries N] [--runs N]
-[--faststream-python PATH] [--peer-entries N]``.
+Run: ``python benchmarks/redis_stream_consume.py [--entries N] [--runs N] [--server NAME|PATH]
+[--faststream-python PATH] [--peer-entries N]`` (``--server``: the server binary, as the tests
+choose it; see ``redis_drain_args``).
 """
 
 from __future__ import annotations

@@ -29,15 +29,18 @@ the group's pending list is empty, and fails if not.
 ``XREADGROUP`` reads, the writes holding an ``XACK`` (the flushes), the writes holding an
 ``INCR`` but no ``XACK``, and the rest (leases, reclaim, delayed-retry promotion). At the
 server, ``CONFIG RESETSTAT`` before a contender and ``INFO stats commandstats`` after it give
-``total_reads_processed`` (socket reads, all connections), ``total_commands_processed`` and the
-``XACK`` / ``INCR`` calls. "Per read" divides by the reads that returned entries
+``total_reads_processed`` (socket reads, all connections), ``total_commands_processed``, the
+``XACK`` / ``INCR`` calls, and the microseconds the server spent executing commands (every
+command's ``usec``): per message, next to the wall clock's microseconds per message, the
+server's own share of the time. "Per read" divides by the reads that returned entries
 (entries / COUNT). One pipeline write per read means one XACK write per read and no INCR
 written on its own.
 
 The machine has 2 cores shared by the server and the clients: compare the ratios.
 
-Run: ``python benchmarks/redis_window.py [--entries N] [--runs N]
-[--faststream-python PATH] [--peer-entries N]``.
+Run: ``python benchmarks/redis_window.py [--entries N] [--runs N] [--server NAME|PATH]
+[--faststream-python PATH] [--peer-entries N]`` (``--server``: the server binary, as the tests
+choose it; see ``redis_drain_args``).
 """
 
 from __future__ import annotations
@@ -117,6 +120,9 @@ class Server:
     xack: int
     incr: int
     exec: int
+    #: Microseconds the server spent executing commands (every ``cmdstat_*``'s ``usec``):
+    #: its own share of a contender's time, next to the wall clock's.
+    usec: int
 
 
 @dataclass
@@ -165,10 +171,10 @@ def _info(text: str) -> dict[str, str]:
     return dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
 
 
-def _calls(stat: str | None) -> int:
+def _calls(stat: str | None, field: str = "calls") -> int:
     if stat is None:
         return 0
-    return int(dict(part.split("=") for part in stat.split(","))["calls"])
+    return int(dict(part.split("=") for part in stat.split(","))[field])
 
 
 async def server_stats(redis: RedisClient) -> Server:
@@ -180,6 +186,7 @@ async def server_stats(redis: RedisClient) -> Server:
         # redis-py (FastStream's client) sends ``incr`` as INCRBY key 1
         incr=_calls(info.get("cmdstat_incr")) + _calls(info.get("cmdstat_incrby")),
         exec=_calls(info.get("cmdstat_exec")),
+        usec=sum(_calls(v, "usec") for k, v in info.items() if k.startswith("cmdstat_")),
     )
 
 
@@ -306,7 +313,9 @@ def traffic(name: str, rounds: list[Round]) -> str:
         f" {_median(rounds, lambda r: r.server.commands) / entries:4.2f} commands/msg"
         f" (XACK {_median(rounds, lambda r: r.server.xack):.0f},"
         f" INCR/INCRBY {_median(rounds, lambda r: r.server.incr):.0f},"
-        f" EXEC {_median(rounds, lambda r: r.server.exec):.0f})"
+        f" EXEC {_median(rounds, lambda r: r.server.exec):.0f}),"
+        f" {_median(rounds, lambda r: r.server.usec) / entries:4.2f} us/msg executing"
+        f" of {1e6 / _median(rounds, lambda r: r.rate):5.2f} us/msg wall"
     )
 
 

@@ -11,19 +11,21 @@ and restarted on the same port inside a test.
 
 Only Debian's ``redis-server`` package is needed: sentinels run as ``redis-server --sentinel``.
 When the binary is missing, :func:`redis_binary` fails with instructions; nothing is skipped.
+``TRIO_STREAMS_REDIS_SERVER`` runs every server of these sets on another build, Redis or
+Valkey (``nox -s redis-matrix``; :mod:`tests.server_matrix` installs the named ones).
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Self
 
 from trio_streams.testing.servers import (
+    REPLICA_SYNCED,
     START_TIMEOUT,
     Address,
     LogWatcher,
@@ -34,6 +36,7 @@ from trio_streams.testing.servers import (
     free_port,
     poll_until,
     redis_binary,
+    server_build,
 )
 
 __all__ = [
@@ -55,6 +58,7 @@ __all__ = [
     "redis_binary",
     "redis_server",
     "redis_version",
+    "server_build",
 ]
 
 #: An ACL user that may read and write keys under ``app:`` and run nothing dangerous.
@@ -172,7 +176,7 @@ class RedisClusterServers(_Group):
             node_id = primary.command("CLUSTER", "MYID").decode()
             mark = replica.log_mark()
             self._replicate(replica, node_id)
-            replica.wait_for_log("MASTER <-> REPLICA sync: Finished with success", since=mark)
+            replica.wait_for_log(REPLICA_SYNCED, since=mark)
         return self
 
     @staticmethod
@@ -245,7 +249,7 @@ class RedisSentinelServers(_Group):
                 )
             )
             replica.start()
-            replica.wait_for_log("MASTER <-> REPLICA sync: Finished with success")
+            replica.wait_for_log(REPLICA_SYNCED)
             self.data_nodes.append(replica)
         # Failovers in tests are forced (SENTINEL FAILOVER), never waited for. With a quorum of
         # one, a sentinel starved of CPU for a second on a loaded machine would otherwise take
@@ -304,11 +308,5 @@ class RedisSentinelServers(_Group):
 
 
 def redis_version() -> tuple[int, ...]:
-    """The installed redis-server's version, e.g. ``(7, 0, 15)``."""
-    output = subprocess.run(
-        [redis_binary(), "--version"], capture_output=True, text=True, check=True
-    ).stdout
-    match = re.search(r"v=(\d+)\.(\d+)\.(\d+)", output)
-    if match is None:
-        raise ServerLaunchError(f"cannot read the version from {output!r}")
-    return tuple(int(p) for p in match.groups())
+    """The chosen server's version, e.g. ``(7, 0, 15)``."""
+    return server_build().version

@@ -3,7 +3,8 @@
 Reusable by every Redis test (client and transport): standalone servers are fresh per test
 (they start in milliseconds and tests kill them); the TLS and ACL servers are per module; the
 cluster is shared by the session and the sentinel set by a module, since they take seconds to
-form. A missing ``redis-server`` fails with instructions; nothing skips.
+form. A missing ``redis-server`` fails with instructions; nothing skips but a test needing what
+the chosen build lacks (TLS), saying so and naming the binary.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from tests.redis_servers import (
     RedisClusterServers,
     RedisSentinelServers,
     RedisServer,
+    server_build,
 )
 from tests.redis_servers import (
     redis_server as start_redis_server,
@@ -41,7 +43,11 @@ async def redis(redis_server: RedisServer) -> AsyncIterator[RedisClient]:
 
 @pytest.fixture(scope="module")
 def tls_redis_server() -> Iterator[RedisServer]:
-    """A TLS-only server that requires a client certificate (files from ``server.tls``)."""
+    """A TLS-only server that requires a client certificate (files from ``server.tls``).
+
+    On a server build without TLS the tests that need it are skipped, naming the binary."""
+    if (reason := server_build().without_tls()) is not None:
+        pytest.skip(reason)
     with start_redis_server(tls=True, tls_auth_clients="yes") as server:
         yield server
 

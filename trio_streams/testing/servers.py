@@ -12,7 +12,9 @@ to accept connections") with a timeout instead of sleeping::
         server.kill()      # a crash; server.restart() brings it back on the same port
 
 Only Debian's ``redis-server`` package (or any ``redis-server`` on ``PATH``) is needed; when the
-binary is missing, :func:`redis_binary` fails with instructions, nothing is skipped. Put a
+binary is missing, :func:`redis_binary` fails with instructions, nothing is skipped.
+``TRIO_STREAMS_REDIS_SERVER`` runs another build, Redis or Valkey, by path or by name
+(:mod:`trio_streams.testing.binaries`). Put a
 :class:`~trio_streams.testing.faults.FaultProxy` in front of it to cut, stall or delay the
 connections of the app under test.
 
@@ -22,8 +24,8 @@ Trio task, prefer ``trio.to_thread.run_sync(server.restart)`` for a restart that
 
 from __future__ import annotations
 
+import contextlib
 import re
-import shutil
 import signal
 import socket
 import ssl
@@ -36,40 +38,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self, final
 
-from ..core.errors import TrioStreamsError
+from .binaries import REPLICA_SYNCED, ServerBuild, ServerLaunchError, redis_binary, server_build
 
 __all__ = [
+    "REPLICA_SYNCED",
     "START_TIMEOUT",
     "Address",
     "LogWatcher",
     "RedisServer",
+    "ServerBuild",
     "ServerLaunchError",
     "TlsFiles",
     "command",
     "free_port",
     "poll_until",
     "redis_binary",
+    "server_build",
 ]
 
 #: Seconds a server gets to report it is ready (a loaded 2-core machine needs slack).
 START_TIMEOUT = 30.0
 
 Address = tuple[str, int]
-
-
-class ServerLaunchError(TrioStreamsError):
-    """A test server could not be found, started or driven; the message says which and why."""
-
-
-def redis_binary(name: str = "redis-server") -> str:
-    """The path of ``name``, or a clear error naming the package to install."""
-    path = shutil.which(name)
-    if path is None:
-        raise ServerLaunchError(
-            f"{name} is not on PATH: install Debian's redis-server package "
-            "(apt-get install redis-server); the Redis tests need a real server and never skip"
-        )
-    return path
 
 
 #: Ports handed out by :func:`free_port` in this process (cluster buses included): a port free
@@ -159,8 +149,10 @@ def command(
     """Run one command synchronously (for fixtures, outside Trio); error replies raise."""
     import hiredis
 
-    with socket.create_connection(address, timeout=timeout) as raw:
-        sock = ssl_context.wrap_socket(raw, server_hostname=address[0]) if ssl_context else raw
+    with contextlib.ExitStack() as stack:
+        sock = stack.enter_context(socket.create_connection(address, timeout=timeout))
+        if ssl_context is not None:  # the wrapper is a socket of its own, closed on its own
+            sock = stack.enter_context(ssl_context.wrap_socket(sock, server_hostname=address[0]))
         sock.sendall(hiredis.pack_command(tuple(args)))
         reader = hiredis.Reader()
         while True:

@@ -15,6 +15,7 @@ from tests.redis_servers import (
 
 def test_missing_binary_fails_with_instructions(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("TRIO_STREAMS_REDIS_SERVER", raising=False)
     with pytest.raises(ServerLaunchError, match=r"apt-get install redis-server.*never skip"):
         redis_binary()
 
