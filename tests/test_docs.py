@@ -110,3 +110,18 @@ def test_pages_are_not_empty(page: str) -> None:
 def test_the_home_page_is_the_readme() -> None:
     readme = (ROOT / "README.md").read_text()
     assert (DOCS / "index.md").read_text() == readme.replace("](docs/", "](")
+
+
+@pytest.mark.parametrize(
+    "page", sorted(str(p.relative_to(ROOT)) for p in [ROOT / "README.md", *DOCS.rglob("*.md")])
+)
+def test_every_code_fence_of_the_page_is_closed(page: str) -> None:
+    """An unclosed fence turns the rest of the page into code (and hides its blocks from the
+    runner): each fence closes before the end of the page and before the next heading."""
+    opened: int | None = None
+    for number, line in enumerate((ROOT / page).read_text().splitlines(), 1):
+        if line.startswith("```"):
+            opened = None if opened is not None else number
+        elif opened is not None and line.startswith("## "):
+            pytest.fail(f"{page}:{opened}: a fence still open at the heading on line {number}")
+    assert opened is None, f"{page}:{opened}: a fence never closed"

@@ -108,10 +108,10 @@ class RedisBroker(Broker):
     ``maxlen`` / ``minid``: trim streams as this broker publishes (approximately, ``~``,
     unless ``exact_trim=True``). ``trim`` says what a trim may cut (:mod:`.trimming`):
 
-    - ``"safe"`` (default): never an entry some consumer group has not read or acknowledged;
-      the server's ``XADD … ACKED`` where it takes it, else a bound computed from the groups;
-    - ``"acked"`` / ``"groups"``: one of those two, chosen (``"acked"`` is refused at
-      connect by a server without it);
+    - ``"safe"`` (default): never an entry some consumer group has not read or acknowledged,
+      by a bound computed from the groups, on any server (``"groups"`` names the same);
+    - ``"acked"``: the server's ``XADD … ACKED`` instead, refused at connect by a server
+      without it (see :mod:`.trimming` for why it is not the default);
     - ``"unsafe"``: the plain ``XADD … MAXLEN``/``MINID`` on every publish, which **can lose
       entries a group has not read or acknowledged**.
 

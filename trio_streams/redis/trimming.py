@@ -5,12 +5,15 @@
 or not a consumer group has read them: a group that falls behind loses entries it never saw.
 ``trim=`` says what a trim may cut:
 
-- ``"safe"`` (the default): only what every consumer group has acknowledged. ``"acked"``
-  where the server's ``XADD`` takes ``ACKED`` (read from its ``COMMAND DOCS``), ``"groups"``
-  elsewhere.
-- ``"acked"``: the server's own ``XADD … ACKED MAXLEN|MINID = …``; refused at connect by a
-  server without it. Always exact (``=``): the approximate form deletes nothing on some
-  servers that take ``ACKED`` (Redis 8.2.0 to 8.2.3 and 8.4.0).
+- ``"safe"`` (the default): only what every consumer group has acknowledged, by the bound
+  computed from the groups (``"groups"``), on every server.
+- ``"acked"``: the server's own ``XADD … ACKED MAXLEN|MINID = …``, chosen by name; refused at
+  connect by a server without it (read from its ``COMMAND DOCS``). Always exact (``=``): the
+  approximate form deletes nothing on some servers that take ``ACKED`` (Redis 8.2.0 to 8.2.3
+  and 8.4.0). Not the default, because of a server defect: on Redis 8.2.3, once an ``ACKED``
+  trim was held back by a group that is then destroyed, the server's cached bound is not
+  updated and ``ACKED`` trims nothing more (the stream grows without bound until the server
+  restarts).
 - ``"groups"``: the bound computed from the groups themselves, on any server
   (:mod:`.trim_script`): the lowest of each group's oldest pending entry and first unread
   entry; the trim goes no further than it, nor further than ``maxlen``/``minid`` allow.
@@ -144,10 +147,7 @@ class Trimmer:
     """The ``XADD`` of one transport's stream publishes, trimmed as its policy says.
 
     Each publish is one command: a plain ``XADD`` between two safe trims, ``XADD … ACKED``
-    or the groups script (:data:`~.trim_script.ADD_THEN_TRIM`) when one is due. Which safe
-    form runs is read from ``client.commands`` at each trim, so a server replaced by another
-    build is served as it is; an ``ACKED`` the server refuses as a syntax error (a cluster
-    node not upgraded yet) falls back to the groups trim for ``trim="safe"``. Cancellation
+    or the groups script (:data:`~.trim_script.ADD_THEN_TRIM`) when one is due. Cancellation
     is that of the one command.
     """
 
@@ -175,9 +175,7 @@ class Trimmer:
         policy = self.policy
         if policy is None:
             return None
-        if policy.trim == "safe":
-            return "acked" if self._acked() else "groups"
-        return policy.trim
+        return "groups" if policy.trim == "safe" else policy.trim
 
     def _due(self, key: str) -> bool:
         assert self.policy is not None
@@ -200,14 +198,9 @@ class Trimmer:
         if not self._due(key):
             return await self.client.execute("XADD", key, "*", *fields)
         if form == "acked":
-            try:
-                return await self.client.execute(
-                    "XADD", key, "ACKED", bound[0], "=", bound[1], "*", *fields
-                )
-            except ReplyError as exc:
-                if policy.trim != "safe" or "syntax" not in exc.message.lower():
-                    raise
-                # Refused before anything was written: this node lacks ACKED.
+            return await self.client.execute(
+                "XADD", key, "ACKED", bound[0], "=", bound[1], "*", *fields
+            )
         arguments = (1, key, bound[0], policy.operator, bound[1], *fields)
         try:
             return await self.client.execute("EVALSHA", _SCRIPT_SHA, *arguments)

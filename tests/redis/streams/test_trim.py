@@ -2,7 +2,7 @@
 
 Each sentence of the contract is tested with every safe form the server runs: ``"groups"``
 (the bound computed from the groups, any server), ``"acked"`` (the server's ``XADD … ACKED``,
-where it takes it) and ``"safe"`` (whichever of the two the server takes). The groups are
+where it takes it) and ``"safe"`` (the default: the groups bound on every server). The groups are
 driven by hand (``XREADGROUP``/``XACK``), as other services reading the stream would.
 """
 
@@ -214,6 +214,25 @@ async def test_a_stream_with_no_group_is_trimmed_as_maxlen_says(
     async with publishing(redis_server.url, form, maxlen=2, exact_trim=True) as broker:
         await broker.publish("s", "new")
     assert len(await ids(redis, "s")) == 2
+
+
+async def test_the_default_trim_bounds_again_once_the_group_holding_it_back_is_destroyed(
+    redis_server: RedisServer, redis: RedisClient
+) -> None:
+    # XGROUP DESTROY is the guide's remedy for a group gone for good. On Redis 8.2.3 an ACKED
+    # trim held back by a group keeps that bound after the group is destroyed, and trims
+    # nothing more: the default must not be that.
+    await seed(redis, "s", 10, "stalled")
+    await redis.execute("XGROUP", "CREATE", "s", "live", "$")
+    async with publishing(redis_server.url, "safe", maxlen=5, exact_trim=True) as broker:
+        await broker.publish("s", "x")
+        assert await redis.execute("XLEN", "s") == 11  # "stalled" read nothing: all kept
+        await redis.execute("XGROUP", "DESTROY", "s", "stalled")
+        for _ in range(20):
+            await broker.publish("s", "x")
+            await redis.execute("XGROUP", "SETID", "s", "live", "$")  # "live" keeps up
+        await broker.publish("s", "x")
+    assert await redis.execute("XLEN", "s") == 5
 
 
 async def test_the_unsafe_trim_loses_entries_no_group_has_read(
