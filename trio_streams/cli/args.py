@@ -16,7 +16,10 @@ import math
 import re
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    from ..core.errors import TrioStreamsError
 
 __all__ = [
     "REDIS_SCHEMES",
@@ -29,11 +32,13 @@ __all__ = [
     "checked_by",
     "command_path",
     "error_line",
+    "error_notes",
     "file_position",
     "group_position",
     "guarded",
     "header",
     "http_address",
+    "plain_help",
     "positive",
     "record_bound",
     "redis_url",
@@ -130,6 +135,31 @@ def checked_by(check: Callable[[str], object], text: str) -> str:
     return text
 
 
+#: A docstring's reST markup: ``literal`` and :role:`target`.
+_RST_LITERAL = re.compile(r"``(.+?)``", re.DOTALL)
+_RST_ROLE = re.compile(r":[a-z]+:`~?([^`]+)`")
+
+
+def plain_help(doc: str | None, paragraph: int = 1) -> str | None:
+    """A paragraph of a command module's docstring as its ``--help`` text: plain, without the
+    docstring's reST markup (a terminal shows it verbatim)."""
+    if not doc:
+        return None
+    text = doc.split("\n\n")[paragraph]
+    return _RST_ROLE.sub(r"\1", _RST_LITERAL.sub(r"\1", text))
+
+
+def error_notes(exc: TrioStreamsError) -> list[str]:
+    """The lines under an error's ``error:`` line: its notes, then its hint unless the
+    message or a note says it already (an error that gives its own advice, such as
+    :class:`~trio_streams.core.errors.WrongKeyType`, says it once)."""
+    notes = [str(note) for note in getattr(exc, "__notes__", ())]
+    hint = exc.hint()
+    if hint is not None and hint not in str(exc) and not any(hint in note for note in notes):
+        notes.append(hint)
+    return notes
+
+
 def guarded(handler: Callable[[argparse.Namespace], Any]) -> Callable[[argparse.Namespace], int]:
     """``handler`` (a subcommand's, synchronous) with its errors as the command's status: a
     trio-streams error is one ``error:`` line, its notes and its hint below it, status 1; a
@@ -142,11 +172,7 @@ def guarded(handler: Callable[[argparse.Namespace], Any]) -> Callable[[argparse.
         except TrioStreamsError as exc:
             sys.stdout.flush()
             sys.stderr.write(error_line(str(exc)) + "\n")
-            notes = [str(note) for note in getattr(exc, "__notes__", ())]
-            hint = exc.hint()
-            if hint is not None and not any(hint in note for note in notes):
-                notes.append(hint)
-            for note in notes:
+            for note in error_notes(exc):
                 sys.stderr.write(f"  {note}\n")
             return 1
         except ValueError as exc:

@@ -2,7 +2,7 @@
 
 The group's last delivered id is set (``XGROUP SETID``, with ``ENTRIESREAD`` where the server
 takes it, so its lag stays right) for every consumer of it: ``beginning`` (the whole stream is
-delivered again), ``end`` (the last entry now), an entry id ``<ms>-<seq>`` (that entry is
+delivered again), ``end`` (the last id now), an entry id ``<ms>-<seq>`` (that entry is
 delivered next) or ``ts:MS`` (the first entry strictly later). One line says what moved: the
 last delivered id before and after, how many entries were skipped or will be delivered again,
 and their first and last ids. ``--dry-run`` says the same of the move without making it.
@@ -16,7 +16,7 @@ import sys
 import trio
 
 from ..core.group_moves import GroupMove
-from .args import group_position, guarded, parse_group_position, redis_url
+from .args import group_position, guarded, parse_group_position, plain_help, redis_url
 
 __all__ = ["register"]
 
@@ -56,7 +56,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     move = actions.add_parser(
         "set-position",
         help="move a consumer group (XGROUP SETID), or --dry-run to see what it would skip",
-        description=__doc__.split("\n\n")[1] if __doc__ else None,
+        description=plain_help(__doc__),
     )
     move.add_argument(
         "url", metavar="URL", type=redis_url, help="the deployment, e.g. redis://host:6379/0"

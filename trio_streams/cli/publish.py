@@ -29,6 +29,7 @@ from .args import (
     error_line,
     guarded,
     header,
+    plain_help,
     stream_key,
 )
 
@@ -117,7 +118,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     parser = commands.add_parser(
         "publish",
         help="publish messages to a stream file (while apps write it too)",
-        description=__doc__.split("\n\n")[1] if __doc__ else None,
+        description=plain_help(__doc__),
     )
     parser.add_argument("target", metavar="FILE", help="the stream file (.ss), created if missing")
     parser.add_argument("key", metavar="KEY", nargs="?", type=stream_key, help="the stream key")

@@ -38,7 +38,14 @@ from ..record.resume import KeyNotRecorded, id_after, recorded_key
 from ..redis.client import RedisClient, connect, redact_url
 from ..redis.wire import split_id, text
 from ..top.redis_sample import scan_keys
-from .args import error_line, file_position, positive, record_bound, redis_url
+from .args import (
+    error_line,
+    error_notes,
+    file_position,
+    positive,
+    record_bound,
+    redis_url,
+)
 
 __all__ = ["register"]
 
@@ -286,9 +293,8 @@ def _guarded(main: Callable[[argparse.Namespace], Awaitable[int]]) -> Callable[.
         except TrioStreamsError as exc:
             sys.stdout.flush()
             sys.stderr.write(error_line(str(exc)) + "\n")
-            hint = exc.hint()
-            if hint is not None:
-                sys.stderr.write(f"  {hint}\n")
+            for note in error_notes(exc):
+                sys.stderr.write(f"  {note}\n")
             # Bounds that contradict each other are a bad command line; the rest is the
             # server's or the file's answer.
             return 2 if isinstance(exc, BoundError) else 1

@@ -31,7 +31,7 @@ from ..top.live import LIVE_VIEW
 from ..top.redis_sample import scan_streams
 from ..top.render import SORTS, as_text
 from ..top.view import FileWatch, RedisWatch, Screen, Watch
-from .args import REDIS_SCHEMES, error_line, seconds, top_target
+from .args import REDIS_SCHEMES, error_line, error_notes, seconds, top_target
 
 __all__ = ["register", "screen_text"]
 
@@ -123,9 +123,8 @@ def _run(args: argparse.Namespace) -> int:
         return int(trio.run(_top, args))
     except TrioStreamsError as exc:
         sys.stderr.write(error_line(str(exc)) + "\n")
-        hint = exc.hint()
-        if hint is not None:
-            sys.stderr.write(f"  {hint}\n")
+        for note in error_notes(exc):
+            sys.stderr.write(f"  {note}\n")
         return 1
 
 

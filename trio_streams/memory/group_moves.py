@@ -29,7 +29,9 @@ def _target(hub: MemoryHub, stream: str, position: Position) -> Cursor:
     try:
         return Cursor(hub, (stream,), position)
     except SeekRefused as exc:
-        raise PositionRefused(f"stream {stream!r}: {exc}") from None
+        said = str(exc)  # named once: the stream where the refusal does not name it already
+        named = f"stream {stream!r}"
+        raise PositionRefused(said if named in said else f"{named}: {said}") from None
 
 
 def group_of(hub: MemoryHub, stream: str, group: str) -> Group:

@@ -213,7 +213,7 @@ class RedisBroker(Broker):
         self, stream: str, group: str, position: Position, *, dry_run: bool = False
     ) -> GroupMove:
         """Move consumer group ``group`` of stream key ``stream`` to ``position``, for every
-        consumer of it: ``Position.beginning()``, ``Position.end()`` (the last entry now),
+        consumer of it: ``Position.beginning()``, ``Position.end()`` (the last id given out now),
         ``Position.entry(id)`` (that entry is delivered next) or ``Position.timestamp(ms)``
         (the first entry strictly later). ``XGROUP SETID``, with ``ENTRIESREAD`` where the
         server takes it, so the group's lag stays right (:mod:`.group_position`).
@@ -221,7 +221,7 @@ class RedisBroker(Broker):
         ``dry_run=True`` moves nothing and says what the move would skip or replay. Returns
         a :class:`~trio_streams.core.group_moves.GroupMove`. Raises ``GroupNotFound`` (the
         stream or the group is missing) and ``PositionRefused`` (``Position.sequence``, an
-        entry past the stream's last one, another stream), typed, with nothing moved. Live
+        id or instant past the last id the stream gave out, deleted or not, another stream), typed, with nothing moved. Live
         consumers are not refused (see the guide); their read-ahead and pending entries stay
         theirs.
 

@@ -29,6 +29,7 @@ class EntryDelivery(Delivery):
 
     __slots__ = (
         "careful",
+        "claimed",
         "counted_at_read",
         "entry_id",
         "finished",
@@ -67,6 +68,9 @@ class EntryDelivery(Delivery):
         #: Its runs are written to the ledger before they begin (an entry claimed from another
         #: consumer: :mod:`.attempts`).
         self.careful = False
+        #: Claimed from another consumer (a dead one's, or one handed back at a stop): owed to
+        #: that consumer's work, so a seek never acknowledges it unhandled.
+        self.claimed = False
         #: It came back with runs that did not end (its process died under one): it runs
         #: alone (``SubscriptionSource.runs_alone``).
         self.suspect = False

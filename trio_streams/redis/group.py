@@ -201,15 +201,19 @@ class GroupSubscription(SubscriptionSource):
 
         Refused (``SeekRefused``, nothing moved) where the position cannot address the stream,
         or other consumers of the group are live and the subscription does not say
-        ``shared_seek=True``. Once it has moved: what this consumer holds and no handler has
-        started is acknowledged when the core purges it (skipped, as the Seeking contract
+        ``shared_seek=True``. Once it has moved: what this consumer read itself and no handler
+        has started is acknowledged when the core purges it (skipped, as the Seeking contract
         says); what a handler is running settles as the handler says; the rest of its pending
-        list is acknowledged now (:meth:`_sweep_pending`), but for entries claimed from other
-        consumers; the next read waits until nothing held at the seek is, then reads after
-        the new position. Nothing here charges an attempt: an entry read again is a new
-        delivery. Bounded: refused after 30 s (the group may have moved by then)."""
+        list is acknowledged now (:meth:`_sweep_pending`). Entries claimed from other
+        consumers are never acknowledged by a seek, read or not: owed to those consumers'
+        work, a purged one is let go (pending still, its runs as they were) and delivered
+        again from this consumer's pending list. The next read waits until nothing held at
+        the seek is, takes what is owed, then reads after the new position. Nothing here
+        charges an attempt: an entry read again is a new delivery. Bounded: refused after
+        30 s (the group may have moved by then)."""
         m = self._member
         self._cut = set()  # a refused seek skips nothing: what it purges stays pending
+        held: set[str] = set()
         with trio.move_on_after(_SEEK_TIMEOUT) as bounded:
             try:
                 refuse_position(position, m.key)
@@ -218,7 +222,8 @@ class GroupSubscription(SubscriptionSource):
                     if others:
                         raise SeekRefused(shared_group_refusal(self._label, m.key, m.group, others))
                 move = await move_group(m.client, m.key, m.group, position)
-                self._cut = set(m.held)
+                held = set(m.held)
+                self._cut = {i for i in held if not getattr(m.held[i], "claimed", False)}
                 swept = await self._sweep_pending()
             except GroupMoveRefused as exc:
                 raise SeekRefused(f"{self._label}: seek to {position!r} refused: {exc}") from exc
@@ -229,7 +234,7 @@ class GroupSubscription(SubscriptionSource):
                 f"{self._label}: seek to {position!r} did not finish within {_SEEK_TIMEOUT:g} s "
                 "(the group may have moved)"
             )
-        self._reader.after_seek(self._cut)
+        self._reader.after_seek(held)
         _log.info(
             "%s: seek: %s; %d pending entries of this consumer acknowledged",
             self._label, move.describe(), swept,
@@ -238,8 +243,9 @@ class GroupSubscription(SubscriptionSource):
     async def _sweep_pending(self) -> int:
         """After a seek moved the group: acknowledge what this consumer has pending and holds
         no delivery of (a read the seek cut short, entries from before its start or a
-        reconnect), except entries claimed from other consumers, which it owes them. What
-        lies after the new position the group delivers again. Returns how many."""
+        reconnect), except entries claimed from other consumers and not in hand (not read
+        yet, or let go), which it owes them. What lies after the new position the group
+        delivers again. Returns how many."""
         m = self._member
         async with m.claim_lock:
             claimed = self._reader.claimed_ids
@@ -339,6 +345,7 @@ class GroupSubscription(SubscriptionSource):
         except RedisError as exc:
             if delivery is not None and ledger is not None:
                 ledger.let_go(delivery)  # pending still: its runs must reach Redis
+            self._owed_back(delivery)
             raise SourceFault(
                 "settle",
                 f"{what} of entry {entry_id} failed (it stays pending): {exc}",
@@ -379,7 +386,15 @@ class GroupSubscription(SubscriptionSource):
         self._member.let_out(entry_id)
         if self._member.ledger is not None:
             self._member.ledger.let_go(delivery)
+        self._owed_back(delivery)
         self._shell.let_go(entry_id)
+
+    def _owed_back(self, delivery: Delivery | None) -> None:
+        """A delivery of an entry claimed from another consumer was let go, pending still:
+        the reader takes it again from this consumer's pending list (a seek's sweep spares
+        it meanwhile), so the dead consumer's work is done."""
+        if delivery is not None and getattr(delivery, "claimed", False):
+            self._reader.claimed([delivery.handle])
 
     # ---- the window shell's settler ----------------------------------------------------------
 
@@ -417,6 +432,8 @@ class GroupSubscription(SubscriptionSource):
                     ledger.uncharge(delivery)
                 else:
                     ledger.let_go(delivery)
+            if pending:
+                self._owed_back(delivery)
 
     # ---- closing -----------------------------------------------------------------------------
 

@@ -6,15 +6,20 @@ delivered id, which is what ``XGROUP SETID`` sets):
 
 - ``Position.beginning()``: ``0-0``, so every entry of the stream is delivered to the group
   again (those pending stay pending).
-- ``Position.end()``: the stream's last entry *now* (its ``last-generated-id``, not ``$``), so
-  what the move counted is what it skipped; entries written after are delivered.
+- ``Position.end()``: the last id the stream gave out *now* (its ``last-generated-id``, not
+  ``$``), so what the move counted is what it skipped; entries written after are delivered.
 - ``Position.entry(id)``: the id just before ``id``, so that entry is delivered next, as a
   plain stream's ``Position.entry(id)`` reads it: the entry is included. An id past the
-  stream's last entry is refused (:class:`~trio_streams.core.group_moves.PositionRefused`):
-  the group would pass over entries not written yet.
+  stream's ``last-generated-id`` is refused
+  (:class:`~trio_streams.core.group_moves.PositionRefused`): the group would pass over entries
+  not written yet.
 - ``Position.timestamp(ms)``: ``<ms>-<max>``, so the first entry strictly later than ``ms`` is
-  next, as on a plain stream; an instant with no entry after it is refused, as an id past the
-  last entry is (and as every transport's seek refuses it).
+  next, as on a plain stream; an instant at or past the ``last-generated-id``'s is refused,
+  as an id past it is (and as every transport's seek refuses an instant with nothing after).
+
+What is checked is the ``last-generated-id``, the last entry written, deleted or not, not the
+last entry the stream still holds: the server never writes an id up to it again, so a position
+between the two passes over nothing (after ``XDEL`` of the tip, the deleted tip's id is taken).
 - ``Position.sequence(n)``: refused, typed: Redis entries are addressed by id and time.
 
 **Counting.** The entries between the group's last delivered id and the new one are counted
@@ -165,16 +170,16 @@ def _target(position: Position, key: str, tip: str) -> str:
     if kind is PositionKind.ENTRY:
         if split_id(position.entry_id) > split_id(tip):
             raise PositionRefused(
-                f"entry {position.entry_id} is past the last entry of stream {key!r} "
-                f"({tip}): the group would pass over entries not written yet"
+                f"entry {position.entry_id} is past the last id stream {key!r} gave out "
+                f"({tip}, deleted or not): the group would pass over entries not written yet"
             )
         return id_before(position.entry_id)
     assert kind is PositionKind.TIMESTAMP and position.value is not None
     target = f"{position.value}-{MAX_SEQUENCE}"
     if split_id(target) >= split_id(tip):
         raise PositionRefused(
-            f"stream {key!r} holds no entry later than {position.value} ms (its last is "
-            f"{tip}): the group would pass over entries not written yet"
+            f"stream {key!r} has written no entry later than {position.value} ms (the last "
+            f"id it gave out is {tip}): the group would pass over entries not written yet"
         )
     return target
 

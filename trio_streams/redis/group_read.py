@@ -287,18 +287,24 @@ class GroupReader:
 
     def after_seek(self, held: set[str]) -> None:
         """A seek moved the group while this consumer held ``held``: the next read waits until
-        they are settled or let go (see :meth:`read`), then reads after the new position."""
+        they are settled or let go (see :meth:`read`), then takes the entries claimed from
+        other consumers that are still pending (owed to their work, whatever the seek), then
+        reads after the new position."""
         self._superseded = set(held)
         self._caught_up = False
+        if self._claimed:
+            self._rescan = True
 
     @property
     def claimed_ids(self) -> frozenset[str]:
-        """Entries claimed from other consumers and not delivered yet."""
+        """Entries claimed from other consumers and not in hand: not delivered yet, or let go
+        unhandled and pending still."""
         return frozenset(self._claimed)
 
     def claimed(self, ids: list[str]) -> None:
-        """The reclaim task claimed ``ids`` from other consumers: the reader takes them from
-        its own pending list, and delivers them carefully."""
+        """The reclaim task claimed ``ids`` from other consumers (or a delivery of one was let
+        go, pending still): the reader takes them from its own pending list, and delivers them
+        carefully."""
         self._claimed.update(ids)
         self._rescan = True
 
@@ -383,6 +389,11 @@ class GroupReader:
                 raise ReplyShapeError(f"expected an entry [id, fields], got {item!r}")
             raw_id, fields = item
             entry_id = raw_id.decode() if type(raw_id) is bytes else text(raw_id)
+            if entry_id in held:
+                # Read again after a seek back while its delivery from this consumer's own
+                # pending list (an entry claimed from another) is in hand: that delivery
+                # settles it, never two at once.
+                continue
             if type(fields) is not list:
                 raise ReplyShapeError(f"expected a new entry's fields as a list, got {fields!r}")
             hint = None
@@ -428,7 +439,8 @@ class GroupReader:
             delivery.suspect = counted > 0
             # Another consumer's (claimed), or this name's from before a start with no journal
             # of its predecessor here: each run goes to Redis before it begins.
-            delivery.careful = careful_own or entry_id in claimed
+            delivery.claimed = entry_id in claimed
+            delivery.careful = careful_own or delivery.claimed
             claimed.discard(entry_id)
             held[entry_id] = delivery
             out.append(delivery)

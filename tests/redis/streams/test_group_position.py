@@ -138,9 +138,9 @@ async def test_a_sequence_number_a_future_entry_and_a_missing_stream_or_group_ar
     broker = RedisBroker(redis_server.url)
     with pytest.raises(PositionRefused, match=r"Position.sequence\(2\) cannot address a Redis"):
         await broker.set_group_position("s", "g", Position.sequence(2))
-    with pytest.raises(PositionRefused, match=r"entry 9-0 is past the last entry of stream 's'"):
+    with pytest.raises(PositionRefused, match=r"entry 9-0 is past the last id stream 's' gave out"):
         await broker.set_group_position("s", "g", Position.entry("9-0"))
-    with pytest.raises(PositionRefused, match=r"holds no entry later than 3 ms"):
+    with pytest.raises(PositionRefused, match=r"has written no entry later than 3 ms"):
         await broker.set_group_position("s", "g", Position.timestamp(3))
     with pytest.raises(PositionRefused, match=r"names stream 'other'"):
         await broker.set_group_position("s", "g", Position.entry("1-0", stream="other"))
@@ -154,6 +154,30 @@ async def test_a_sequence_number_a_future_entry_and_a_missing_stream_or_group_ar
         await broker.set_group_position("gone", "g", Position.end())
     assert (await group_info(redis))["last-delivered-id"] == "0-0"  # nothing moved
 
+
+async def test_a_position_is_refused_only_past_the_last_id_the_stream_gave_out_deleted_or_not(
+    redis: RedisClient, redis_server: RedisServer
+) -> None:
+    """The tip 10-0 deleted: the stream holds 1-0..9-0 but gave out 10-0, an id it never writes
+    again. Entry 10-0 and the instant 9 pass over nothing, so they are taken; entry 10-1 and
+    the instant 10 are past what it gave out, refused, naming that id."""
+    await preload(redis, 10)
+    await redis.execute("XGROUP", "CREATE", "s", "g", "0")
+    await redis.execute("XDEL", "s", "10-0")
+    broker = RedisBroker(redis_server.url)
+    with pytest.raises(PositionRefused, match=r"entry 10-1 is past the last id stream 's' gave "):
+        await broker.set_group_position("s", "g", Position.entry("10-1"))
+    with pytest.raises(PositionRefused, match=r"the last id it gave out is 10-0"):
+        await broker.set_group_position("s", "g", Position.timestamp(10))
+    assert (await group_info(redis))["last-delivered-id"] == "0-0"  # nothing moved
+    entry = await broker.set_group_position("s", "g", Position.entry("10-0"))
+    assert (entry.now, entry.skipped, entry.last) == ("9-" + str(2**64 - 1), 9, "9-0")
+    instant = await broker.set_group_position("s", "g", Position.timestamp(9))
+    assert (instant.now, instant.skipped) == ("9-" + str(2**64 - 1), 0)
+    if await entries_read_supported(redis):  # the deleted tip counts as read
+        assert (instant.entries_read, (await group_info(redis))["entries-read"]) == (10, 10)
+    await redis.execute("XADD", "s", "11-0", "_payload", "11")
+    assert await next_read(redis) == ["11-0"]
 
 async def test_a_dry_run_says_what_it_would_skip_and_changes_nothing(
     redis: RedisClient, redis_server: RedisServer
@@ -216,6 +240,21 @@ async def test_the_cli_refuses_a_missing_group_with_one_line_and_status_1(
     )
     assert "Traceback" not in result.stderr
 
+
+
+async def test_the_cli_refuses_a_key_of_another_type_giving_its_advice_once(
+    redis: RedisClient, redis_server: RedisServer
+) -> None:
+    await redis.execute("SET", "str", "x")
+    result = await trio.to_thread.run_sync(
+        lambda: cli("group", "set-position", redis_server.url, "str", "billing", "end")
+    )
+    assert result.returncode == 1
+    [line] = stderr_lines(result)
+    assert line.startswith("trio-streams group set-position: error: ")
+    assert "key 'str' holds a string, not a stream" in line
+    assert line.count("use another key, or delete this one") == 1
+    assert "Traceback" not in result.stderr
 
 # ---- "a seek from a handler of a group subscription that follows the Seeking contract
 # (generations: what was read at the old position is not delivered;" -------------------------
@@ -304,6 +343,119 @@ async def test_a_seek_back_while_another_handler_runs_lets_it_settle_then_delive
         await eventually(lambda: _none_pending(redis), what="every entry acknowledged")
     assert sorted(runs) == [(1, 1), (1, 1), (2, 1), (2, 1), (3, 1), (4, 1), (5, 1)]
 
+
+# ---- "Entries claimed from a dead consumer and not delivered yet stay pending and are
+# delivered: the group owes them to the dead consumer's work" -----------------------------------
+
+
+async def dead_consumer_left(redis: RedisClient, count: int, *, idle: bool) -> None:
+    """``count`` entries read by a consumer ``dead`` that never settles them; ``idle``: made
+    idle for an hour, so the next reclaim pass claims them all at once."""
+    await preload(redis, count)
+    await redis.execute("XGROUP", "CREATE", "s", "g", "0")
+    await redis.execute("XREADGROUP", "GROUP", "g", "dead", "COUNT", count, "STREAMS", "s", ">")
+    if idle:
+        ids = [f"{n}-0" for n in range(1, count + 1)]
+        await redis.execute("XCLAIM", "s", "g", "dead", 0, *ids, "IDLE", 3_600_000, "JUSTID")
+
+
+async def test_entries_claimed_from_a_dead_consumer_and_queued_are_delivered_after_a_seek(
+    redis_server: RedisServer, redis: RedisClient
+) -> None:
+    """A dead consumer's 1..5, claimed by one reclaim pass and read in one batch: entry 1's
+    handler seeks to the end while 2..5 are queued. The seek skips what the group had not
+    read (nothing) and acknowledges none of the claimed entries: 2..5 are handed back to the
+    reader, each runs once with attempt 1 (a purge charges nothing), and nothing is left
+    pending. ``shared_seek``: ``dead`` read within the last 10 s, so it counts as live."""
+    await dead_consumer_left(redis, 5, idle=True)
+    runs: list[tuple[int, int]] = []
+    done = trio.Event()
+    app = App("svc")
+    broker = app.broker(RedisBroker(redis_server.url))
+    source = RedisStream("s", group="g", consumer="live", min_idle=1, shared_seek=True)
+
+    @broker.subscriber(source, count=10, workers=1, block=50)
+    async def handle(n: int, ctx: Context) -> None:
+        runs.append((n, ctx.attempt))
+        if n == 1:
+            await ctx.seeker.seek(Position.end())
+        if {m for m, _ in runs} == {1, 2, 3, 4, 5}:
+            done.set()
+
+    async with serving(app):
+        with trio.fail_after(20):
+            await done.wait()
+        await eventually(lambda: _none_pending(redis), what="every claimed entry acknowledged")
+    assert runs[0] == (1, 1)
+    assert sorted(runs) == [(1, 1), (2, 1), (3, 1), (4, 1), (5, 1)]
+    assert (await group_info(redis))["last-delivered-id"] == "5-0"
+
+
+async def test_entries_of_a_dead_consumer_not_claimable_at_a_seek_are_delivered_later(
+    redis_server: RedisServer, redis: RedisClient
+) -> None:
+    """The seek comes before the dead consumer's entries are idle enough to claim: its
+    sweep leaves the other consumer's pending list alone, and once claimed they run."""
+    await dead_consumer_left(redis, 3, idle=False)
+    runs: list[tuple[int, int]] = []
+    done = trio.Event()
+    app = App("svc")
+    broker = app.broker(RedisBroker(redis_server.url))
+    source = RedisStream("s", group="g", consumer="live", min_idle=2, shared_seek=True)
+
+    @broker.subscriber(source, count=10, workers=1, block=50)
+    async def handle(n: int, ctx: Context) -> None:
+        runs.append((n, ctx.attempt))
+        if n == 4:
+            await ctx.seeker.seek(Position.end())
+        if {m for m, _ in runs} == {1, 2, 3, 4}:
+            done.set()
+
+    async with serving(app):
+        await redis.execute("XADD", "s", "4-0", "_payload", "4")
+        with trio.fail_after(20):
+            await done.wait()
+        await eventually(lambda: _none_pending(redis), what="every entry acknowledged")
+    assert sorted(runs) == [(1, 1), (2, 1), (3, 1), (4, 1)]
+
+
+async def test_a_seek_back_over_claimed_entries_never_puts_one_in_two_hands(
+    redis_server: RedisServer, redis: RedisClient
+) -> None:
+    """Entry 1's handler seeks back to the beginning while the claimed 2..5 are queued: they
+    are delivered again from the pending list (owed), and the group's replay of 1..5, read
+    while they are in hand (entry 2's handler waits for that read), hands out no second
+    delivery of them. So 2..5 run once, 1 runs again as the replay, all with attempt 1, and
+    nothing is left pending."""
+    await dead_consumer_left(redis, 5, idle=True)
+    runs: list[tuple[int, int]] = []
+    seeks = 0
+    done = trio.Event()
+    app = App("svc")
+    broker = app.broker(RedisBroker(redis_server.url))
+    source = RedisStream("s", group="g", consumer="live", min_idle=1, shared_seek=True)
+
+    async def replay_read() -> bool:
+        return (await group_info(redis))["last-delivered-id"] == "5-0"
+
+    @broker.subscriber(source, count=10, buffer=10, workers=1, block=50)
+    async def handle(n: int, ctx: Context) -> None:
+        nonlocal seeks
+        runs.append((n, ctx.attempt))
+        if n == 1 and seeks == 0:
+            seeks += 1
+            await ctx.seeker.seek(Position.beginning())
+            assert (await group_info(redis))["last-delivered-id"] == "0-0"
+        elif n == 2:
+            await eventually(replay_read, what="the group's replay read")
+        if len(runs) == 6:
+            done.set()
+
+    async with serving(app):
+        with trio.fail_after(20):
+            await done.wait()
+        await eventually(lambda: _none_pending(redis), what="every entry acknowledged")
+    assert runs == [(1, 1), (2, 1), (3, 1), (4, 1), (5, 1), (1, 1)]
 
 # ---- "refused where other live consumers share the group, unless asked)" ------------------------
 
@@ -437,6 +589,31 @@ async def test_under_app_test_the_broker_call_moves_the_group_with_the_live_refu
         await t.publish("s", 4)
     assert seen == [1, 2, 3, 1, 2, 3, 4]
 
+
+
+async def test_under_app_test_a_refusal_names_its_stream_once() -> None:
+    app = App("svc")
+    broker = app.broker(RedisBroker("redis://127.0.0.1:1"))
+
+    @broker.subscriber(RedisStream("events", group="g"))
+    async def handle(n: int) -> None:
+        del n
+
+    async with app.test() as t:
+        await t.publish("events", 1)
+        refusals = []
+        for position in (
+            Position.timestamp(2**42),
+            Position.sequence(0),
+            Position.entry("1-0"),
+            Position.timestamp(0, stream="x"),
+        ):
+            with pytest.raises(PositionRefused) as refused:
+                await broker.set_group_position("events", "g", position)
+            refusals.append(str(refused.value))
+    assert refusals[0] == "stream 'events' holds no message later than 4398046511104 ms"
+    for said in refusals:
+        assert said.count("'events'") == 1, said
 
 # ---- the nasty cases ---------------------------------------------------------------------------
 
