@@ -221,9 +221,9 @@ class RedisBroker(Broker):
         ``dry_run=True`` moves nothing and says what the move would skip or replay. Returns
         a :class:`~trio_streams.core.group_moves.GroupMove`. Raises ``GroupNotFound`` (the
         stream or the group is missing) and ``PositionRefused`` (``Position.sequence``, an
-        id or instant past the last id the stream gave out, deleted or not, another stream), typed, with nothing moved. Live
-        consumers are not refused (see the guide); their read-ahead and pending entries stay
-        theirs.
+        id or instant past the last id the stream gave out, deleted or not, another stream),
+        typed, with nothing moved. Live consumers are not refused (see the guide); their
+        read-ahead and pending entries stay theirs.
 
         Uses the running app's connection; outside one, a connection of its own to ``url``.
         Under ``app.test()`` it moves the in-process group, with the same refusals (and an

@@ -26,6 +26,20 @@ async def test_cancelled_command_breaks_and_discards_its_connection(redis: Redis
     assert redis.pool.idle_count == 1
 
 
+async def test_a_command_in_a_cancelled_scope_is_never_sent_though_a_connection_is_idle(
+    redis: RedisClient,
+) -> None:
+    assert isinstance(redis, Redis)
+    await redis.execute("PING")
+    assert redis.pool.idle_count == 1  # one ready to go, no connect to wait for
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await redis.execute("SET", "sent", "1")
+    assert scope.cancelled_caught
+    assert await redis.execute("EXISTS", "sent") == 0
+    assert redis.pool.idle_count == 1 and redis.pool.in_use == 0  # nothing checked out
+
+
 @pytest.mark.parametrize("protocol", [3, 2])
 async def test_cancelled_blmove_leaves_no_blocked_client_and_loses_no_element(
     redis_server: RedisServer, protocol: int

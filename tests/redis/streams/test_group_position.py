@@ -179,6 +179,7 @@ async def test_a_position_is_refused_only_past_the_last_id_the_stream_gave_out_d
     await redis.execute("XADD", "s", "11-0", "_payload", "11")
     assert await next_read(redis) == ["11-0"]
 
+
 async def test_a_dry_run_says_what_it_would_skip_and_changes_nothing(
     redis: RedisClient, redis_server: RedisServer
 ) -> None:
@@ -241,7 +242,6 @@ async def test_the_cli_refuses_a_missing_group_with_one_line_and_status_1(
     assert "Traceback" not in result.stderr
 
 
-
 async def test_the_cli_refuses_a_key_of_another_type_giving_its_advice_once(
     redis: RedisClient, redis_server: RedisServer
 ) -> None:
@@ -255,6 +255,7 @@ async def test_the_cli_refuses_a_key_of_another_type_giving_its_advice_once(
     assert "key 'str' holds a string, not a stream" in line
     assert line.count("use another key, or delete this one") == 1
     assert "Traceback" not in result.stderr
+
 
 # ---- "a seek from a handler of a group subscription that follows the Seeking contract
 # (generations: what was read at the old position is not delivered;" -------------------------
@@ -457,6 +458,7 @@ async def test_a_seek_back_over_claimed_entries_never_puts_one_in_two_hands(
         await eventually(lambda: _none_pending(redis), what="every entry acknowledged")
     assert runs == [(1, 1), (2, 1), (3, 1), (4, 1), (5, 1), (1, 1)]
 
+
 # ---- "refused where other live consumers share the group, unless asked)" ------------------------
 
 
@@ -590,7 +592,6 @@ async def test_under_app_test_the_broker_call_moves_the_group_with_the_live_refu
     assert seen == [1, 2, 3, 1, 2, 3, 4]
 
 
-
 async def test_under_app_test_a_refusal_names_its_stream_once() -> None:
     app = App("svc")
     broker = app.broker(RedisBroker("redis://127.0.0.1:1"))
@@ -614,6 +615,7 @@ async def test_under_app_test_a_refusal_names_its_stream_once() -> None:
     assert refusals[0] == "stream 'events' holds no message later than 4398046511104 ms"
     for said in refusals:
         assert said.count("'events'") == 1, said
+
 
 # ---- the nasty cases ---------------------------------------------------------------------------
 

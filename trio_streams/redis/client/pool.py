@@ -69,7 +69,12 @@ class ConnectionPool:
         return len(self._idle)
 
     async def acquire(self) -> Connection:
-        """Check a connection out: an idle healthy one, or a new one while under the bound."""
+        """Check a connection out: an idle healthy one, or a new one while under the bound.
+
+        A caller already cancelled gets ``trio.Cancelled`` here, before anything is checked
+        out, so a command in a cancelled scope is never sent, idle connections or not.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
         if self._closed:
             raise RedisConnectionError("the client is closed", address=None)
         try:
