@@ -437,7 +437,7 @@ async def test_a_seek_back_over_claimed_entries_never_puts_one_in_two_hands(
     source = RedisStream("s", group="g", consumer="live", min_idle=1, shared_seek=True)
 
     async def replay_read() -> bool:
-        return (await group_info(redis))["last-delivered-id"] == "5-0"
+        return bool((await group_info(redis))["last-delivered-id"] == "5-0")
 
     @broker.subscriber(source, count=10, buffer=10, workers=1, block=50)
     async def handle(n: int, ctx: Context) -> None:
