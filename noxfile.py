@@ -54,9 +54,13 @@ def tests(session: nox.Session) -> None:
     """The whole test suite, against real servers the fixtures start (README's test command)."""
     ensure_servers(session)
     session.install("-e", ".[test]")
-    session.run("pytest", "-m", "not soak", *session.posargs)
+    session.run("pytest", *WORKERS, "-m", "not soak", *session.posargs)
 
 
+#: The suite runs on two pytest-xdist workers: its tests wait on servers and subprocesses as
+#: much as they compute, so two keep a 2-core machine busy without starving either (each
+#: worker starts its own servers on free ports, and its own cluster).
+WORKERS = ("-n", "2")
 #: The servers of the matrix, by name (tests/server_matrix.py says where each comes from).
 MATRIX = ("redis-7.0", "redis-8.2", "valkey-9.1", "valkey-8.0")
 #: What runs on each server: every Redis test but the long soak, and the conformance suite's
@@ -68,23 +72,24 @@ MATRIX_SELECTION = (
 )  # fmt: skip
 #: ``--soak`` adds the Redis soak: 30 kills over 50k entries, per consumer kind.
 SOAK_SELECTION = ("tests/redis", "-m", "soak")
-#: What CI runs on each server but Debian's Redis (which ``tests`` covers whole), under two
-#: minutes each on 2 cores: what depends on the server — the client against it (commands,
-#: connections, cluster, sentinel, pub/sub, TLS or its skip, refusals in the server's words),
-#: consumer groups end to end, Pub/Sub, the pipeline window on a server and on a cluster, dead
-#: letters on keys of every type, and the conformance suite's Redis transports. Left to the
-#: full matrix: the client's parser and backoff (no server), the pacing of its retries, the
-#: kill tests and campaigns (processes killed: the same on any server), lists, workers,
-#: recording and top.
+#: What CI runs on each server but Debian's Redis (which ``tests`` covers whole), about a
+#: minute each on 2 cores: what the server decides — the client's commands, connections,
+#: cluster and sentinel sets (the harness on the server's own words), TLS or its skip; what its
+#: command table offers (capabilities, key specs, the library's name, the compatibility table);
+#: consumer groups with the features that depend on the server (trimming, deleting on ack,
+#: hygiene, moving a group); the pipeline window; the conformance suite's Redis transports.
+#: The rest runs the same code against the same commands on any server, and is left to
+#: ``redis-matrix``.
 CI_SELECTION = (
-    "tests/redis/client", "tests/redis/streams", "tests/redis/pubsub",
-    "tests/redis/window/test_window.py", "tests/redis/window/test_window_cluster.py",
-    "tests/redis/test_dead_letter_key_types.py", "tests/conformance",
-    "--ignore=tests/redis/client/test_redis_protocol.py",
-    "--ignore=tests/redis/client/test_redis_backoff.py",
-    "--ignore=tests/redis/client/test_redis_pacing.py",
-    "--ignore=tests/redis/client/test_redis_review_fixes.py",
-    "-k", "redis or not conformance", "-m", "not soak",
+    "tests/redis/client/test_redis_capabilities.py", "tests/redis/client/test_redis_key_specs.py",
+    "tests/redis/client/test_redis_library_name.py", "tests/redis/client/test_server_binaries.py",
+    "tests/redis/client/test_redis_connection.py", "tests/redis/client/test_redis_commands.py",
+    "tests/redis/client/test_redis_cluster.py", "tests/redis/client/test_redis_sentinel.py",
+    "tests/redis/test_compatibility_table.py", "tests/redis/streams/test_trim.py",
+    "tests/redis/streams/test_delete_policy.py", "tests/redis/streams/test_consumer_hygiene.py",
+    "tests/redis/streams/test_group_position.py", "tests/redis/streams/test_groups.py",
+    "tests/redis/streams/test_publish_and_read.py", "tests/redis/window/test_window.py",
+    "tests/conformance", "-k", "redis or not conformance", "-m", "not soak",
 )  # fmt: skip
 
 
@@ -104,7 +109,7 @@ def _matrix(session: nox.Session, servers: list[str], selection: tuple[str, ...]
             session.log(f"redis-matrix: {server}")
             started = time.monotonic()
             session.run(
-                "pytest", *selection, f"--junitxml={report}", "-p", "no:cacheprovider",
+                "pytest", *WORKERS, *selection, f"--junitxml={report}", "-p", "no:cacheprovider",
                 env=env, success_codes=[0, 1],
             )  # fmt: skip
             rows.append((server, *_counts(report), time.monotonic() - started))
