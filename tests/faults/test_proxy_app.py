@@ -147,7 +147,11 @@ async def test_an_app_under_a_seeded_cut_storm_loses_no_message(
 
         await eventually(all_acknowledged, within=STEP, what="every message acknowledged")
     assert set(handled) == published  # nothing lost, nothing invented
-    assert sum(proxy.injected.values()) > 10
+    # The whole storm ran, and it bit: how many of its steps found a connection to hit
+    # depends on the machine's pace (a cut between reconnects hits nothing), so only the
+    # storm's completion and its first bite are fixed.
+    assert proxy.applied == list(storm.plan())
+    assert sum(proxy.injected.values()) > 0
 
 
 @pytest.mark.soak
