@@ -8,6 +8,7 @@ from typing import Any
 
 import trio
 
+from tests.redis.client.redis_waits import eventually
 from tests.redis_servers import RedisServer
 from tests.support import serving
 from trio_streams import App
@@ -107,7 +108,12 @@ async def test_the_same_app_started_twice_shares_one_group(
     first, second = Seen(total), Seen(total)
     (one, broker), (two, _) = (_name_app(redis_server.url, seen) for seen in (first, second))
     async with serving(one), serving(two):
-        assert await _groups(redis) == {"svc/handle": 2}  # two consumers of one group
+
+        async def two_consumers_of_one_group() -> bool:
+            # A consumer joins its group at its first read, which follows the start.
+            return await _groups(redis) == {"svc/handle": 2}
+
+        await eventually(two_consumers_of_one_group, what="both apps reading group svc/handle")
         for n in range(1, 41):
             await broker.publish("orders", n)
         await total.until(40)
