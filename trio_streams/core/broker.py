@@ -134,12 +134,25 @@ class Broker(Router):
     def broker_or_none(self) -> Broker:
         return self
 
+    def source_for(self, name: str) -> Source:
+        """The source a plain stream name subscribes to (``@broker.subscriber("orders")``): this
+        transport's default subscription of that name, as its guide documents it. ``name`` has
+        the prefixes of the routers it came through, not yet this broker's own. Refuses, with
+        ``ConfigurationError``, a name the transport cannot read. A broker with no default
+        subscription (the base class) refuses every name."""
+        accepted = ", ".join(f"{t.__name__}(...)" for t in self.source_types) or "a source"
+        raise UnsupportedError(
+            f"{self.name} has no default subscription for a plain name: give a source "
+            f"({accepted}), not {name!r}"
+        )
+
     def prepare(self, declared: Declared) -> None:
         """Fill in, on ``declared`` (a subscriber reaching this broker, its routers' prefixes
         applied), what this broker adds before it is checked and mounted (a default consumer
         group, say), or refuse it. Nothing by default."""
 
     def _on_declared(self, declared: Declared) -> None:
+        declared.source = self._named(declared)
         self.prepare(declared)
         source = declared.source.with_prefix(self.prefix)
         self.check_subscription(source, declared.transport_options)
@@ -189,6 +202,19 @@ class Broker(Router):
                 middlewares=self.middlewares + declared.middlewares,
             )
         )
+
+    def _named(self, declared: Declared) -> Source:
+        """``declared``'s source; a plain name made this broker's default source of it."""
+        given = declared.source
+        if not isinstance(given, str):
+            return given
+        try:
+            return self.source_for(given)
+        except ConfigurationError as exc:
+            kind = UnsupportedError if isinstance(exc, UnsupportedError) else ConfigurationError
+            raise kind(
+                f"handler {declared.handler.name}: subscriber({given!r}) on {self.name}: {exc}"
+            ) from exc
 
     # ---- while running -----------------------------------------------------------------------
 

@@ -193,6 +193,13 @@ class RedisBroker(Broker):
         here, before the app starts; declaring and ``app.test()`` need no parser."""
         require("redis", "RedisBroker")
 
+    def source_for(self, name: str) -> RedisStream:
+        """A plain name is ``RedisStream(name)``: a member of a consumer group of the stream
+        ``name`` — this broker's ``group=``, else one named after the app that runs it
+        (``<app>/<subscription>``) — from the tip the first time, resuming where the group
+        left after a restart, splitting the entries among the processes of the app."""
+        return RedisStream(name)
+
     def prepare(self, declared: Declared) -> None:
         """A group stream without a group or consumer takes the broker's; its dead letter must
         share its slot on a cluster (one transaction writes the copy and the ``XACK``)."""
