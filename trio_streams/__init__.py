@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from .core.extras import MissingExtra
     from .core.handler import Depends, Header, Headers
     from .core.logs import JsonFormatter
-    from .core.middleware import HandlerCall, Middleware, PublishCall
+    from .core.middleware import HandlerCall, Middleware, PublishCall, RequestCall
     from .core.outcome import Outcome, ack, drop, retry, retry_after
     from .core.pipeline import Pipeline, SegmentClosed
     from .core.positions import InvalidPosition, Position
@@ -66,6 +66,7 @@ __all__ = [
     "Position",
     "PublishCall",
     "Publisher",
+    "RequestCall",
     "Router",
     "RunningApp",
     "SeekRefused",
@@ -113,6 +114,7 @@ _EXPORTS: dict[str, str] = {
     "HandlerCall": ".core.middleware",
     "Middleware": ".core.middleware",
     "PublishCall": ".core.middleware",
+    "RequestCall": ".core.middleware",
     "Outcome": ".core.outcome",
     "ack": ".core.outcome",
     "drop": ".core.outcome",

@@ -20,7 +20,15 @@ from .codec import encode
 from .description import BrokerDescription
 from .destinations import Destination, DestinationKind
 from .errors import ConfigurationError, TrioStreamsError, UnsupportedError
-from .middleware import Middleware, PublishCall, broker_kind, publish_hooks
+from .middleware import (
+    Middleware,
+    PublishCall,
+    RequestCall,
+    broker_kind,
+    publish_hooks,
+    request_hooks,
+    run_request,
+)
 from .pipeline import CommandCheck
 from .process import process_name
 from .replies import CORRELATION_HEADER, ERROR_HEADER, REPLY_TO_HEADER, RemoteError, Reply
@@ -408,7 +416,8 @@ class Broker(Router):
         (the request itself may have been published, and may be handled).
 
         The request carries ``x-trio-streams-correlation-id`` and ``x-trio-streams-reply-to``
-        in its headers, with ``headers``; the publish middlewares wrap it as any publish."""
+        in its headers, with ``headers``; the request middlewares (``Middleware.request``) wrap
+        it whole, and the publish middlewares its publish, as any publish."""
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
             raise ConfigurationError(f"timeout must be a number of seconds > 0, not {timeout!r}")
         given = dict(headers or {})
@@ -418,8 +427,28 @@ class Broker(Router):
                     f"request headers may not set {reserved!r}: each request sets its own"
                 )
         target = self.check_destination(destination)
-        where = f"{target.kind.value} {target.name!r}"
         correlation_id = new_correlation_id()
+        hooks = request_hooks(self.app_middlewares + self.middlewares)
+        if hooks:
+            call = RequestCall(
+                self.name, target, message, given, correlation_id, timeout, self,
+                kind=broker_kind(self), system=self.description().system,
+            )  # fmt: skip
+            reply = await run_request(hooks, call, self._request)
+        else:
+            reply = await self._request(target, message, timeout, given, correlation_id)
+        return reply if reply_type is None else reply.decode(reply_type)
+
+    async def _request(
+        self,
+        target: Destination,
+        message: Any,
+        timeout: float,  # noqa: ASYNC109 - the request's contract
+        given: dict[str, str],
+        correlation_id: str,
+    ) -> Reply:
+        """Publish the request and wait for its reply; raises what :meth:`request` says."""
+        where = f"{target.kind.value} {target.name!r}"
         with trio.move_on_after(timeout) as waited:
             inbox = await self._reply_inbox()
             given[CORRELATION_HEADER] = correlation_id
@@ -441,7 +470,7 @@ class Broker(Router):
         assert reply is not None
         if ERROR_HEADER in reply.headers:
             raise RemoteError.from_reply(where, reply.payload)
-        return reply if reply_type is None else reply.decode(reply_type)
+        return reply
 
     @property
     def requests_in_flight(self) -> int:
@@ -452,6 +481,13 @@ class Broker(Router):
     def late_replies(self) -> int:
         """Replies dropped since the broker connected: their request no longer waited."""
         return 0 if self._inbox is None else self._inbox.late
+
+    @property
+    def reply_inbox(self) -> ReplyInbox | None:
+        """The reply inbox of this broker's requests while one is open (None before the first
+        request and once the broker closed; a new one replaces one that failed): its ``late``
+        counts the replies it dropped, which metrics carry across inboxes."""
+        return self._inbox
 
     def reply_address(self) -> str:
         """A fresh reply address for this broker's inbox (a channel name by default)."""
