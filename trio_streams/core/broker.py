@@ -81,6 +81,8 @@ class Broker(Router):
         #: The reply inbox of the requests this broker makes, opened at the first.
         self._inbox: ReplyInbox | None = None
         self._opening_inbox: trio.Event | None = None
+        #: Late replies of the inboxes this connection had before its current one.
+        self._late_earlier = 0
         #: ``async with broker:``'s connection, while it is entered.
         self._entered: AbstractAsyncContextManager[Self] | None = None
 
@@ -251,6 +253,7 @@ class Broker(Router):
         async with connecting as transport, trio.open_nursery() as nursery:
             self._attach(transport)
             self._nursery = nursery
+            self._late_earlier = 0
             try:
                 yield self
             finally:
@@ -480,7 +483,7 @@ class Broker(Router):
     @property
     def late_replies(self) -> int:
         """Replies dropped since the broker connected: their request no longer waited."""
-        return 0 if self._inbox is None else self._inbox.late
+        return self._late_earlier + (0 if self._inbox is None else self._inbox.late)
 
     @property
     def reply_inbox(self) -> ReplyInbox | None:
@@ -522,6 +525,9 @@ class Broker(Router):
             transport, nursery = self.transport, self._nursery
             assert nursery is not None
             opening = self._opening_inbox = trio.Event()
+            if inbox is not None:  # one that failed: its late replies still count
+                self._late_earlier += inbox.late
+                self._inbox = None
             try:
                 address = self.reply_address()
                 label = f"{self.name}: replies"
