@@ -17,8 +17,9 @@ import trio
 from tests.redis.client.redis_waits import eventually
 from tests.redis_servers import RedisServer
 from tests.support import serving
-from trio_streams import App, Context, Destination, NotConnected
+from trio_streams import App, Context, Destination, Middleware, NotConnected
 from trio_streams.core.errors import ConfigurationError
+from trio_streams.core.middleware import PublishCall
 from trio_streams.core.replies import CORRELATION_HEADER, ERROR_HEADER, REPLY_TO_HEADER, RemoteError
 from trio_streams.core.requests import NoResponders, ReplyLost, RequestTimeout
 from trio_streams.redis import RedisBroker, RedisChannel, RedisList, RedisStream
@@ -546,6 +547,126 @@ async def test_the_server_dying_mid_request_fails_it_at_once_and_requests_work_o
             assert await caller.request(Order("tea", 2), "quotes", reply_type=Quote) == Quote(
                 "tea", 5.0
             )
+
+
+async def test_a_server_that_hangs_mid_request_fails_it_with_reply_lost_before_the_timeout(
+    redis_server: RedisServer,
+) -> None:
+    app = App("pricing", shutdown_timeout=0.5)
+    broker = app.broker(RedisBroker(redis_server.url))
+    arrived = trio.Event()
+
+    @broker.subscriber(RedisStream("quotes", group="pricing"), block=50)
+    async def quote(order: Order) -> Quote:
+        arrived.set()
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    # The reply subscription PINGs a silent server every 0.2 s and gives up 0.2 s later.
+    checks = "health_check_interval=0.2&health_check_timeout=0.2"
+    async with (
+        FaultProxy.in_front_of(redis_server) as proxy,
+        serving(app),
+        caller_of(f"{proxy.url}?{checks}") as caller,
+    ):
+        with trio.fail_after(10):  # far below the request's timeout
+            async with trio.open_nursery() as nursery:
+
+                async def ask() -> None:
+                    with pytest.raises(ReplyLost, match="health-check PING"):
+                        await caller.request(Order("tea", 1), "quotes", timeout=60)
+
+                nursery.start_soon(ask)
+                await arrived.wait()
+                hole = proxy.blackhole()
+        hole.heal()
+
+
+async def test_the_publishs_connection_cut_after_the_server_took_it_is_the_clients_error_at_once(
+    redis_server: RedisServer,
+) -> None:
+    app = App("pricing")
+    broker = app.broker(RedisBroker(redis_server.url))
+    arrived = trio.Event()
+    release = trio.Event()
+
+    @broker.subscriber(RedisStream("quotes", group="pricing"), block=50)
+    async def quote(order: Order) -> Quote:
+        if order.item == "held":
+            arrived.set()
+            await release.wait()
+        return price_of(order)
+
+    async with (
+        FaultProxy.in_front_of(redis_server) as proxy,
+        serving(app),
+        caller_of(f"{proxy.url}?backoff_initial=0.01&backoff_cap=0.1") as caller,
+    ):
+        with trio.fail_after(STEP):
+            await caller.request(Order("tea", 1), "quotes")  # its connections are open
+        # The next command of a pooled connection (the XADD) reaches the server; its reply
+        # never reaches the caller.
+        proxy.cut_after(commands=1, match=lambda connection: "SUBSCRIBE" not in connection.issued)
+        with trio.fail_after(10), pytest.raises(RedisConnectionError, match="during XADD"):
+            await caller.request(Order("held", 1), "quotes", timeout=60)
+        assert caller.requests_in_flight == 0
+        proxy.heal()
+        with trio.fail_after(STEP):
+            await arrived.wait()  # the server took it: it is handled, and answered late
+            release.set()
+
+            async def late() -> bool:
+                await trio.lowlevel.checkpoint()
+                return caller.late_replies == 1
+
+            await eventually(late, within=STEP, what="the late reply counted")
+            assert await caller.request(Order("jam", 2), "quotes", reply_type=Quote) == Quote(
+                "jam", 5.0
+            )
+
+
+class LostAfterTheSend(Middleware):
+    """Fails the first request's publish after it was sent and its reply has come: a
+    connection lost after the server took the request, noticed late."""
+
+    def __init__(self) -> None:
+        self.caller: RedisBroker | None = None
+        self.failed = False
+
+    @asynccontextmanager
+    async def publish(self, call: PublishCall) -> AsyncIterator[None]:
+        yield
+        if self.failed or self.caller is None:
+            return
+        self.failed = True
+        caller = self.caller
+
+        async def answered() -> bool:
+            await trio.lowlevel.checkpoint()
+            return caller.requests_in_flight == 0  # the reply was handed to the request
+
+        await eventually(answered, within=STEP, what="the reply handed over")
+        raise ConnectionError("lost after the send")
+
+
+async def test_a_publish_that_fails_after_its_reply_came_returns_the_reply(
+    redis_server: RedisServer,
+) -> None:
+    app = App("pricing")
+    broker = app.broker(RedisBroker(redis_server.url))
+
+    @broker.subscriber(RedisStream("quotes", group="pricing"), block=50)
+    async def quote(order: Order) -> Quote:
+        return price_of(order)
+
+    losing = LostAfterTheSend()
+    async with serving(app), RedisBroker(redis_server.url, middlewares=[losing]) as caller:
+        losing.caller = caller
+        with trio.fail_after(STEP):
+            reply = await caller.request(Order("tea", 2), "quotes", reply_type=Quote)
+        assert losing.failed
+        assert reply == Quote("tea", 5.0)  # the request was taken: this is its answer
+        assert caller.late_replies == 0
 
 
 async def test_a_first_request_to_a_dead_server_raises_the_clients_connection_error_at_once(

@@ -403,7 +403,14 @@ class Broker(Router):
             given[REPLY_TO_HEADER] = inbox.address
             waiting = inbox.expect(correlation_id)
             try:
-                receipt = await self.publish(target, message, headers=given)
+                try:
+                    receipt = await self.publish(target, message, headers=given)
+                except Exception:
+                    if waiting.reply is None:
+                        raise
+                    # Its reply came before the publish's error (a connection lost after the
+                    # server took the request): it was taken, and this is its answer.
+                    receipt = None
                 if self._reached_nobody(target, receipt):
                     why = "no subscriber received it (PUBLISH reached 0)"
                     raise NoResponders(where, timeout, correlation_id, why)
