@@ -569,16 +569,17 @@ async def test_a_server_that_hangs_mid_request_fails_it_with_reply_lost_before_t
         serving(app),
         caller_of(f"{proxy.url}?{checks}") as caller,
     ):
-        with trio.fail_after(10):  # far below the request's timeout
+        with trio.fail_after(10):  # far below the requests' timeout
             async with trio.open_nursery() as nursery:
 
-                async def ask() -> None:
+                async def ask(item: str) -> None:
                     with pytest.raises(ReplyLost, match="health-check PING"):
-                        await caller.request(Order("tea", 1), "quotes", timeout=60)
+                        await caller.request(Order(item, 1), "quotes", timeout=60)
 
-                nursery.start_soon(ask)
+                nursery.start_soon(ask, "waiting for its reply")
                 await arrived.wait()
                 hole = proxy.blackhole()
+                nursery.start_soon(ask, "publishing")  # its XADD hangs: it is given up too
         hole.heal()
 
 

@@ -403,14 +403,16 @@ class Broker(Router):
             given[REPLY_TO_HEADER] = inbox.address
             waiting = inbox.expect(correlation_id)
             try:
-                try:
-                    receipt = await self.publish(target, message, headers=given)
-                except Exception:
-                    if waiting.reply is None:
-                        raise
-                    # Its reply came before the publish's error (a connection lost after the
-                    # server took the request): it was taken, and this is its answer.
-                    receipt = None
+                receipt = None
+                with trio.CancelScope() as waiting.publishing:  # failing the request ends it
+                    try:
+                        receipt = await self.publish(target, message, headers=given)
+                    except Exception:
+                        if waiting.reply is None:
+                            raise
+                        # Its reply came before the publish's error (a connection lost after
+                        # the server took the request): it was taken, and this is its answer.
+                waiting.publishing = None
                 if self._reached_nobody(target, receipt):
                     why = "no subscriber received it (PUBLISH reached 0)"
                     raise NoResponders(where, timeout, correlation_id, why)

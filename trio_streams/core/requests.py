@@ -107,12 +107,15 @@ def new_correlation_id() -> str:
 class _Waiting:
     """One request in flight: set once, with its reply or the error it fails with."""
 
-    __slots__ = ("error", "event", "reply")
+    __slots__ = ("error", "event", "publishing", "reply")
 
     def __init__(self) -> None:
         self.event = trio.Event()
         self.reply: Reply | None = None
         self.error: BaseException | None = None
+        #: The scope of the request's publish while it runs: failing the request cancels it
+        #: (a publish to a server that hangs would otherwise hold it until its timeout).
+        self.publishing: trio.CancelScope | None = None
 
 
 @final
@@ -190,6 +193,8 @@ class ReplyInbox:
         for request in waiting.values():
             request.error = error
             request.event.set()
+            if request.publishing is not None:
+                request.publishing.cancel()
 
     def on_fault(self, fault: Fault) -> None:
         """The reply subscription reported a fault: while it lasts replies may be lost, so the
