@@ -838,6 +838,8 @@ async def test_after_exit_publishing_raises_not_connected_saying_to_enter_or_run
     assert broker.requests_in_flight == 0
 
 
+# ---- 11. the cluster: tests/redis/cluster/test_request_reply.py ---------------------------
+
 # ---- 12. nasty cases -----------------------------------------------------------------------
 
 
