@@ -414,9 +414,11 @@ class Broker(Router):
         reply came within ``timeout`` seconds — at once, as
         :class:`~trio_streams.core.requests.NoResponders`, when the transport tells that nobody
         received the request — and :class:`~trio_streams.core.requests.ReplyLost` at once when
-        the connection the reply would come on is lost meanwhile. A reply that comes later is
-        dropped and counted. Cancelled, the request stops waiting and leaves nothing behind
-        (the request itself may have been published, and may be handled).
+        the connection the reply would come on is lost meanwhile; while that connection is
+        being made again, a request waits for it (within its timeout) before it is published.
+        A reply that comes later is dropped and counted. Cancelled, the request stops waiting
+        and leaves nothing behind (the request itself may have been published, and may be
+        handled).
 
         The request carries ``x-trio-streams-correlation-id`` and ``x-trio-streams-reply-to``
         in its headers, with ``headers``; the request middlewares (``Middleware.request``) wrap
@@ -452,21 +454,33 @@ class Broker(Router):
     ) -> Reply:
         """Publish the request and wait for its reply; raises what :meth:`request` says."""
         where = f"{target.kind.value} {target.name!r}"
+        inbox: ReplyInbox | None = None
         with trio.move_on_after(timeout) as waited:
             inbox = await self._reply_inbox()
             given[CORRELATION_HEADER] = correlation_id
             given[REPLY_TO_HEADER] = inbox.address
             waiting = inbox.expect(correlation_id)
             try:
-                receipt = await self.publish(target, message, headers=given)
-                if target.is_channel and receipt == 0:
+                receipt = None
+                with trio.CancelScope() as waiting.publishing:  # failing the request ends it
+                    try:
+                        receipt = await self.publish(target, message, headers=given)
+                    except Exception:
+                        if waiting.reply is None:
+                            raise
+                        # Its reply came before the publish's error (a connection lost after
+                        # the server took the request): it was taken, and this is its answer.
+                waiting.publishing = None
+                if self._reached_nobody(target, receipt):
                     why = "no subscriber received it (PUBLISH reached 0)"
                     raise NoResponders(where, timeout, correlation_id, why)
                 await waiting.event.wait()
             finally:
                 inbox.forget(correlation_id)
         if waited.cancelled_caught:
-            raise RequestTimeout(where, timeout, correlation_id, await self._unserved(target))
+            why = self._deaf_inbox() if inbox is None else ""  # it waited, unpublished
+            why = why or await self._unserved(target)
+            raise RequestTimeout(where, timeout, correlation_id, why)
         if waiting.error is not None:
             raise type(waiting.error)(str(waiting.error)) from waiting.error
         reply = waiting.reply
@@ -517,7 +531,10 @@ class Broker(Router):
         while True:
             inbox = self._inbox
             if inbox is not None and not inbox.closed:
-                return inbox
+                if inbox.listening:
+                    return inbox
+                await inbox.changed()  # reconnecting: a reply sent now would be lost
+                continue
             opening = self._opening_inbox
             if opening is not None:
                 await opening.wait()
@@ -539,6 +556,21 @@ class Broker(Router):
             finally:
                 self._opening_inbox = None
                 opening.set()
+
+    def _reached_nobody(self, target: Destination, receipt: Any) -> bool:
+        """Whether the receipt of a request published to ``target`` tells that nobody received
+        it (a channel's publish that reached 0 subscribers): the request then fails at once,
+        with :class:`~trio_streams.core.requests.NoResponders`. A broker whose count is not
+        the whole (a classic channel in a Redis cluster: the node's own) says False."""
+        return target.is_channel and receipt == 0
+
+    def _deaf_inbox(self) -> str:
+        """Why a request timed out unpublished: the reply subscription did not subscribe again
+        in time (its lasting faults), or empty."""
+        inbox = self._inbox
+        if inbox is None or inbox.closed or inbox.listening:
+            return ""
+        return f"not sent: the reply subscription was not listening ({inbox.deafness()})"
 
     async def _unserved(self, target: Destination) -> str:
         """Why nobody may serve ``target``, where the transport can tell (bounded: 1 s)."""

@@ -222,6 +222,13 @@ class RedisBroker(Broker):
         cluster a classic ``PUBLISH`` reaches the subscriber on whichever node it is."""
         return RedisChannel(address)
 
+    def _reached_nobody(self, target: Destination, receipt: Any) -> bool:
+        """In a cluster a classic ``PUBLISH`` counts the subscribers of the node that took it
+        only (the cluster bus carries it to the others): 0 there does not mean nobody."""
+        if self.cluster and target.kind is DestinationKind.CHANNEL:
+            return False
+        return super()._reached_nobody(target, receipt)
+
     async def set_group_position(
         self, stream: str, group: str, position: Position, *, dry_run: bool = False
     ) -> GroupMove:
