@@ -118,10 +118,18 @@ class ReplyInbox:
         self.replied = 0
         #: Set once the inbox has stopped reading; requests then need a new inbox.
         self.closed = False
+        #: The subscription replies come on, while :meth:`run` reads it.
+        self._source: SubscriptionSource | None = None
 
     @property
     def in_flight(self) -> int:
         return len(self._waiting)
+
+    def unread(self) -> int:
+        """Replies that have arrived and are not read yet, where the source can tell (what
+        ``app.test()`` waits for before it calls the app settled)."""
+        source = self._source
+        return 0 if source is None or self.closed else source.unread()
 
     def expect(self, correlation_id: str) -> _Waiting:
         """Register a request before it is published; :meth:`forget` it in a ``finally``."""
@@ -188,6 +196,7 @@ class ReplyInbox:
                 )
                 try:
                     await source.open(host)
+                    self._source = source
                     task_status.started()
                     started = True
                     await self._read(source, host)
@@ -226,6 +235,9 @@ class ReplyInbox:
                 if read is None:
                     return  # a source that ended: nothing more can come
                 batch = read
+            # Every reply of the batch is handed over before the first settle's checkpoint: a
+            # reply is either unread at the source or with its request, never in between.
             for delivery in batch:
                 self.deliver(delivery.payload, delivery.headers)
+            for delivery in batch:
                 await source.settle(delivery, _ACK)
