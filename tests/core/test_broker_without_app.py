@@ -37,8 +37,9 @@ def file_messages(path: Path) -> list[tuple[str, bytes]]:
 async def answer_by_hand(broker: MemoryBroker, stream: str, value: bytes) -> None:
     """Answer the request waiting in ``stream`` as a handler would (the broker runs none)."""
     [entry] = broker.hub.log(stream).slice(1, 2)
+    headers = entry.headers
     await broker.send_reply(
-        entry.headers[REPLY_TO_HEADER], value, {CORRELATION_HEADER: entry.headers[CORRELATION_HEADER]}
+        headers[REPLY_TO_HEADER], value, {CORRELATION_HEADER: headers[CORRELATION_HEADER]}
     )
 
 
@@ -74,10 +75,9 @@ async def test_async_with_file_broker_connects_publishes_requests_and_closes(
         return qty * 2.5
 
     with trio.fail_after(20):
-        async with serving(app):
-            async with FileBroker(path) as broker:
-                await broker.publish("events", {"n": 1})
-                assert await broker.request(4, "quotes", reply_type=float) == 10.0
+        async with serving(app), FileBroker(path) as broker:
+            await broker.publish("events", {"n": 1})
+            assert await broker.request(4, "quotes", reply_type=float) == 10.0
     assert ("events", b'{"n":1}') in file_messages(path)
     with pytest.raises(NotConnected):
         await broker.publish("events", {"n": 2})
@@ -191,8 +191,7 @@ async def test_a_request_waiting_when_the_block_ends_fails_with_reply_lost() -> 
         lost.append(failed.value)
 
     with trio.fail_after(10):
-        async with trio.open_nursery() as nursery:
-            async with MemoryBroker() as broker:
-                nursery.start_soon(ask, broker)
-                await trio.testing.wait_all_tasks_blocked()
+        async with trio.open_nursery() as nursery, MemoryBroker() as broker:
+            nursery.start_soon(ask, broker)
+            await trio.testing.wait_all_tasks_blocked()
     assert len(lost) == 1

@@ -159,9 +159,7 @@ async def test_t_request_works_for_memory_file_and_redis_handlers_without_a_serv
         else "quotes"
     )
     async with app.test() as t:
-        assert await t.request(destination, Quote("tea", 4), reply_type=Price) == Price(
-            "tea", 10.0
-        )
+        assert await t.request(destination, Quote("tea", 4), reply_type=Price) == Price("tea", 10.0)
     assert not path.exists()  # the file broker's app.test() touched no file
 
 
@@ -569,12 +567,11 @@ async def test_the_callers_broker_closing_fails_waiting_requests_with_reply_lost
             errors.append(exc)
 
     with trio.fail_after(10):  # not the request's 600 s
-        async with trio.open_nursery() as nursery:
-            async with MemoryBroker() as broker:
-                for _ in range(3):
-                    nursery.start_soon(ask, broker)
-                await trio.testing.wait_all_tasks_blocked()
-                assert broker.requests_in_flight == 3
+        async with trio.open_nursery() as nursery, MemoryBroker() as broker:
+            for _ in range(3):
+                nursery.start_soon(ask, broker)
+            await trio.testing.wait_all_tasks_blocked()
+            assert broker.requests_in_flight == 3
             # The broker has closed; its requests have failed, not waited for their timeout.
     assert len(errors) == 3
     assert all("reply subscription ended" in str(e) for e in errors)
@@ -612,12 +609,11 @@ async def test_the_responder_shutting_down_answers_or_fails_every_request_in_fli
             outcomes[n] = type(exc)
         assert trio.current_time() - begun < timeout
 
-    async with trio.open_nursery() as callers:
-        async with serving(app):
-            for n in (1, 2, 10, 20, 30, 40):  # 30 and 40 wait behind the four workers
-                callers.start_soon(ask, n)
-                await trio.testing.wait_all_tasks_blocked()  # published, in this order
-            await all_started.wait()
+    async with trio.open_nursery() as callers, serving(app):
+        for n in (1, 2, 10, 20, 30, 40):  # 30 and 40 wait behind the four workers
+            callers.start_soon(ask, n)
+            await trio.testing.wait_all_tasks_blocked()  # published, in this order
+        await all_started.wait()
     assert outcomes == {
         1: 1,
         2: 2,

@@ -6,10 +6,9 @@ file afterwards, where the file tools and the reader list them."""
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -152,26 +151,23 @@ async def test_the_request_and_its_reply_are_both_in_the_file_afterwards(
     assert json.loads(answers[1].payload)["type"] == "ValueError"
 
     # The file tools list them as well: the request, then its reply on the reply key.
-    decoded = subprocess.run(
-        [sys.executable, "-m", "trio_streams", "file", "decode", str(path)],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-        cwd=ROOT,
-    ).stdout
+    decoded = await tool("decode", path)
     assert reply.correlation_id in decoded
     assert reply_key in decoded
-    stat = subprocess.run(
-        [sys.executable, "-m", "trio_streams", "file", "stat", str(path)],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-        cwd=ROOT,
-    ).stdout
+    stat = await tool("stat", path)
     assert "quotes" in stat
     assert reply_key in stat
+
+
+async def tool(command: str, path: Path) -> str:
+    """What ``trio-streams file <command> <path>`` prints."""
+    with trio.fail_after(60):
+        done = await trio.run_process(
+            [sys.executable, "-m", "trio_streams", "file", command, str(path)],
+            cwd=ROOT,
+            capture_stdout=True,
+        )
+    return done.stdout.decode()
 
 
 async def test_a_request_made_before_the_file_exists_is_answered(tmp_path: Path) -> None:
@@ -242,12 +238,11 @@ async def test_the_responder_shutting_down_leaves_each_file_request_answered_or_
         assert trio.current_time() - begun < timeout + 2
 
     with trio.fail_after(30):
-        async with FileBroker(path) as caller, trio.open_nursery() as callers:
-            async with serving(app):
-                for n in (1, 2):
-                    callers.start_soon(ask, caller, n)
-                for event in entered.values():
-                    await event.wait()
+        async with FileBroker(path) as caller, trio.open_nursery() as callers, serving(app):
+            for n in (1, 2):
+                callers.start_soon(ask, caller, n)
+            for event in entered.values():
+                await event.wait()
             # The service has stopped; the caller waits on for the one it gave up on.
     assert outcomes == {1: 1, 2: RequestTimeout}
 
@@ -265,11 +260,13 @@ async def test_the_callers_file_broker_closing_fails_its_waiting_requests_at_onc
         lost.append(failed.value)
 
     with trio.fail_after(20):  # not the request's 600 s
-        async with trio.open_nursery() as nursery:
-            async with FileBroker(path, middlewares=[published]) as caller:
-                nursery.start_soon(ask, caller)
-                await published.done.wait()  # the request is in the file, waiting
-                assert caller.requests_in_flight == 1
+        async with (
+            trio.open_nursery() as nursery,
+            FileBroker(path, middlewares=[published]) as caller,
+        ):
+            nursery.start_soon(ask, caller)
+            await published.done.wait()  # the request is in the file, waiting
+            assert caller.requests_in_flight == 1
     assert len(lost) == 1
     assert [m.key for m in stored(path)] == ["nobody"]
 
