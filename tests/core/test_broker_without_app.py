@@ -21,7 +21,7 @@ from trio_streams import (
     RequestTimeout,
 )
 from trio_streams.core.replies import CORRELATION_HEADER, REPLY_TO_HEADER
-from trio_streams.file import FileBroker, FileReader, FileStream
+from trio_streams.file import FileBroker, FileReader, FileStream, StreamFileNotFoundError
 from trio_streams.file.envelope import open_envelope
 
 
@@ -195,3 +195,16 @@ async def test_a_request_waiting_when_the_block_ends_fails_with_reply_lost() -> 
             nursery.start_soon(ask, broker)
             await trio.testing.wait_all_tasks_blocked()
     assert len(lost) == 1
+
+
+async def test_a_broker_that_fails_to_connect_can_be_entered_once_it_can(tmp_path: Path) -> None:
+    path = tmp_path / "later.ss"
+    broker = FileBroker(path, existing_only=True)
+    with pytest.raises(StreamFileNotFoundError, match="existing_only"):
+        async with broker:
+            pytest.fail("connected to a file that is not there")
+    async with FileBroker(path) as writer:
+        await writer.publish("s", 1)  # creates the file
+    async with broker:
+        await broker.publish("s", 2)
+    assert [key for key, _ in file_messages(path)] == ["s", "s"]

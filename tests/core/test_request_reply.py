@@ -440,6 +440,39 @@ async def test_a_request_that_cannot_be_decoded_answers_remote_error_undecodable
         assert t.handler("pricing_app.<locals>.price").call_count == 0
 
 
+async def test_a_request_by_key_raises_on_answers_remote_error_by_key() -> None:
+    app = App("svc")
+    broker = app.broker(MemoryBroker())
+
+    @broker.subscriber(MemoryStream("quotes"), workers=2, by_key=lambda q: 10 // q.qty)
+    async def price(quote: Quote) -> Price:
+        return Price(quote.sku, quote.qty * 2.5)
+
+    async with app.test() as t:
+        with pytest.raises(RemoteError) as failed:
+            await t.request("quotes", Quote("tea", 0))
+        assert (failed.value.reason, failed.value.type) == ("by-key", "ZeroDivisionError")
+        assert await t.request("quotes", Quote("tea", 1), reply_type=Price) == Price("tea", 2.5)
+
+
+async def test_a_value_that_cannot_be_encoded_answers_remote_error_unencodable() -> None:
+    app = App("svc")
+    broker = app.broker(MemoryBroker())
+    calls = 0
+
+    @broker.subscriber(MemoryStream("jobs"))
+    async def job(n: int) -> object:
+        nonlocal calls
+        calls += 1
+        return object()
+
+    async with app.test() as t:
+        with pytest.raises(RemoteError) as failed:
+            await t.request("jobs", 1)
+        assert (failed.value.reason, failed.value.type) == ("unencodable", "EncodeError")
+    assert calls == 1  # not run again
+
+
 async def test_a_dead_lettered_request_is_answered_once_and_its_letter_is_no_request() -> None:
     app = App("svc")
     broker = app.broker(MemoryBroker())
