@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from .core.outcome import Outcome, ack, drop, retry, retry_after
     from .core.pipeline import Pipeline, SegmentClosed
     from .core.positions import InvalidPosition, Position
+    from .core.replies import RemoteError, Reply
+    from .core.requests import NoResponders, ReplyLost, RequestTimeout
     from .core.routing import Publisher, Router
     from .core.transport import SeekRefused, Sharing
     from .memory import MemoryBroker, MemoryStream
@@ -60,13 +62,18 @@ __all__ = [
     "MemoryStream",
     "Middleware",
     "MissingExtra",
+    "NoResponders",
     "NotConnected",
     "Outcome",
     "Pipeline",
     "Position",
     "PublishCall",
     "Publisher",
+    "RemoteError",
+    "Reply",
+    "ReplyLost",
     "RequestCall",
+    "RequestTimeout",
     "Router",
     "RunningApp",
     "SeekRefused",
@@ -124,6 +131,11 @@ _EXPORTS: dict[str, str] = {
     "SegmentClosed": ".core.pipeline",
     "InvalidPosition": ".core.positions",
     "Position": ".core.positions",
+    "RemoteError": ".core.replies",
+    "Reply": ".core.replies",
+    "NoResponders": ".core.requests",
+    "ReplyLost": ".core.requests",
+    "RequestTimeout": ".core.requests",
     "Publisher": ".core.routing",
     "Router": ".core.routing",
     "SeekRefused": ".core.transport",

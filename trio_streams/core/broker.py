@@ -20,6 +20,7 @@ from .codec import encode
 from .description import BrokerDescription
 from .destinations import Destination, DestinationKind
 from .errors import ConfigurationError, TrioStreamsError, UnsupportedError
+from .groups import open_nursery
 from .middleware import (
     Middleware,
     PublishCall,
@@ -83,6 +84,8 @@ class Broker(Router):
         self._opening_inbox: trio.Event | None = None
         #: Late replies of the inboxes this connection had before its current one.
         self._late_earlier = 0
+        #: Connected, or connecting: held from the start of :meth:`lifetime` to its end.
+        self._connected = False
         #: ``async with broker:``'s connection, while it is entered.
         self._entered: AbstractAsyncContextManager[Self] | None = None
 
@@ -245,23 +248,28 @@ class Broker(Router):
         for the broker's own tasks (the reply inbox). An app enters each of its brokers this way;
         ``async with broker:`` does too. Leaving it cancels those tasks (requests still waiting
         fail with :class:`~trio_streams.core.requests.ReplyLost`), then closes the transport."""
-        if self._transport is not None:
+        if self._connected:
             raise ConfigurationError(
                 f"{self.name} is already connected (its app is running, or it was entered): "
                 "a broker holds one connection at a time"
             )
-        async with connecting as transport, trio.open_nursery() as nursery:
-            self._attach(transport)
-            self._nursery = nursery
-            self._late_earlier = 0
-            try:
-                yield self
-            finally:
-                nursery.cancel_scope.cancel()
-                self._nursery = None
-                self._inbox = None
-                self._opening_inbox = None
-                self._attach(None)
+        # Claimed before the first await: two entered at once cannot both connect.
+        self._connected = True
+        try:
+            # A lone error of the block (or of the broker's tasks) leaves as itself.
+            async with connecting as transport, open_nursery() as nursery:
+                self._attach(transport)
+                self._nursery = nursery
+                try:
+                    yield self
+                finally:
+                    nursery.cancel_scope.cancel()
+                    self._nursery = None
+                    self._inbox = None
+                    self._opening_inbox = None
+                    self._attach(None)
+        finally:
+            self._connected = False
 
     async def __aenter__(self) -> Self:
         """Connect without an app, to publish and request from a script or a test:
@@ -493,6 +501,12 @@ class Broker(Router):
     def requests_in_flight(self) -> int:
         """Requests of this broker waiting for their reply now."""
         return 0 if self._inbox is None else self._inbox.in_flight
+
+    @property
+    def unread_replies(self) -> int:
+        """Replies that have arrived for this broker's requests and its inbox has not read yet
+        (where its transport can tell): ``app.test()`` waits for none to be left."""
+        return 0 if self._inbox is None else self._inbox.unread()
 
     @property
     def late_replies(self) -> int:

@@ -138,6 +138,8 @@ class ReplyInbox:
         self._faults: dict[str, str] = {}
         #: Set (and replaced) at each change of :attr:`listening` or :attr:`closed`.
         self._changed = trio.Event()
+        #: The subscription replies come on, while :meth:`run` reads it.
+        self._source: SubscriptionSource | None = None
 
     @property
     def in_flight(self) -> int:
@@ -159,6 +161,12 @@ class ReplyInbox:
     def _change(self) -> None:
         self._changed.set()
         self._changed = trio.Event()
+
+    def unread(self) -> int:
+        """Replies that have arrived and are not read yet, where the source can tell (what
+        ``app.test()`` waits for before it calls the app settled)."""
+        source = self._source
+        return 0 if source is None or self.closed else source.unread()
 
     def expect(self, correlation_id: str) -> _Waiting:
         """Register a request before it is published; :meth:`forget` it in a ``finally``."""
@@ -235,6 +243,7 @@ class ReplyInbox:
                 )
                 try:
                     await source.open(host)
+                    self._source = source
                     task_status.started()
                     started = True
                     await self._read(source, host)
@@ -274,6 +283,9 @@ class ReplyInbox:
                 if read is None:
                     return  # a source that ended: nothing more can come
                 batch = read
+            # Every reply of the batch is handed over before the first settle's checkpoint: a
+            # reply is either unread at the source or with its request, never in between.
             for delivery in batch:
                 self.deliver(delivery.payload, delivery.headers)
+            for delivery in batch:
                 await source.settle(delivery, _ACK)
