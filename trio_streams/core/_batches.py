@@ -24,7 +24,7 @@ from .context import Context
 from .delivery import Delivery
 from .depends import DependencyScope
 from .errors import BaseExceptionRaised
-from .outcome import Outcome, ack
+from .outcome import Outcome, OutcomeKind, ack
 from .reporting import describe
 from .transport import Unsettled
 
@@ -118,6 +118,11 @@ class Batches:
             await self._count_runs(deliveries)
             outcomes, error = await self._call(deliveries, messages, scope)
             for delivery, message, outcome in zip(deliveries, messages, outcomes, strict=True):
+                if outcome.kind is OutcomeKind.ACK:
+                    try:
+                        await verdicts.answer_ack(delivery)
+                    except Exception as exc:  # noqa: BLE001 - as a failing publish: the policy
+                        outcome, error = self._policy.on_exception(delivery), exc
                 ends.add(delivery, await verdicts.conclude(delivery, message, outcome, error))
         finally:
             runner, channel = self._runner, self._channel

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from ._answers import NULL, Answers, is_request
 from ._failure import Verdict
 from .codec import DecodeError, EncodeError, encode
 from .delivery import Delivery, retry_target_of
@@ -101,6 +102,8 @@ class Verdicts:
         self._starts = starts
         #: No observer and no middleware watches: an ack needs no verdict built.
         self._unwatched = not runner.observers and not runner.handle_hooks
+        #: Replies to request deliveries (:mod:`._answers`).
+        self.answers = Answers(runner, runner.logger)
 
     def for_another(self, delivery: Delivery) -> bool:
         """A retry copy another subscription of the stream asked for: passed over unhandled
@@ -110,22 +113,32 @@ class Verdicts:
 
     # ---- outcomes ----------------------------------------------------------------------------
 
-    async def outcome_of(self, result: Any) -> Outcome:
+    async def outcome_of(self, result: Any, delivery: Delivery) -> Outcome:
         """The outcome a handler's return value stands for; a value is published first, by
-        every publisher of the handler (encoded once). Raises :class:`Unencodable`."""
-        if result is None:
-            return ACK
-        if isinstance(result, Outcome):
-            return result
+        every publisher of the handler (encoded once), and answers ``delivery`` if it is a
+        request (so does ``None`` or ``ack()``, as ``null``). Raises :class:`Unencodable`."""
+        request = is_request(delivery)
+        if result is None or isinstance(result, Outcome):
+            if request and (result is None or result.kind is OutcomeKind.ACK):
+                await self.answers.value(delivery, NULL)
+            return ACK if result is None else result
         publishers = self._publishers
-        if publishers:
+        if publishers or request:
             try:
                 payload = encode(result)  # once for every publisher, before any publishes
             except EncodeError as exc:
                 raise Unencodable(exc) from None
             for publisher in publishers:
                 await publisher.publish(payload)
+            if request:
+                await self.answers.value(delivery, payload)
         return ACK
+
+    async def answer_ack(self, delivery: Delivery) -> None:
+        """A batch handler acknowledged ``delivery``: a request among them is answered ``null``
+        (a batch's return value is outcomes, not one value per message)."""
+        if is_request(delivery):
+            await self.answers.value(delivery, NULL)
 
     def failed(self, delivery: Delivery, exc: Exception) -> Outcome:
         """The failure policy's outcome for ``exc``, logged: a failure that will be retried is
@@ -196,7 +209,7 @@ class Verdicts:
         """The handler returned ``result`` (outside an ordered lane): publish it, then
         conclude. A failing publish runs the failure policy."""
         try:
-            outcome = await self.outcome_of(result)
+            outcome = await self.outcome_of(result, delivery)
         except Unencodable as exc:
             return await self.unencodable(delivery, message, exc.error)
         except Exception as exc:  # noqa: BLE001 - a failing publish runs the failure policy
@@ -282,6 +295,12 @@ class Verdicts:
         unless it is spent: one fewer)."""
         runner = self._runner
         tried = delivery.attempt if attempts is None else attempts
+        if is_request(delivery) and (
+            verdict.dead_letter is not None or verdict.outcome.kind is OutcomeKind.DROP
+        ):
+            if error is None and reason == "max-attempts" and tried < self._policy.max_attempts:
+                reason = "dropped"  # the handler returned drop()
+            await self.answers.failure(delivery, error, reason=reason, attempts=tried)
         if verdict.dead_letter is not None:
             letter = DeadLetter(
                 verdict.dead_letter,

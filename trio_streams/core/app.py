@@ -515,9 +515,7 @@ class App:
         await self._run_hooks("on_startup")
         async with AsyncExitStack() as stack:
             for broker in self._brokers:
-                transport = await stack.enter_async_context(options.connect(broker))
-                broker._attach(transport)
-                stack.callback(broker._attach, None)
+                await stack.enter_async_context(broker.lifetime(options.connect(broker)))
             targets: dict[str, int] = {}
             for broker in self._brokers:
                 for subscription in broker.subscriptions:

@@ -9,9 +9,12 @@ publishers and ``broker.publish`` calls run without any server.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Mapping
-from contextlib import AbstractAsyncContextManager, AsyncExitStack
-from typing import Any, ClassVar
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from types import TracebackType
+from typing import Any, ClassVar, Self, TypeVar, overload
+
+import trio
 
 from .codec import encode
 from .description import BrokerDescription
@@ -19,14 +22,26 @@ from .destinations import Destination, DestinationKind
 from .errors import ConfigurationError, TrioStreamsError, UnsupportedError
 from .middleware import Middleware, PublishCall, broker_kind, publish_hooks
 from .pipeline import CommandCheck
-from .routing import Declared, Router, Subscription
+from .process import process_name
+from .replies import CORRELATION_HEADER, ERROR_HEADER, REPLY_TO_HEADER, RemoteError, Reply
+from .requests import (
+    DEFAULT_REQUEST_TIMEOUT,
+    NoResponders,
+    ReplyInbox,
+    RequestTimeout,
+    new_correlation_id,
+)
+from .routing import Declared, Router, SubscriberOptions, Subscription
 from .transport import Source, Transport
+
+T = TypeVar("T")
 
 __all__ = ["Broker", "NotConnected"]
 
 
 class NotConnected(TrioStreamsError):
-    """A broker was used to publish while its app was not running."""
+    """A broker was used to publish while it was not connected: neither its app was running
+    nor was it entered (``async with broker:``)."""
 
 
 class Broker(Router):
@@ -53,6 +68,13 @@ class Broker(Router):
         #: Whether an app has registered this broker (``App.broker``): ``trio-streams run``
         #: refuses a module whose broker has subscribers but was never registered.
         self.registered = False
+        #: The broker's own tasks (the reply inbox) while it is connected.
+        self._nursery: trio.Nursery | None = None
+        #: The reply inbox of the requests this broker makes, opened at the first.
+        self._inbox: ReplyInbox | None = None
+        self._opening_inbox: trio.Event | None = None
+        #: ``async with broker:``'s connection, while it is entered.
+        self._entered: AbstractAsyncContextManager[Self] | None = None
 
     # ---- what subclasses provide -------------------------------------------------------------
 
@@ -173,8 +195,58 @@ class Broker(Router):
     @property
     def transport(self) -> Transport:
         if self._transport is None:
-            raise NotConnected(f"{self.name} is not connected: is its app running?")
+            raise NotConnected(
+                f"{self.name} is not connected: run its app, or enter it (async with broker:)"
+            )
         return self._transport
+
+    @asynccontextmanager
+    async def lifetime(
+        self, connecting: AbstractAsyncContextManager[Transport]
+    ) -> AsyncIterator[Self]:
+        """Connect with ``connecting`` (the broker's :meth:`connect`, or the in-process
+        transport of ``app.test()``) and hold the transport until the block ends, with a nursery
+        for the broker's own tasks (the reply inbox). An app enters each of its brokers this way;
+        ``async with broker:`` does too. Leaving it cancels those tasks (requests still waiting
+        fail with :class:`~trio_streams.core.requests.ReplyLost`), then closes the transport."""
+        if self._transport is not None:
+            raise ConfigurationError(
+                f"{self.name} is already connected (its app is running, or it was entered): "
+                "a broker holds one connection at a time"
+            )
+        async with connecting as transport, trio.open_nursery() as nursery:
+            self._attach(transport)
+            self._nursery = nursery
+            try:
+                yield self
+            finally:
+                nursery.cancel_scope.cancel()
+                self._nursery = None
+                self._inbox = None
+                self._opening_inbox = None
+                self._attach(None)
+
+    async def __aenter__(self) -> Self:
+        """Connect without an app, to publish and request from a script or a test:
+        ``async with RedisBroker(url) as broker: await broker.publish(...)``. Subscribers are
+        not run (an app runs them); the errors are an app's (a server that refuses, a missing
+        extra). Entering a broker that is connected already is refused."""
+        self.check_installed()
+        entered = self.lifetime(self.connect())
+        await entered.__aenter__()
+        self._entered = entered
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool | None:
+        entered, self._entered = self._entered, None
+        if entered is None:
+            return None
+        return await entered.__aexit__(exc_type, exc, traceback)
 
     def _attach(self, transport: Transport | None) -> None:
         self._transport = transport
@@ -223,6 +295,15 @@ class Broker(Router):
         """``publish``, inside the app's middlewares and ``middlewares`` (a publisher's router
         chain, outermost first; the broker's own come first in it)."""
         target = self.check_destination(destination)
+        return await self._publish_checked(middlewares, target, message, headers)
+
+    async def _publish_checked(
+        self,
+        middlewares: tuple[Middleware, ...],
+        target: Destination,
+        message: Any,
+        headers: Mapping[str, str] | None,
+    ) -> Any:
         hooks = publish_hooks(self.app_middlewares + middlewares)
         if not hooks:
             return await self._send(target, encode(message), headers or {})
@@ -241,6 +322,167 @@ class Broker(Router):
                 call.error = exc
                 raise
         return call.receipt
+
+    # ---- request-reply -----------------------------------------------------------------------
+
+    @overload
+    async def request(
+        self,
+        message: Any,
+        destination: str | Destination,
+        *,
+        timeout: float = ...,  # noqa: ASYNC109 - the request's contract
+        headers: Mapping[str, str] | None = ...,
+        reply_type: None = ...,
+    ) -> Reply: ...
+
+    @overload
+    async def request(
+        self,
+        message: Any,
+        destination: str | Destination,
+        *,
+        timeout: float = ...,  # noqa: ASYNC109 - the request's contract
+        headers: Mapping[str, str] | None = ...,
+        reply_type: type[T],
+    ) -> T: ...
+
+    @overload
+    async def request(
+        self,
+        message: Any,
+        destination: str | Destination,
+        *,
+        timeout: float = ...,  # noqa: ASYNC109 - the request's contract
+        headers: Mapping[str, str] | None = ...,
+        reply_type: Any,
+    ) -> Any: ...
+
+    async def request(
+        self,
+        message: Any,
+        destination: str | Destination,
+        *,
+        timeout: float = DEFAULT_REQUEST_TIMEOUT,  # noqa: ASYNC109 - as FastStream users expect
+        headers: Mapping[str, str] | None = None,
+        reply_type: Any = None,
+    ) -> Any:
+        """Publish ``message`` to ``destination`` as a request and return its reply: the value
+        the handler that takes it returned, as a :class:`~trio_streams.core.replies.Reply`, or
+        decoded to ``reply_type`` (as a handler's argument is decoded).
+
+        Raises :class:`~trio_streams.core.replies.RemoteError` when the handler failed (it
+        raised until its message was given up, or its message could not be decoded),
+        :class:`~trio_streams.core.requests.RequestTimeout` (a ``trio.TooSlowError``) when no
+        reply came within ``timeout`` seconds — at once, as
+        :class:`~trio_streams.core.requests.NoResponders`, when the transport tells that nobody
+        received the request — and :class:`~trio_streams.core.requests.ReplyLost` at once when
+        the connection the reply would come on is lost meanwhile. A reply that comes later is
+        dropped and counted. Cancelled, the request stops waiting and leaves nothing behind
+        (the request itself may have been published, and may be handled).
+
+        The request carries ``x-trio-streams-correlation-id`` and ``x-trio-streams-reply-to``
+        in its headers, with ``headers``; the publish middlewares wrap it as any publish."""
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+            raise ConfigurationError(f"timeout must be a number of seconds > 0, not {timeout!r}")
+        given = dict(headers or {})
+        for reserved in (CORRELATION_HEADER, REPLY_TO_HEADER):
+            if reserved in given:
+                raise ConfigurationError(
+                    f"request headers may not set {reserved!r}: each request sets its own"
+                )
+        target = self.check_destination(destination)
+        where = f"{target.kind.value} {target.name!r}"
+        correlation_id = new_correlation_id()
+        with trio.move_on_after(timeout) as waited:
+            inbox = await self._reply_inbox()
+            given[CORRELATION_HEADER] = correlation_id
+            given[REPLY_TO_HEADER] = inbox.address
+            waiting = inbox.expect(correlation_id)
+            try:
+                receipt = await self.publish(target, message, headers=given)
+                if target.is_channel and receipt == 0:
+                    why = "no subscriber received it (PUBLISH reached 0)"
+                    raise NoResponders(where, timeout, correlation_id, why)
+                await waiting.event.wait()
+            finally:
+                inbox.forget(correlation_id)
+        if waited.cancelled_caught:
+            raise RequestTimeout(where, timeout, correlation_id, await self._unserved(target))
+        if waiting.error is not None:
+            raise type(waiting.error)(str(waiting.error)) from waiting.error
+        reply = waiting.reply
+        assert reply is not None
+        if ERROR_HEADER in reply.headers:
+            raise RemoteError.from_reply(where, reply.payload)
+        return reply if reply_type is None else reply.decode(reply_type)
+
+    @property
+    def requests_in_flight(self) -> int:
+        """Requests of this broker waiting for their reply now."""
+        return 0 if self._inbox is None else self._inbox.in_flight
+
+    @property
+    def late_replies(self) -> int:
+        """Replies dropped since the broker connected: their request no longer waited."""
+        return 0 if self._inbox is None else self._inbox.late
+
+    def reply_address(self) -> str:
+        """A fresh reply address for this broker's inbox (a channel name by default)."""
+        return f"trio-streams:reply:{process_name()}:{new_correlation_id()[:8]}"
+
+    def reply_source(self, address: str) -> Source:
+        """The subscription the inbox reads ``address``'s replies with."""
+        raise UnsupportedError(f"{self.name} cannot take replies: it has no request-reply")
+
+    def reply_destination(self, address: str) -> Destination:
+        """Where a reply to ``address`` is published (a channel by default)."""
+        return Destination.channel(address)
+
+    async def send_reply(self, address: str, payload: bytes, headers: Mapping[str, str]) -> Any:
+        """Publish one reply (the handler side of a request), inside this broker's publish
+        middlewares."""
+        return await self._publish_checked(
+            self.middlewares, self.reply_destination(address), payload, headers
+        )
+
+    async def _reply_inbox(self) -> ReplyInbox:
+        """This broker's reply inbox, opened (subscribed) at the first request; concurrent first
+        requests wait for the one that opens it."""
+        while True:
+            inbox = self._inbox
+            if inbox is not None and not inbox.closed:
+                return inbox
+            opening = self._opening_inbox
+            if opening is not None:
+                await opening.wait()
+                continue
+            transport, nursery = self.transport, self._nursery
+            assert nursery is not None
+            opening = self._opening_inbox = trio.Event()
+            try:
+                address = self.reply_address()
+                label = f"{self.name}: replies"
+                source = transport.open_subscription(self.reply_source(address), {}, label=label)
+                inbox = ReplyInbox(address, label)
+                await nursery.start(inbox.run, source, SubscriberOptions())
+                self._inbox = inbox
+                return inbox
+            finally:
+                self._opening_inbox = None
+                opening.set()
+
+    async def _unserved(self, target: Destination) -> str:
+        """Why nobody may serve ``target``, where the transport can tell (bounded: 1 s)."""
+        transport = self._transport
+        if transport is None:
+            return ""
+        with trio.move_on_after(1):
+            try:
+                return await transport.unserved(target)
+            except Exception:  # noqa: BLE001 - only a hint for the timeout's message
+                return ""
+        return ""
 
     async def _send(self, target: Destination, payload: bytes, headers: Mapping[str, str]) -> Any:
         if target.kind is DestinationKind.STREAM:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ._alone import RunGate
+from ._answers import is_request
 from ._batches import Batches
 from ._escapes import escaped
 from ._verdicts import ACK, HandledMessage, Next, Unencodable, Verdicts, handler_call
@@ -246,7 +247,7 @@ class Dispatcher:
         to run, the general way): publish it and conclude, or settle the ack."""
         if result is _WAITS:
             next_ = await self._handle_delivery(delivery, message)
-        elif result is None:
+        elif result is None and not is_request(delivery):
             if self._runner.observers:  # the verdict of an ack needs no policy
                 self._verdicts.observe_ack(delivery, message, began)
             await self._runner.settle(delivery, ACK)
@@ -436,7 +437,7 @@ class Dispatcher:
         error: BaseException | None = None
         try:
             result = await self._handler.fn(*args)
-            outcome = await verdicts.outcome_of(result)
+            outcome = await verdicts.outcome_of(result, delivery)
         except Unencodable as exc:
             if scope is not None:
                 scope.error = exc.error

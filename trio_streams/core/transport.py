@@ -33,6 +33,7 @@ from .host import SubscriptionHost
 from .outcome import Outcome
 from .pipeline import Pipeline
 from .positions import Position, PositionKind
+from .replies import REPLY_TO_HEADER
 
 __all__ = [
     "DEAD_LETTER_HEADERS",
@@ -96,6 +97,9 @@ class DeadLetter:
         # count that the reader's attempts cap would count as already spent).
         headers.pop(RETRY_TARGET_HEADER, None)
         headers.pop(RETRY_COUNT_HEADER, None)
+        # The request it was (if it was one) has had its failure for an answer: a dead letter's
+        # reader does not answer it again.
+        headers.pop(REPLY_TO_HEADER, None)
         position = delivery.position
         where = "" if position is None else position.describe()
         values = (
@@ -495,6 +499,13 @@ class Transport(ABC):
         self, source: Source, options: Mapping[str, Any], *, label: str
     ) -> SubscriptionSource:
         """The reader for one subscription. ``label`` names it in errors and logs."""
+
+    async def unserved(self, destination: Destination) -> str:
+        """Why nobody may be serving ``destination`` (a stream with no consumer group, say),
+        for a request's timeout message; empty where the transport cannot tell (the default)."""
+        del destination
+        await trio.lowlevel.checkpoint()
+        return ""
 
 
 def settles_with(source: SubscriptionSource, settle: Callable[..., Any]) -> bool:

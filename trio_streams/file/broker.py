@@ -43,6 +43,7 @@ from ..core.names import NameNotFound
 from ..core.outcome import Outcome, OutcomeKind
 from ..core.positions import Position, PositionKind
 from ..core.process import process_name
+from ..core.requests import new_correlation_id
 from ..core.schedule import FairShare
 from ..core.transport import (
     SeekRefused,
@@ -164,6 +165,21 @@ class FileBroker(Broker):
             check_stream_key(destination.name)
         except ConfigurationError as exc:
             raise ConfigurationError(f"{self.name}: {exc}") from None
+
+    def reply_address(self) -> str:
+        """A reply key of the same file, ``trio-streams.reply.<id>``: requests and their replies
+        are both kept in the file, in order (what tools and tests want to look at)."""
+        return f"trio-streams.reply.{new_correlation_id()[:12]}"
+
+    def reply_source(self, address: str) -> Source:
+        """The live tail of the reply key."""
+        return FileStream(address)
+
+    def reply_destination(self, address: str) -> Destination:
+        """The reply key, checked: a request's reply-to must name a key the format holds."""
+        destination = Destination.stream(address)
+        self.check_name(destination)
+        return destination
 
     @asynccontextmanager
     async def connect(self) -> AsyncIterator[Transport]:

@@ -80,6 +80,11 @@ class MemoryBroker(Broker):
     async def connect(self) -> AsyncIterator[Transport]:
         yield MemoryTransport(self.hub)
 
+    def reply_source(self, address: str) -> Source:
+        """Replies come on an in-process channel of this broker's (as a Redis broker's come on
+        a Pub/Sub channel)."""
+        return MemoryChannel((address,))
+
 
 def _check_count(options: Mapping[str, Any]) -> int:
     return read_count_option(options, DEFAULT_COUNT)

@@ -209,6 +209,12 @@ class RedisBroker(Broker):
                     f"e.g. {companion_key(key, 'dead')!r}"
                 )
 
+    def reply_source(self, address: str) -> Source:
+        """Replies to this process's requests come on a Pub/Sub channel of its own: one
+        connection for every request in flight, nothing to clean up at the server, and in a
+        cluster a classic ``PUBLISH`` reaches the subscriber on whichever node it is."""
+        return RedisChannel(address)
+
     async def set_group_position(
         self, stream: str, group: str, position: Position, *, dry_run: bool = False
     ) -> GroupMove:
@@ -400,6 +406,30 @@ class RedisTransport(Transport):
             if exc.code == "WRONGTYPE":
                 raise wrong_type(f"publish to {destination}", destination.name, exc) from exc
             raise
+
+    async def unserved(self, destination: Destination) -> str:
+        """For a stream: missing, without a consumer group, or with groups but no consumer
+        (``XINFO GROUPS``); for a list or channel: nothing (a list's readers leave no trace)."""
+        if destination.kind is not DestinationKind.STREAM:
+            await trio.lowlevel.checkpoint()
+            return ""
+        key = destination.name
+        try:
+            groups = await self.client.execute("XINFO", "GROUPS", key)
+        except ReplyError as exc:
+            if "no such key" in exc.message.lower():
+                return f"stream {key!r} does not exist: nothing reads it"
+            return ""
+        if not groups:
+            return f"stream {key!r} has no consumer group: nothing serves it"
+        consumers = 0
+        for group in groups:
+            if isinstance(group, list):
+                group = dict(zip(group[::2], group[1::2], strict=False))
+            consumers += sum(int(v) for k, v in group.items() if text(k) == "consumers")
+        if not consumers:
+            return f"the consumer groups of stream {key!r} have no consumer: nothing serves it"
+        return ""
 
     @property
     def _list_ends(self) -> dict[str, ListEnd]:

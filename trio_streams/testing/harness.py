@@ -31,6 +31,7 @@ from ..core.groups import open_nursery
 from ..core.host import Fault, SubscriptionHost
 from ..core.outcome import Outcome
 from ..core.pipeline import Command, Segment
+from ..core.requests import DEFAULT_REQUEST_TIMEOUT
 from ..core.transport import Transport
 from ..memory.broker import MemoryBroker, MemorySubscription, MemoryTransport
 from ..memory.channels import channel_bus
@@ -235,6 +236,33 @@ class TestClient:
         receipt = await target.publish(destination, message, headers=headers)
         await self.settled()
         return receipt
+
+    async def request(
+        self,
+        destination: str | Destination,
+        message: Any,
+        *,
+        timeout: float = DEFAULT_REQUEST_TIMEOUT,  # noqa: ASYNC109 - as broker.request's
+        headers: Mapping[str, str] | None = None,
+        reply_type: Any = None,
+        broker: Broker | None = None,
+        unread_ok: bool = False,
+    ) -> Any:
+        """Send a request and return its reply, as ``broker.request`` does live (the same
+        errors: :class:`~trio_streams.core.replies.RemoteError`,
+        :class:`~trio_streams.core.requests.RequestTimeout` on Trio's clock, ...), then wait
+        until the rest of the reaction has settled. The destination is chosen and checked as
+        :meth:`publish` does (a destination nothing reads is refused unless ``unread_ok``)."""
+        target = self._broker_for(destination, broker)
+        if not unread_ok:
+            check_read(
+                self.app.name, self.app.brokers, target, target.check_destination(destination)
+            )
+        reply = await target.request(
+            message, destination, timeout=timeout, headers=headers, reply_type=reply_type
+        )
+        await self.settled()
+        return reply
 
     async def settled(self) -> None:
         """Wait until nothing is left to read, nothing is in flight and no retry is due.

@@ -1,0 +1,77 @@
+"""The handler's side of request-reply: answering a request delivery (see :mod:`.replies`).
+
+A delivery is a request when it carries ``x-trio-streams-reply-to`` and
+``x-trio-streams-correlation-id``. It is answered at its message's **final** outcome, so the
+caller hears what became of the message, not of one attempt:
+
+- the handler returned (a value, ``None`` or ``ack()``): the value, encoded as its publishers
+  encode it (``None`` as JSON ``null``), goes to the reply address — as well as to the handler's
+  ``@publisher`` destinations — before the delivery is settled; a reply that cannot be sent runs
+  the failure policy, as a publisher's failing publish does;
+- the message is given up (dropped or dead-lettered: attempts spent, undecodable, a handler that
+  returned ``drop()``): a failure's reply (:class:`~.replies.RemoteError` at the caller), sent
+  after the verdict is decided; if it cannot be sent, that is logged and the verdict goes on;
+- a retry answers nothing: the retried copy carries the same headers, and its run answers.
+
+Every run that reaches a final outcome answers, so a message handled twice (redelivered after a
+crash) answers twice; the caller takes the first reply and counts the other late.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from .delivery import Delivery
+from .replies import CORRELATION_HEADER, ERROR_HEADER, REPLY_TO_HEADER, error_payload
+from .reporting import describe
+
+if TYPE_CHECKING:
+    from .subscription import SubscriptionRunner
+
+__all__ = ["Answers", "is_request"]
+
+#: The payload of a reply to a handler that returned nothing.
+NULL = b"null"
+
+
+def is_request(delivery: Delivery) -> bool:
+    headers = delivery.headers
+    return bool(headers) and REPLY_TO_HEADER in headers and CORRELATION_HEADER in headers
+
+
+class Answers:
+    """Sends the replies of one subscription's request deliveries through its broker."""
+
+    def __init__(self, runner: SubscriptionRunner, logger: logging.Logger) -> None:
+        self._broker = runner.subscription.broker
+        self._handler = runner.subscription.handler.name
+        self._label = runner.label
+        self._log = logger
+
+    async def value(self, delivery: Delivery, payload: bytes) -> None:
+        """Answer ``delivery`` with ``payload``; raises what the send raised."""
+        headers = delivery.headers
+        await self._broker.send_reply(
+            headers[REPLY_TO_HEADER], payload, {CORRELATION_HEADER: headers[CORRELATION_HEADER]}
+        )
+
+    async def failure(
+        self, delivery: Delivery, error: BaseException | None, *, reason: str, attempts: int
+    ) -> None:
+        """Answer ``delivery`` with a failure; a send that fails is logged, not raised."""
+        headers = delivery.headers
+        payload = error_payload(self._handler, error, reason=reason, attempts=attempts)
+        try:
+            await self._broker.send_reply(
+                headers[REPLY_TO_HEADER],
+                payload,
+                {CORRELATION_HEADER: headers[CORRELATION_HEADER], ERROR_HEADER: reason},
+            )
+        except Exception as exc:  # noqa: BLE001 - the verdict goes on; the caller times out
+            self._log.warning(
+                "%s: the failure of request %s could not be answered: %s",
+                self._label,
+                headers[CORRELATION_HEADER],
+                describe(exc),
+            )
