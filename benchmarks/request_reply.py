@@ -20,10 +20,11 @@ request names; the caller checks every reply against its own request.
   connection and answers a read with one write: a ``PUBLISH`` of each reply (framed, the
   correlation id in its headers) and the read's ``XACK``;
 - **FastStream** (``_faststream_rr_peer.py``): a ``StreamSub`` subscriber of the same group
-  shape returning the doubled number, and callers awaiting ``broker.request(n, stream=KEY)``;
-  FastStream runs on asyncio, so it runs with the interpreter ``--faststream-python`` names
-  (by default this one), whose ``faststream[redis]`` 0.7 is found there or the script says in
-  one line that it is not measured, and measures the other two.
+  shape returning the doubled number, and callers awaiting ``broker.request(n, stream=KEY)``
+  (FastStream subscribes to a reply channel of its own for each request). It runs on
+  asyncio, in its own process, with the interpreter ``--faststream-python`` names, by default
+  this one (the ``bench`` extra installs ``faststream[redis]`` 0.7.0). An interpreter without
+  it: the script says so in one line and measures the other two.
 
 **Fair shape.** Every contender runs in a fresh process of its own (this script again, or the
 FastStream peer), holding both its responder and its callers on one event loop: the same
@@ -43,9 +44,8 @@ It prints, per in-flight count and contender, the medians over ``--runs`` rounds
 p99 in milliseconds, of requests/s, and of what the server counted per request (``INFO
 stats`` after ``CONFIG RESETSTAT``, the warm-up included: its socket reads, one a write of a
 client's while it keeps up, and the commands it ran: the round trips counted, not assumed),
-then trio-streams against the raw floor (aim: p50 at
-most x1.3 of raw's) and against FastStream (aim: at least x5 its requests/s), each a peer of
-the same run on the same server.
+then trio-streams against the raw floor (aim: p50 at most x1.3 of raw's) and against
+FastStream (aim: at least x5 its requests/s), each a peer of the same run on the same server.
 
 Run: ``python benchmarks/request_reply.py [--requests N] [--peer-requests N] [--runs N]
 [--in-flight N] [--server NAME|PATH] [--faststream-python PATH]`` (``--server``: the server
