@@ -29,12 +29,18 @@ _COMMAND = re.compile(r"trio-streams [^\s:]+(\s|$)")
 _OUTPUT = re.compile(r"trio-streams( [a-z-]+)+:(\s|$)")
 #: Logger names (an app's, a subscription's): what follows the prefix is the user's name.
 LOGGER_PREFIXES = ("trio_streams.app.", "trio_streams.subscription.")
-#: Names that are not modules: the loggers of the supervisor and of the HTTP endpoints, and the
-#: span attribute of a delivery's outcome.
 #: The pages that say where the modules of the flat layout went, naming their old paths.
 PAGES_ON_THE_OLD_PATHS = frozenset({"docs/architecture.md", "docs/reference.md"})
+#: Names that are not modules: the loggers of the supervisor and of the HTTP endpoints, and the
+#: span attributes of a delivery's outcome, of a request's outcome and of a reply's kind.
 NOT_MODULES = frozenset(
-    {"trio_streams.supervisor", "trio_streams.http_endpoints", "trio_streams.outcome"}
+    {
+        "trio_streams.supervisor",
+        "trio_streams.http_endpoints",
+        "trio_streams.outcome",
+        "trio_streams.request.outcome",
+        "trio_streams.reply",
+    }
 )
 
 

@@ -70,6 +70,10 @@ NOT_FROZEN: dict[str, str] = {
         "a middleware's view of one publish: a middleware may change its headers, the broker "
         "sets the receipt or the error once it sent"
     ),
+    "trio_streams.core.middleware.RequestCall": (
+        "a middleware's view of one request: a middleware may change its headers, the broker "
+        "sets its outcome, its reply or its error once it is over"
+    ),
     "trio_streams.core.routing.Declared": (
         "a subscriber on its way to its broker: the broker prepares it in place (a Redis broker "
         "fills in its group and consumer defaults)"

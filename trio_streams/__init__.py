@@ -28,10 +28,12 @@ if TYPE_CHECKING:
     from .core.extras import MissingExtra
     from .core.handler import Depends, Header, Headers
     from .core.logs import JsonFormatter
-    from .core.middleware import HandlerCall, Middleware, PublishCall
+    from .core.middleware import HandlerCall, Middleware, PublishCall, RequestCall
     from .core.outcome import Outcome, ack, drop, retry, retry_after
     from .core.pipeline import Pipeline, SegmentClosed
     from .core.positions import InvalidPosition, Position
+    from .core.replies import RemoteError, Reply
+    from .core.requests import NoResponders, ReplyLost, RequestTimeout
     from .core.routing import Publisher, Router
     from .core.transport import SeekRefused, Sharing
     from .memory import MemoryBroker, MemoryStream
@@ -60,12 +62,18 @@ __all__ = [
     "MemoryStream",
     "Middleware",
     "MissingExtra",
+    "NoResponders",
     "NotConnected",
     "Outcome",
     "Pipeline",
     "Position",
     "PublishCall",
     "Publisher",
+    "RemoteError",
+    "Reply",
+    "ReplyLost",
+    "RequestCall",
+    "RequestTimeout",
     "Router",
     "RunningApp",
     "SeekRefused",
@@ -113,6 +121,7 @@ _EXPORTS: dict[str, str] = {
     "HandlerCall": ".core.middleware",
     "Middleware": ".core.middleware",
     "PublishCall": ".core.middleware",
+    "RequestCall": ".core.middleware",
     "Outcome": ".core.outcome",
     "ack": ".core.outcome",
     "drop": ".core.outcome",
@@ -122,6 +131,11 @@ _EXPORTS: dict[str, str] = {
     "SegmentClosed": ".core.pipeline",
     "InvalidPosition": ".core.positions",
     "Position": ".core.positions",
+    "RemoteError": ".core.replies",
+    "Reply": ".core.replies",
+    "NoResponders": ".core.requests",
+    "ReplyLost": ".core.requests",
+    "RequestTimeout": ".core.requests",
     "Publisher": ".core.routing",
     "Router": ".core.routing",
     "SeekRefused": ".core.transport",

@@ -74,6 +74,7 @@ def test_channels_come_from_subscriptions_and_publishers_with_redis_bindings(
         "redis.receipts": ("receipts", "xadd"),
         "redis.audit": ("audit", "rpush"),
         "file_orders.ss_.orders": ("orders", None),
+        "redis.replies": (None, "publish"),  # bill returns a value: it answers requests
     }
     orders = channels["redis.orders"]
     assert orders["bindings"]["redis"]["groupName"] == "billing"

@@ -71,10 +71,19 @@ def test_each_message_has_the_content_type_the_codec_writes_for_its_type() -> No
     document = document_of("kinds")
     types = {key: m["contentType"] for key, m in document["components"]["messages"].items()}
     assert types == {
-        "str": TEXT,
+        # What the handlers read (each returns a value, so each may be a request)...
+        "str.request": TEXT,
+        "Bytes.request": "application/octet-stream",
+        "Order.request": "application/json",
+        # ...what their publishers publish...
         "Bytes": "application/octet-stream",
         "Order": "application/json",
         "dict": "application/json",
+        # ...and what they reply: the same value, or their failure.
+        "Bytes.reply": "application/octet-stream",
+        "Order.reply": "application/json",
+        "dict.reply": "application/json",
+        "trio-streams.error.reply": "application/json",
     }
     # What the codec writes for each: text as it is, bytes as they are, the rest as JSON.
     assert encode("5.50 €") == "5.50 €".encode()
@@ -185,6 +194,7 @@ def test_a_subscription_without_a_dead_letter_has_no_dead_letter_channel() -> No
     assert sorted(document["channels"]) == [
         "file_kinds.ss_.orders",
         "file_kinds.ss_.raw",
+        "file_kinds.ss_.replies",  # the replies of its handlers, which return values
         "file_kinds.ss_.text",
         "file_kinds.ss_.totals",
     ]

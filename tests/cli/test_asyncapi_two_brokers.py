@@ -59,6 +59,9 @@ def test_each_publisher_is_described_on_its_own_broker(
     assert channel_map(document) == {
         "redis.orders": ("orders", "#/servers/redis", "xreadgroup"),
         "file_shop.ss_.receipts": ("receipts", "#/servers/file_shop.ss_", None),
+        # bill returns a value, so it answers requests: its replies go from the broker it
+        # reads, whatever broker its publishers write to.
+        "redis.replies": (None, "#/servers/redis", "publish"),
     }
     assert document["servers"]["file_shop.ss_"]["pathname"] == "/shop.ss"
     assert "bindings" not in document["channels"]["file_shop.ss_.receipts"]
@@ -91,6 +94,7 @@ def test_two_brokers_of_the_same_kind_are_two_servers_each_with_its_own_channels
     assert channel_map(document) == {
         "redis.orders": ("orders", "#/servers/redis", "xreadgroup"),
         "redis_2.receipts": ("receipts", "#/servers/redis_2", "rpush"),
+        "redis.replies": (None, "#/servers/redis", "publish"),
     }
     assert sends(document) == {
         "redis_2.receipts.send": (
@@ -108,6 +112,7 @@ def test_a_handler_with_publishers_on_both_brokers_sends_its_return_to_each(
         "redis.orders": ("orders", "#/servers/redis", "xreadgroup"),
         "redis.receipts": ("receipts", "#/servers/redis", "xadd"),
         "file_shop.ss_.receipts": ("receipts", "#/servers/file_shop.ss_", None),
+        "redis.replies": (None, "#/servers/redis", "publish"),
     }
     assert sends(document) == {
         "redis.receipts.send": (
@@ -119,7 +124,12 @@ def test_a_handler_with_publishers_on_both_brokers_sends_its_return_to_each(
             ["#/channels/file_shop.ss_.receipts/messages/Receipt"],
         ),
     }
-    assert set(document["components"]["messages"]) == {"Order", "Receipt"}
+    assert set(document["components"]["messages"]) == {
+        "Order.request",
+        "Receipt",
+        "Receipt.reply",
+        "trio-streams.error.reply",
+    }
 
 
 def test_a_publisher_on_no_broker_is_refused_in_one_line_naming_it() -> None:

@@ -230,7 +230,11 @@ MISTAKES: list[tuple[list[str], int, str]] = [
     (["publish", "{tmp}/ok.ss"], 2, "KEY is needed"),
     (["publish", "{tmp}/ok.ss", "k", "1", "--file", "{tmp}/ok.ss"], 2, "not both"),
     (["publish", "{tmp}/ok.ss", "k", "1", "--ndjson"], 2, "--ndjson reads the messages"),
-    (["publish", "redis://127.0.0.1:1", "k", "1"], 1, "not redis:// targets"),
+    (["publish", "{down}", "k", "1"], 1, "cannot publish to {down}: "),
+    (["publish", "{down}/x", "k", "1"], 2, "argument TARGET: "),
+    (["publish", "{down}", "k", "1", "--list", "--channel"], 2, "not allowed with argument"),
+    (["publish", "{down}", "k", "1", "--beacon-interval", "4096"], 2, "--beacon-interval is"),
+    (["publish", "{tmp}/ok.ss", "k", "1", "--channel"], 2, "--channel is for a Redis target"),
     (["publish", "{tmp}/ok.ss", "k", "--beacon-interval", "many"], 2, "not a number of bytes"),
     # asyncapi
     (["asyncapi", "tests.cli.asyncapi_apps:app", "-o", "{tmp}/no/dir/f"], 1, "cannot write"),

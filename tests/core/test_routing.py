@@ -114,11 +114,6 @@ def test_bad_subscriber_options_are_refused_at_declaration(
         MemoryBroker().subscriber(MemoryStream("s"), **options)  # type: ignore[arg-type]
 
 
-def test_subscriber_needs_a_source() -> None:
-    with pytest.raises(ConfigurationError, match="takes a source"):
-        MemoryBroker().subscriber("orders")  # type: ignore[arg-type]
-
-
 def test_batch_handlers_cannot_have_publishers_in_either_decorator_order() -> None:
     broker = MemoryBroker()
 

@@ -34,6 +34,7 @@ from trio_streams.testing.faults import (
     UnexpectedExit,
 )
 from trio_streams.testing.faults._child import INTERNALS, InternalMissing, check_internals
+from trio_streams.testing.faults.processes import DEFAULT_TIMEOUT
 
 ROOT = Path(__file__).parents[2]
 APPS = "tests.faults.proc_apps"
@@ -141,6 +142,7 @@ async def test_a_point_never_reached_is_a_timeout_error_naming_the_point(orders:
             await p.reached()
         assert isinstance(e.value, TimeoutError)
         assert "still running" in str(e.value)
+        p.timeout = DEFAULT_TIMEOUT  # the short bound was the point's: a graceful stop takes longer
         assert await p.stop() == 0
 
 

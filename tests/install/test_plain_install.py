@@ -238,6 +238,7 @@ def test_run_of_a_redis_app_is_refused_in_one_line_before_it_starts(plain: Plain
         (["top", "redis://127.0.0.1:9", "--once"], "trio-streams top"),
         (["record", "redis://127.0.0.1:9", "orders", "--to", "copy.ss"], "trio-streams record"),
         (["replay", "orders.ss", "--to", "redis://127.0.0.1:9"], "trio-streams replay"),
+        (["publish", "redis://127.0.0.1:9/0", "orders", "{}"], "trio-streams publish"),
     ],
 )
 def test_redis_commands_are_refused_in_one_line_naming_the_redis_extra(

@@ -38,8 +38,10 @@ __all__ = [
     "guarded",
     "header",
     "http_address",
+    "note_line",
     "plain_help",
     "positive",
+    "publish_target",
     "record_bound",
     "redis_url",
     "seconds",
@@ -83,6 +85,13 @@ def command_path(parser: argparse.ArgumentParser, args: argparse.Namespace) -> s
 def error_line(message: str) -> str:
     """``trio-streams COMMAND: error: MESSAGE``: how every command's error line begins."""
     return f"{_command[0]}: error: {message}"
+
+
+def note_line(message: str, *, label: str = "note") -> str:
+    """``trio-streams COMMAND: note: MESSAGE``: what a command says on stderr of something the
+    user may not expect (a message nobody received), and goes on (``label="warning"``: of
+    something that may need looking at)."""
+    return f"{_command[0]}: {label}: {message}"
 
 
 class CommandLineParser(argparse.ArgumentParser):
@@ -332,6 +341,23 @@ def top_target(text: str) -> str:
             f"{scheme.group(1)}:// is not supported: top reads a Redis URL (redis://, "
             "rediss://, redis+cluster://, redis+sentinel://), a stream file, or the "
             f"http://HOST:PORT of an app's --http; got {redact_url(text)!r}"
+        )
+    return text
+
+
+def publish_target(text: str) -> str:
+    """What ``publish`` writes to. A Redis URL is checked by the parser (a bad one, or a URL of
+    another scheme, is a bad command line); anything else is a stream file's path."""
+    if text.startswith(REDIS_SCHEMES):
+        return redis_url(text)
+    scheme = URL_SCHEME.match(text)
+    if scheme is not None:
+        from ..redis.client import redact_url
+
+        raise argparse.ArgumentTypeError(
+            f"{scheme.group(1)}:// is not supported: publish writes to a stream file or a Redis "
+            f"URL (redis://, rediss://, redis+cluster://, redis+sentinel://); got "
+            f"{redact_url(text)!r}"
         )
     return text
 

@@ -189,7 +189,9 @@ class Verdicts:
         self.observe(delivery, message, outcome, verdict, error, called=called)
         if ordered and verdict.dead_letter is None and verdict.outcome.is_retry:
             return await self._retry_in_lane(delivery, verdict.outcome)
-        return await self.settle(delivery, verdict, error)
+        # A drop the handler returned (the policy drops only a spent retry), on whichever attempt.
+        reason = "dropped" if outcome.kind is OutcomeKind.DROP else "max-attempts"
+        return await self.settle(delivery, verdict, error, reason=reason)
 
     async def failure(
         self,
@@ -298,8 +300,6 @@ class Verdicts:
         if is_request(delivery) and (
             verdict.dead_letter is not None or verdict.outcome.kind is OutcomeKind.DROP
         ):
-            if error is None and reason == "max-attempts" and tried < self._policy.max_attempts:
-                reason = "dropped"  # the handler returned drop()
             await self.answers.failure(delivery, error, reason=reason, attempts=tried)
         if verdict.dead_letter is not None:
             letter = DeadLetter(

@@ -66,7 +66,8 @@ def _start_of(source: object) -> str:
             first = f"from {start_at!r}"
         else:
             first = "from the beginning" if replaying else "from the tip"
-        return f"resuming durable consumer {durable!r} where it stopped (the first time: {first})"
+        who = "named after its app and subscription" if durable is True else repr(durable)
+        return f"resuming durable consumer {who} where it stopped (the first time: {first})"
     if start_at is not None:
         return f"from {start_at!r}" + (", then following" if replaying is False else "")
     if replaying:

@@ -20,7 +20,16 @@ from .codec import encode
 from .description import BrokerDescription
 from .destinations import Destination, DestinationKind
 from .errors import ConfigurationError, TrioStreamsError, UnsupportedError
-from .middleware import Middleware, PublishCall, broker_kind, publish_hooks
+from .groups import open_nursery
+from .middleware import (
+    Middleware,
+    PublishCall,
+    RequestCall,
+    broker_kind,
+    publish_hooks,
+    request_hooks,
+    run_request,
+)
 from .pipeline import CommandCheck
 from .process import process_name
 from .replies import CORRELATION_HEADER, ERROR_HEADER, REPLY_TO_HEADER, RemoteError, Reply
@@ -73,6 +82,10 @@ class Broker(Router):
         #: The reply inbox of the requests this broker makes, opened at the first.
         self._inbox: ReplyInbox | None = None
         self._opening_inbox: trio.Event | None = None
+        #: Late replies of the inboxes this connection had before its current one.
+        self._late_earlier = 0
+        #: Connected, or connecting: held from the start of :meth:`lifetime` to its end.
+        self._connected = False
         #: ``async with broker:``'s connection, while it is entered.
         self._entered: AbstractAsyncContextManager[Self] | None = None
 
@@ -134,12 +147,25 @@ class Broker(Router):
     def broker_or_none(self) -> Broker:
         return self
 
+    def source_for(self, name: str) -> Source:
+        """The source a plain stream name subscribes to (``@broker.subscriber("orders")``): this
+        transport's default subscription of that name, as its guide documents it. ``name`` has
+        the prefixes of the routers it came through, not yet this broker's own. Refuses, with
+        ``ConfigurationError``, a name the transport cannot read. A broker with no default
+        subscription (the base class) refuses every name."""
+        accepted = ", ".join(f"{t.__name__}(...)" for t in self.source_types) or "a source"
+        raise UnsupportedError(
+            f"{self.name} has no default subscription for a plain name: give a source "
+            f"({accepted}), not {name!r}"
+        )
+
     def prepare(self, declared: Declared) -> None:
         """Fill in, on ``declared`` (a subscriber reaching this broker, its routers' prefixes
         applied), what this broker adds before it is checked and mounted (a default consumer
         group, say), or refuse it. Nothing by default."""
 
     def _on_declared(self, declared: Declared) -> None:
+        declared.source = self._named(declared)
         self.prepare(declared)
         source = declared.source.with_prefix(self.prefix)
         self.check_subscription(source, declared.transport_options)
@@ -190,6 +216,19 @@ class Broker(Router):
             )
         )
 
+    def _named(self, declared: Declared) -> Source:
+        """``declared``'s source; a plain name made this broker's default source of it."""
+        given = declared.source
+        if not isinstance(given, str):
+            return given
+        try:
+            return self.source_for(given)
+        except ConfigurationError as exc:
+            kind = UnsupportedError if isinstance(exc, UnsupportedError) else ConfigurationError
+            raise kind(
+                f"handler {declared.handler.name}: subscriber({given!r}) on {self.name}: {exc}"
+            ) from exc
+
     # ---- while running -----------------------------------------------------------------------
 
     @property
@@ -209,22 +248,28 @@ class Broker(Router):
         for the broker's own tasks (the reply inbox). An app enters each of its brokers this way;
         ``async with broker:`` does too. Leaving it cancels those tasks (requests still waiting
         fail with :class:`~trio_streams.core.requests.ReplyLost`), then closes the transport."""
-        if self._transport is not None:
+        if self._connected:
             raise ConfigurationError(
                 f"{self.name} is already connected (its app is running, or it was entered): "
                 "a broker holds one connection at a time"
             )
-        async with connecting as transport, trio.open_nursery() as nursery:
-            self._attach(transport)
-            self._nursery = nursery
-            try:
-                yield self
-            finally:
-                nursery.cancel_scope.cancel()
-                self._nursery = None
-                self._inbox = None
-                self._opening_inbox = None
-                self._attach(None)
+        # Claimed before the first await: two entered at once cannot both connect.
+        self._connected = True
+        try:
+            # A lone error of the block (or of the broker's tasks) leaves as itself.
+            async with connecting as transport, open_nursery() as nursery:
+                self._attach(transport)
+                self._nursery = nursery
+                try:
+                    yield self
+                finally:
+                    nursery.cancel_scope.cancel()
+                    self._nursery = None
+                    self._inbox = None
+                    self._opening_inbox = None
+                    self._attach(None)
+        finally:
+            self._connected = False
 
     async def __aenter__(self) -> Self:
         """Connect without an app, to publish and request from a script or a test:
@@ -377,12 +422,15 @@ class Broker(Router):
         reply came within ``timeout`` seconds — at once, as
         :class:`~trio_streams.core.requests.NoResponders`, when the transport tells that nobody
         received the request — and :class:`~trio_streams.core.requests.ReplyLost` at once when
-        the connection the reply would come on is lost meanwhile. A reply that comes later is
-        dropped and counted. Cancelled, the request stops waiting and leaves nothing behind
-        (the request itself may have been published, and may be handled).
+        the connection the reply would come on is lost meanwhile; while that connection is
+        being made again, a request waits for it (within its timeout) before it is published.
+        A reply that comes later is dropped and counted. Cancelled, the request stops waiting
+        and leaves nothing behind (the request itself may have been published, and may be
+        handled).
 
         The request carries ``x-trio-streams-correlation-id`` and ``x-trio-streams-reply-to``
-        in its headers, with ``headers``; the publish middlewares wrap it as any publish."""
+        in its headers, with ``headers``; the request middlewares (``Middleware.request``) wrap
+        it whole, and the publish middlewares its publish, as any publish."""
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
             raise ConfigurationError(f"timeout must be a number of seconds > 0, not {timeout!r}")
         given = dict(headers or {})
@@ -392,30 +440,62 @@ class Broker(Router):
                     f"request headers may not set {reserved!r}: each request sets its own"
                 )
         target = self.check_destination(destination)
-        where = f"{target.kind.value} {target.name!r}"
         correlation_id = new_correlation_id()
+        hooks = request_hooks(self.app_middlewares + self.middlewares)
+        if hooks:
+            call = RequestCall(
+                self.name, target, message, given, correlation_id, timeout, self,
+                kind=broker_kind(self), system=self.description().system,
+            )  # fmt: skip
+            reply = await run_request(hooks, call, self._request)
+        else:
+            reply = await self._request(target, message, timeout, given, correlation_id)
+        return reply if reply_type is None else reply.decode(reply_type)
+
+    async def _request(
+        self,
+        target: Destination,
+        message: Any,
+        timeout: float,  # noqa: ASYNC109 - the request's contract
+        given: dict[str, str],
+        correlation_id: str,
+    ) -> Reply:
+        """Publish the request and wait for its reply; raises what :meth:`request` says."""
+        where = f"{target.kind.value} {target.name!r}"
+        inbox: ReplyInbox | None = None
         with trio.move_on_after(timeout) as waited:
             inbox = await self._reply_inbox()
             given[CORRELATION_HEADER] = correlation_id
             given[REPLY_TO_HEADER] = inbox.address
             waiting = inbox.expect(correlation_id)
             try:
-                receipt = await self.publish(target, message, headers=given)
-                if target.is_channel and receipt == 0:
+                receipt = None
+                with trio.CancelScope() as waiting.publishing:  # failing the request ends it
+                    try:
+                        receipt = await self.publish(target, message, headers=given)
+                    except Exception:
+                        if waiting.reply is None:
+                            raise
+                        # Its reply came before the publish's error (a connection lost after
+                        # the server took the request): it was taken, and this is its answer.
+                waiting.publishing = None
+                if self._reached_nobody(target, receipt):
                     why = "no subscriber received it (PUBLISH reached 0)"
                     raise NoResponders(where, timeout, correlation_id, why)
                 await waiting.event.wait()
             finally:
                 inbox.forget(correlation_id)
         if waited.cancelled_caught:
-            raise RequestTimeout(where, timeout, correlation_id, await self._unserved(target))
+            why = self._deaf_inbox() if inbox is None else ""  # it waited, unpublished
+            why = why or await self._unserved(target)
+            raise RequestTimeout(where, timeout, correlation_id, why)
         if waiting.error is not None:
             raise type(waiting.error)(str(waiting.error)) from waiting.error
         reply = waiting.reply
         assert reply is not None
         if ERROR_HEADER in reply.headers:
             raise RemoteError.from_reply(where, reply.payload)
-        return reply if reply_type is None else reply.decode(reply_type)
+        return reply
 
     @property
     def requests_in_flight(self) -> int:
@@ -423,9 +503,22 @@ class Broker(Router):
         return 0 if self._inbox is None else self._inbox.in_flight
 
     @property
+    def unread_replies(self) -> int:
+        """Replies that have arrived for this broker's requests and its inbox has not read yet
+        (where its transport can tell): ``app.test()`` waits for none to be left."""
+        return 0 if self._inbox is None else self._inbox.unread()
+
+    @property
     def late_replies(self) -> int:
         """Replies dropped since the broker connected: their request no longer waited."""
-        return 0 if self._inbox is None else self._inbox.late
+        return self._late_earlier + (0 if self._inbox is None else self._inbox.late)
+
+    @property
+    def reply_inbox(self) -> ReplyInbox | None:
+        """The reply inbox of this broker's requests while one is open (None before the first
+        request and once the broker closed; a new one replaces one that failed): its ``late``
+        counts the replies it dropped, which metrics carry across inboxes."""
+        return self._inbox
 
     def reply_address(self) -> str:
         """A fresh reply address for this broker's inbox (a channel name by default)."""
@@ -452,7 +545,10 @@ class Broker(Router):
         while True:
             inbox = self._inbox
             if inbox is not None and not inbox.closed:
-                return inbox
+                if inbox.listening:
+                    return inbox
+                await inbox.changed()  # reconnecting: a reply sent now would be lost
+                continue
             opening = self._opening_inbox
             if opening is not None:
                 await opening.wait()
@@ -460,6 +556,9 @@ class Broker(Router):
             transport, nursery = self.transport, self._nursery
             assert nursery is not None
             opening = self._opening_inbox = trio.Event()
+            if inbox is not None:  # one that failed: its late replies still count
+                self._late_earlier += inbox.late
+                self._inbox = None
             try:
                 address = self.reply_address()
                 label = f"{self.name}: replies"
@@ -471,6 +570,21 @@ class Broker(Router):
             finally:
                 self._opening_inbox = None
                 opening.set()
+
+    def _reached_nobody(self, target: Destination, receipt: Any) -> bool:
+        """Whether the receipt of a request published to ``target`` tells that nobody received
+        it (a channel's publish that reached 0 subscribers): the request then fails at once,
+        with :class:`~trio_streams.core.requests.NoResponders`. A broker whose count is not
+        the whole (a classic channel in a Redis cluster: the node's own) says False."""
+        return target.is_channel and receipt == 0
+
+    def _deaf_inbox(self) -> str:
+        """Why a request timed out unpublished: the reply subscription did not subscribe again
+        in time (its lasting faults), or empty."""
+        inbox = self._inbox
+        if inbox is None or inbox.closed or inbox.listening:
+            return ""
+        return f"not sent: the reply subscription was not listening ({inbox.deafness()})"
 
     async def _unserved(self, target: Destination) -> str:
         """Why nobody may serve ``target``, where the transport can tell (bounded: 1 s)."""

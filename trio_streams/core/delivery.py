@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .positions import Position, delivered_position
+from .replies import CORRELATION_HEADER, REPLY_TO_HEADER
 
 __all__ = [
     "RETRY_COUNT_HEADER",
@@ -165,14 +166,24 @@ def retry_headers(delivery: Delivery, target: str | None = None) -> dict[str, st
     return headers
 
 
-#: Headers a transport adds to retry copies; handlers see the headers without them
-#: (``producer_headers``), so forwarding a copy's headers never forwards "this is a retry".
-TRANSPORT_HEADERS = frozenset({RETRY_COUNT_HEADER, RETRY_TARGET_HEADER})
+#: Headers a transport adds to retry copies, and those a request carries (its reply address
+#: and correlation id); handlers see the headers without them (``producer_headers``), so
+#: forwarding a message's headers never forwards "this is a retry", nor "answer this request"
+#: (the next stage's value would answer the caller instead of this handler's).
+TRANSPORT_HEADERS = frozenset(
+    {RETRY_COUNT_HEADER, RETRY_TARGET_HEADER, REPLY_TO_HEADER, CORRELATION_HEADER}
+)
 
 
 def producer_headers(headers: Mapping[str, str]) -> Mapping[str, str]:
-    """``headers`` without the transport's own (the retry count and target of a copy)."""
-    if RETRY_COUNT_HEADER in headers or RETRY_TARGET_HEADER in headers:
+    """``headers`` without the transport's own (the retry count and target of a copy, the
+    reply address and correlation id of a request)."""
+    if (
+        RETRY_COUNT_HEADER in headers
+        or RETRY_TARGET_HEADER in headers
+        or REPLY_TO_HEADER in headers
+        or CORRELATION_HEADER in headers
+    ):
         return {k: v for k, v in headers.items() if k not in TRANSPORT_HEADERS}
     return headers
 

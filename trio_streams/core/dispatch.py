@@ -193,7 +193,9 @@ class Dispatcher:
                         except BaseException as exc:  # noqa: BLE001 - see _payload_raised
                             await self._payload_raised(delivery, message, exc, began)
                         else:
-                            if result is None and noop_acks:  # ack, and an ack settles nothing
+                            if result is None and noop_acks and not is_request(delivery):
+                                # An ack that settles nothing (a request's ack answers it: the
+                                # general way, ``_payload_handled``).
                                 if observers:  # the verdict of an ack needs no policy
                                     self._verdicts.observe_ack(delivery, message, began)
                                 runner.ended_by_noop_ack(delivery)

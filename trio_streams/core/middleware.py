@@ -1,7 +1,6 @@
 """Middlewares: code that wraps each delivery's handling and each publish.
 
-A middleware is an object with up to three hooks; the first two are async context manager
-factories:
+A middleware is an object with up to four hooks; three are async context manager factories:
 
 - ``handle(call)`` wraps one delivery, from before its payload is decoded to after it is
   settled (acknowledged, retried, dead-lettered). ``call`` (:class:`HandlerCall`) is filled in
@@ -13,7 +12,15 @@ factories:
   fails the subscription, as a bug in the framework would.
 - ``publish(call)`` wraps one publish (:class:`PublishCall`): ``headers`` may be changed before
   the ``yield`` (a trace context, a correlation id); ``receipt`` or ``error`` is set after it.
-  An error of the publish is raised through the ``yield``.
+  An error of the publish is raised through the ``yield``. A handler's reply to a request is a
+  publish too (:attr:`PublishCall.is_reply`).
+- ``request(call)`` wraps one ``broker.request`` (:class:`RequestCall`), from before its
+  publish (which the ``publish`` hooks wrap, inside it) to its outcome: ``headers`` may be
+  changed before the ``yield``; ``outcome`` (``ok``, ``remote_error``, ``timeout``,
+  ``no_responders``, ``lost``, ``error``, ``cancelled``), ``reply`` and ``error`` are set after
+  it. The request's error (a :class:`~.replies.RemoteError`, a
+  :class:`~.requests.RequestTimeout`...) and its cancellation are raised through the
+  ``yield``. The reply's decoding to ``reply_type`` comes after, outside the hook.
 - ``observe(handled)`` is told, synchronously, of each delivery's verdict (a
   :class:`~trio_streams.core.dispatch.HandledMessage`, with ``seconds`` its handling took): the
   cheap hook for counting, which keeps the common path in line (metrics use it).
@@ -39,32 +46,47 @@ Write one with :func:`contextlib.asynccontextmanager`::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, Final, final
 
 if TYPE_CHECKING:
     from ._failure import Verdict
+    from .broker import Broker
     from .context import Context
     from .delivery import Delivery
     from .destinations import Destination
     from .dispatch import HandledMessage
     from .outcome import Outcome
+    from .replies import Reply
     from .transport import Source
 
 __all__ = [
+    "REQUEST_OUTCOMES",
     "HandlerCall",
     "Middleware",
     "PublishCall",
+    "RequestCall",
     "handle_hooks",
     "observe_hooks",
     "publish_hooks",
+    "request_hooks",
+    "request_outcome",
+    "run_request",
 ]
+
+#: What became of a request (:attr:`RequestCall.outcome`): a value replied, a failure replied
+#: (:class:`~.replies.RemoteError`), no reply in time, nobody received it, its reply's
+#: subscription lost meanwhile, another error (its publish failed), its caller cancelled it.
+REQUEST_OUTCOMES: Final = (
+    "ok", "remote_error", "timeout", "no_responders", "lost", "error", "cancelled",
+)  # fmt: skip
 
 
 class Middleware:
-    """Base of middlewares; override ``handle``, ``publish`` or both (see the module)."""
+    """Base of middlewares; override the hooks it needs: ``handle``, ``publish``,
+    ``request``, ``observe`` (see the module)."""
 
     def handle(self, call: HandlerCall) -> AbstractAsyncContextManager[None]:
         """Wrap the handling of one delivery; entered before decoding, left after settling."""
@@ -72,6 +94,12 @@ class Middleware:
 
     def publish(self, call: PublishCall) -> AbstractAsyncContextManager[None]:
         """Wrap one publish; ``call.headers`` may be changed before the ``yield``."""
+        raise NotImplementedError  # only overridden hooks are called
+
+    def request(self, call: RequestCall) -> AbstractAsyncContextManager[None]:
+        """Wrap one request, its publish and its wait for the reply; ``call.headers`` may be
+        changed before the ``yield``, ``call.outcome`` is set after it. Optional: a middleware
+        that does not override it is not entered (and an older middleware works unchanged)."""
         raise NotImplementedError  # only overridden hooks are called
 
     def observe(self, handled: HandledMessage) -> None:
@@ -143,6 +171,107 @@ class PublishCall:
     #: The broker's ``messaging.system`` (see :class:`~.description.BrokerDescription`).
     system: str = "trio_streams.memory"
 
+    @property
+    def is_reply(self) -> bool:
+        """True when this publish is a handler's reply to a request: it carries the request's
+        ``x-trio-streams-correlation-id`` and no ``x-trio-streams-reply-to`` (a request carries
+        both). Its destination is then the caller's reply address, made per caller: not a name
+        to label a metric or a span name with."""
+        from .replies import CORRELATION_HEADER, REPLY_TO_HEADER  # imported by the first publish
+
+        headers = self.headers
+        return CORRELATION_HEADER in headers and REPLY_TO_HEADER not in headers
+
+    @property
+    def is_error_reply(self) -> bool:
+        """True when this publish is a reply that reports the handler's failure (it carries
+        ``x-trio-streams-error``: the caller raises :class:`~.replies.RemoteError`)."""
+        from .replies import ERROR_HEADER
+
+        return self.is_reply and ERROR_HEADER in self.headers
+
+
+@final
+@dataclass(slots=True, eq=False)
+class RequestCall:
+    """One request (``broker.request``) as a ``request`` hook sees it, filled in as it goes."""
+
+    #: The broker's name.
+    broker: str
+    destination: Destination
+    #: What is requested, before encoding.
+    message: Any
+    #: The headers the request is published with, besides the two it gets for being a request
+    #: (``x-trio-streams-correlation-id``, ``x-trio-streams-reply-to``): a middleware may add
+    #: or change them before the ``yield``.
+    headers: dict[str, str]
+    #: The id the request and its reply share (``x-trio-streams-correlation-id``).
+    correlation_id: str
+    #: How long the request waits for its reply (seconds).
+    timeout: float
+    #: The broker making the request (its ``late_replies`` counts the replies that came after
+    #: their request stopped waiting).
+    requester: Broker
+    #: The broker's kind (``Broker.kind``): ``redis``, ``file``, ``memory``.
+    kind: str = "memory"
+    #: The broker's ``messaging.system`` (see :class:`~.description.BrokerDescription`).
+    system: str = "trio_streams.memory"
+    #: What became of it, once known: one of ``REQUEST_OUTCOMES`` (``ok``, ``remote_error``,
+    #: ``timeout``, ``no_responders``, ``lost``, ``error``, ``cancelled``).
+    outcome: str | None = None
+    #: The reply, when a value came back (``outcome == "ok"``).
+    reply: Reply | None = None
+    #: What the request raised (a :class:`~.replies.RemoteError`, a
+    #: :class:`~.requests.RequestTimeout`...); None when it succeeded or was cancelled.
+    error: BaseException | None = None
+
+
+def request_outcome(error: BaseException) -> str:
+    """The outcome (:data:`REQUEST_OUTCOMES`) a request that raised ``error`` came to."""
+    import trio  # imported by then: a request runs under Trio
+
+    from .replies import RemoteError
+    from .requests import NoResponders, ReplyLost, RequestTimeout
+
+    if isinstance(error, RemoteError):
+        return "remote_error"
+    if isinstance(error, NoResponders):  # a RequestTimeout, told at once
+        return "no_responders"
+    if isinstance(error, RequestTimeout):
+        return "timeout"
+    if isinstance(error, ReplyLost):
+        return "lost"
+    if isinstance(error, trio.Cancelled):
+        return "cancelled"
+    return "error"
+
+
+async def run_request(
+    hooks: Sequence[Middleware],
+    call: RequestCall,
+    send: Callable[[Destination, Any, float, dict[str, str], str], Awaitable[Reply]],
+) -> Reply:
+    """Run one request inside ``hooks``' ``request`` (outermost first): ``send`` publishes it
+    and waits for its reply (``Broker._request``); ``call`` is filled in with its outcome
+    before the hooks are left. Raises what ``send`` raised, through the hooks."""
+    import trio
+
+    async with AsyncExitStack() as stack:
+        for hook in hooks:
+            await stack.enter_async_context(hook.request(call))
+        try:
+            reply = await send(
+                call.destination, call.message, call.timeout, call.headers, call.correlation_id
+            )
+        except BaseException as exc:
+            call.outcome = request_outcome(exc)
+            if not isinstance(exc, trio.Cancelled):
+                call.error = exc
+            raise
+        call.reply = reply
+        call.outcome = "ok"
+    return reply
+
 
 def _overrides(middleware: Middleware, hook: str) -> bool:
     return getattr(type(middleware), hook) is not getattr(Middleware, hook)
@@ -156,6 +285,11 @@ def handle_hooks(middlewares: Sequence[Middleware]) -> tuple[Middleware, ...]:
 def publish_hooks(middlewares: Sequence[Middleware]) -> tuple[Middleware, ...]:
     """The middlewares, outermost first, that wrap publishing."""
     return tuple(m for m in middlewares if _overrides(m, "publish"))
+
+
+def request_hooks(middlewares: Sequence[Middleware]) -> tuple[Middleware, ...]:
+    """The middlewares, outermost first, that wrap requests."""
+    return tuple(m for m in middlewares if _overrides(m, "request"))
 
 
 def observe_hooks(
@@ -177,7 +311,7 @@ def check_middlewares(value: object, *, where: str) -> tuple[Middleware, ...]:
         if not isinstance(item, Middleware):
             raise ConfigurationError(
                 f"{where}: {item!r} is not a Middleware (subclass trio_streams.Middleware and "
-                "override handle and/or publish)"
+                "override its hooks: handle, publish, request, observe)"
             )
     return tuple(value)
 

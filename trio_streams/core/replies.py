@@ -25,6 +25,7 @@ from .errors import TrioStreamsError
 __all__ = [
     "CORRELATION_HEADER",
     "ERROR_HEADER",
+    "MESSAGE_LIMIT",
     "REPLY_TO_HEADER",
     "RemoteError",
     "Reply",

@@ -14,8 +14,9 @@ ten thousand requests in flight cost one subscription and a dict entry each.
 - A fault of the inbox's subscription (its connection lost: replies published meanwhile are
   gone, as Pub/Sub keeps nothing) fails every request in flight at once with
   :class:`ReplyLost`, instead of letting each wait out its timeout; the subscription recovers on
-  its own for the next requests. An inbox that fails outright ends, and the next request opens
-  another.
+  its own for the next requests, which wait (within their timeout) until it has subscribed
+  again before they publish: a reply sent while it is deaf would be lost. An inbox that fails
+  outright ends, and the next request opens another.
 
 The inbox's task belongs to the broker's own nursery (``Broker.lifetime``), so it ends when the
 broker closes; a request's wait belongs to its caller: cancelling the caller removes the
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, Final, final
 import trio
 
 from .errors import TrioStreamsError
+from .groups import open_nursery
 from .host import Fault, SubscriptionHost
 from .outcome import ack
 from .replies import CORRELATION_HEADER, Reply
@@ -79,6 +81,16 @@ class NoResponders(RequestTimeout):
     """The transport told at once that nobody received the request (a Pub/Sub ``PUBLISH``
     that reached no subscriber): raised without waiting out the timeout."""
 
+    def __init__(
+        self, destination: str, timeout: float, correlation_id: str, why: str = ""
+    ) -> None:
+        super().__init__(destination, timeout, correlation_id, why)
+        # Said as what happened: nothing was waited for.
+        self.args = (
+            f"nobody received the request to {destination} (correlation id {correlation_id})"
+            + (f": {why}" if why else ""),
+        )
+
 
 @final
 class ReplyLost(TrioStreamsError):
@@ -95,12 +107,15 @@ def new_correlation_id() -> str:
 class _Waiting:
     """One request in flight: set once, with its reply or the error it fails with."""
 
-    __slots__ = ("error", "event", "reply")
+    __slots__ = ("error", "event", "publishing", "reply")
 
     def __init__(self) -> None:
         self.event = trio.Event()
         self.reply: Reply | None = None
         self.error: BaseException | None = None
+        #: The scope of the request's publish while it runs: failing the request cancels it
+        #: (a publish to a server that hangs would otherwise hold it until its timeout).
+        self.publishing: trio.CancelScope | None = None
 
 
 @final
@@ -118,10 +133,40 @@ class ReplyInbox:
         self.replied = 0
         #: Set once the inbox has stopped reading; requests then need a new inbox.
         self.closed = False
+        #: The faults of the reply subscription that last now, by kind: while any does, a
+        #: reply may be missed, so no request is published (:attr:`listening`).
+        self._faults: dict[str, str] = {}
+        #: Set (and replaced) at each change of :attr:`listening` or :attr:`closed`.
+        self._changed = trio.Event()
+        #: The subscription replies come on, while :meth:`run` reads it.
+        self._source: SubscriptionSource | None = None
 
     @property
     def in_flight(self) -> int:
         return len(self._waiting)
+
+    @property
+    def listening(self) -> bool:
+        """Open and subscribed, no fault lasting: a reply published now will arrive."""
+        return not self.closed and not self._faults
+
+    def deafness(self) -> str:
+        """Why the inbox is not listening now (its lasting faults), or empty."""
+        return "; ".join(f"{kind}: {message}" for kind, message in self._faults.items())
+
+    async def changed(self) -> None:
+        """Wait for the next change of :attr:`listening` or :attr:`closed`."""
+        await self._changed.wait()
+
+    def _change(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def unread(self) -> int:
+        """Replies that have arrived and are not read yet, where the source can tell (what
+        ``app.test()`` waits for before it calls the app settled)."""
+        source = self._source
+        return 0 if source is None or self.closed else source.unread()
 
     def expect(self, correlation_id: str) -> _Waiting:
         """Register a request before it is published; :meth:`forget` it in a ``finally``."""
@@ -156,11 +201,21 @@ class ReplyInbox:
         for request in waiting.values():
             request.error = error
             request.event.set()
+            if request.publishing is not None:
+                request.publishing.cancel()
 
     def on_fault(self, fault: Fault) -> None:
         """The reply subscription reported a fault: while it lasts replies may be lost, so the
-        requests waiting now fail; a fault that clears fails nothing."""
-        if fault.cleared or not self._waiting:
+        requests waiting now fail, and new ones wait until it clears (a reconnect that has
+        subscribed again) before they publish; a fault that clears fails nothing."""
+        if fault.cleared:
+            if self._faults.pop(fault.kind, None) is not None and not self._faults:
+                self._change()
+            return
+        if not self._faults:
+            self._change()
+        self._faults[fault.kind] = fault.message
+        if not self._waiting:
             return
         self.fail_all(
             ReplyLost(
@@ -182,12 +237,13 @@ class ReplyInbox:
         source (shielded, at most 5 s)."""
         started = False
         try:
-            async with trio.open_nursery() as nursery:
+            async with open_nursery() as nursery:  # an error of open leaves as itself
                 host = SubscriptionHost(
                     self.label, options, nursery, logger=_log, on_fault=self.on_fault
                 )
                 try:
                     await source.open(host)
+                    self._source = source
                     task_status.started()
                     started = True
                     await self._read(source, host)
@@ -203,6 +259,7 @@ class ReplyInbox:
             self.fail_all(ReplyLost(f"{self.label}: the reply subscription failed: {exc!r}"))
         finally:
             self.closed = True
+            self._change()
             self.fail_all(ReplyLost(f"{self.label}: the reply subscription ended"))
 
     async def _read(self, source: SubscriptionSource, host: SubscriptionHost) -> None:
@@ -226,6 +283,9 @@ class ReplyInbox:
                 if read is None:
                     return  # a source that ended: nothing more can come
                 batch = read
+            # Every reply of the batch is handed over before the first settle's checkpoint: a
+            # reply is either unread at the source or with its request, never in between.
             for delivery in batch:
                 self.deliver(delivery.payload, delivery.headers)
+            for delivery in batch:
                 await source.settle(delivery, _ACK)

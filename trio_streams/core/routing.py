@@ -4,6 +4,11 @@ Routers collect handlers at import time; a broker mounts them (``broker.include_
 which is when the broker checks that its transport can do what each subscription asks. A
 handler's signature is checked as soon as it is decorated, so a mistake fails at import, not
 when the first message arrives.
+
+A subscriber names what it reads with a source (``RedisStream("orders")``, ``FileStream(...)``)
+or with a plain stream name (``"orders"``): the name travels through the routers as a ``str``,
+prefixed by each, and the broker it reaches makes it its transport's default source
+(:meth:`~trio_streams.core.broker.Broker.source_for`), before anything else checks it.
 """
 
 from __future__ import annotations
@@ -115,7 +120,8 @@ class Declared:
     router it passes through prefixes its source and wraps it in its middlewares; the broker
     prepares it (:meth:`~trio_streams.core.broker.Broker.prepare`) and mounts it."""
 
-    source: Source
+    #: A plain stream name (a ``str``) until it reaches a broker, which makes it a source.
+    source: Source | str
     fn: Callable[..., Awaitable[Any]]
     handler: Handler
     options: SubscriberOptions
@@ -213,7 +219,7 @@ class Router:
 
     def subscriber(
         self,
-        source: Source,
+        source: Source | str,
         *,
         workers: int | None = None,
         by_key: str | KeyFunction | None = None,
@@ -228,7 +234,10 @@ class Router:
         middlewares: Sequence[Middleware] | None = None,
         **transport_options: Any,
     ) -> Callable[[F], F]:
-        """Mount the decorated ``async def`` handler on ``source``.
+        """Mount the decorated ``async def`` handler on ``source``: a source
+        (``RedisStream(...)``, ``FileStream(...)``, ``MemoryStream(...)``...), or a plain stream
+        name, which the broker makes its default subscription of that name
+        (:meth:`~trio_streams.core.broker.Broker.source_for`) when the declaration reaches it.
 
         Core options: ``workers``, ``by_key`` (ordered lanes), ``batch``/``max_wait``,
         ``max_attempts`` (deliveries including the first), ``dead_letter`` (destination for
@@ -241,8 +250,7 @@ class Router:
         subscriber's handling, inside the app's, broker's and routers').
         Other keywords are the transport's; it refuses what it cannot do, right here.
         """
-        if not isinstance(source, Source):
-            raise ConfigurationError(f"subscriber() takes a source, not {source!r}")
+        _check_subscribed(source)
         given = {
             "workers": workers,
             "by_key": by_key,
@@ -309,10 +317,12 @@ class Router:
 
     def _passed(self, declared: Declared) -> Declared:
         """``declared`` as it leaves this router: prefixed, inside its middlewares."""
+        source = declared.source
+        prefixed = (
+            self.prefix + source if isinstance(source, str) else source.with_prefix(self.prefix)
+        )
         return replace(
-            declared,
-            source=declared.source.with_prefix(self.prefix),
-            middlewares=self.middlewares + declared.middlewares,
+            declared, source=prefixed, middlewares=self.middlewares + declared.middlewares
         )
 
     def all_publishers(self) -> list[Publisher]:
@@ -352,6 +362,24 @@ _CORE_OPTIONS = frozenset(
         "max_delayed",
     }
 )
+
+
+def _check_subscribed(source: object) -> None:
+    """Refuse, with ``ConfigurationError`` naming what was given and what is accepted, what
+    ``subscriber()`` cannot read: anything but a source or a non-empty stream name."""
+    if isinstance(source, Source):
+        return
+    if isinstance(source, str):
+        if source:
+            return
+        what = "an empty name, which names no stream"
+    else:
+        what = f"{source!r} ({type(source).__name__})"
+    raise ConfigurationError(
+        f"subscriber() takes a stream name (a non-empty str, read as its broker's default "
+        f"subscription) or a source (RedisStream(...), FileStream(...), MemoryStream(...), ...), "
+        f"not {what}"
+    )
 
 
 def _options_from(settings: Mapping[str, Any]) -> SubscriberOptions:

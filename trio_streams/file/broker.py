@@ -61,6 +61,7 @@ from .durable import (
     DurableStore,
     StoredPosition,
     Watermark,
+    consumer_name_of,
 )
 from .envelope import PREFIXES, STORAGE_HEADERS, open_envelope, seal
 from .errors import SeekError, StreamFileNotFoundError, StreamKeyNotFoundError
@@ -154,6 +155,12 @@ class FileBroker(Broker):
                 "description": f"the stream file {self.path} (SeaStreamer format)",
             },
         )
+
+    def source_for(self, name: str) -> FileStream:
+        """A plain name is ``FileStream(name, durable=True)``: a resumable consumer of the key
+        ``name``, named after the app and subscription that run it — from the tip the first
+        time, resuming where it stopped after a restart, as a Redis group does."""
+        return FileStream(name, durable=True)
 
     def check_subscription(self, source: Source, options: Mapping[str, Any]) -> None:
         super().check_subscription(source, options)
@@ -373,6 +380,7 @@ class FileSubscription(SubscriptionSource):
         self._count = count
         self.read_count = count
         self._keys = stream.keys
+        #: The durable consumer's name (True: named at open, after the app and subscription).
         self._durable = stream.durable
         self.live = not stream.replaying
         self.path = transport.path
@@ -388,7 +396,15 @@ class FileSubscription(SubscriptionSource):
         #: The reader, once the file exists (a live subscription may wait for it, see ``read``).
         self._source: FileSource | None = None
         # Open now, not at the first read: a live subscription starts at the tip as it is when
-        # the app starts, before anything is published.
+        # the app starts, before anything is published. A consumer named after its app opens
+        # at ``open``, which knows the app (still before anything is published).
+        if stream.durable is not True:
+            self._start()
+
+    def _start(self) -> None:
+        """Open the reader where the subscription starts (see :meth:`_open`); a live
+        subscription of a file not there yet waits for it (see :meth:`read`)."""
+        stream, label = self._stream, self._label
         try:
             if stream.replaying:
                 self._check_replayed_keys()
@@ -434,7 +450,7 @@ class FileSubscription(SubscriptionSource):
         )
         store: DurableStore | None = None
         try:
-            if stream.durable is not None:
+            if isinstance(stream.durable, str):
                 store = DurableStore(
                     self.path, stream.durable, file_created_at_ms=reader.header.created_at_ms
                 )
@@ -534,6 +550,21 @@ class FileSubscription(SubscriptionSource):
             # over it. A resumable consumer's copies name it alone: its next run, in another
             # process, handles the copies this one left.
             host.retry_target = f"{host.retry_target}@{process_name()}"
+        elif self._durable is True:
+            # Named after the app and subscription (``<app>/<subscription>``, unique in the
+            # app), which only the running app knows.
+            name = consumer_name_of(host.retry_target)
+            self._durable = name
+            self._stream = self._stream.evolve(durable=name)
+            self._start()
+            if self.starts is None:  # the banner names the consumer, not "durable=True"
+                start_at = self._stream.start_at
+                if start_at is not None:
+                    first = f"from {start_at!r}"
+                else:
+                    first = "from the beginning" if self._stream.replaying else "from the tip"
+                self.starts = f"resuming durable consumer {name!r} where it stopped"
+                self.starts += f" (the first time: {first})"
         self._retry_target = host.retry_target
         await trio.lowlevel.checkpoint()
 

@@ -56,6 +56,7 @@ __all__ = [
     "StoredPosition",
     "Watermark",
     "check_consumer_name",
+    "consumer_name_of",
     "store_directory",
 ]
 
@@ -89,6 +90,24 @@ def check_consumer_name(name: object) -> str:
             "not starting with '.'"
         )
     return name
+
+
+def consumer_name_of(target: str) -> str:
+    """The durable consumer name of the subscription ``target`` names (``<app>/<subscription>``,
+    unique in its app, with ``#n`` where its name repeats): ``<app>.<subscription>``, ``#n``
+    as ``.n``, and any other character a name cannot hold as ``_`` (a leading ``.`` too).
+    ``ConfigurationError`` if it is longer than a name may be."""
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", target.replace("/", ".").replace("#", "."))
+    if name.startswith("."):
+        name = "_" + name[1:]
+    try:
+        return check_consumer_name(name)
+    except ConfigurationError:
+        raise ConfigurationError(
+            f"the durable consumer name {name!r}, made of app and subscription {target!r}, is "
+            "longer than 200 characters: give the subscription a shorter name=, or "
+            "FileStream(key, durable='name')"
+        ) from None
 
 
 def store_directory(stream_path: str) -> str:

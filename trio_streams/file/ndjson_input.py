@@ -17,7 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -248,7 +248,12 @@ class PublishRow:
     headers: dict[str, str]
 
 
-def read_publish_input(lines: Iterable[str], default_key: str | None) -> list[PublishRow]:
+def read_publish_input(
+    lines: Iterable[str],
+    default_key: str | None,
+    *,
+    check_key: Callable[[str], object] = check_stream_key,
+) -> list[PublishRow]:
     """Read and check the messages of a ``publish --ndjson`` input; raises :class:`InputError`.
 
     The lines are ``file write``'s (the output of ``file decode --format ndjson``): a first
@@ -257,6 +262,9 @@ def read_publish_input(lines: Iterable[str], default_key: str | None) -> list[Pu
     file holds. ``shard``, if given, must be 0; ``stream_key`` defaults to ``default_key``;
     ``timestamp_ms`` defaults to the time of publishing; ``headers``, an object of strings, is
     optional.
+
+    ``check_key`` refuses a key the target cannot take by raising ``ValueError``: by default a
+    stream file's rules (:func:`~.sources.check_stream_key`); a Redis key has its own.
     """
     rows: list[PublishRow] = []
     for number, line in enumerate(lines, 1):
@@ -275,7 +283,7 @@ def read_publish_input(lines: Iterable[str], default_key: str | None) -> list[Pu
                 raise TypeError(f"stream_key must be a string, not {key!r}")
             if key == INTERNAL_KEY:
                 continue
-            check_stream_key(key)
+            check_key(key)
             if _integer(value.get("shard", 0), "shard") != 0:
                 raise ValueError("shard must be 0: publishing appends to shard 0")
             ts = value.get("timestamp_ms")

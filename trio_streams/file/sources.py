@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, final
+from typing import Any, Literal, final
 
 from ..core.description import SourceDescription
 from ..core.errors import ConfigurationError
@@ -29,6 +29,9 @@ class FileStream(NamedSource):
     - ``FileStream("a", "b")`` reads several keys, in the order they were written.
     - ``durable="name"``: a resumable consumer. It stores how far it got beside the file and,
       after a restart, resumes there instead of at ``start_at``: at-least-once, nothing skipped.
+    - ``durable=True``: the same, named after the app and the subscription that run it
+      (``<app>.<subscription>``, :func:`~.durable.consumer_name_of`), when the app starts it:
+      what a plain name subscribes to (``@broker.subscriber("orders")``).
 
     Under ``app.test()`` it runs as the ``MemoryStream`` of the same keys, start and mode (a
     durable name has nothing to resume in memory and is ignored there).
@@ -40,19 +43,27 @@ class FileStream(NamedSource):
     keys: tuple[str, ...]
     replaying: bool
     start_at: Position | None
-    durable: str | None
+    #: Its durable consumer's name; True: named after the app and subscription at start.
+    durable: str | Literal[True] | None
 
     def __init__(
         self,
         *keys: str,
         start_at: Position | None = None,
-        durable: str | None = None,
+        durable: str | bool | None = None,
         replaying: bool = False,
     ) -> None:
         check_source_args("FileStream", keys, start_at)
         for key in keys:
             check_stream_key(key)
-        if durable is not None:
+        if durable is False:
+            durable = None
+        elif durable is not None and durable is not True:
+            if not isinstance(durable, str):
+                raise ConfigurationError(
+                    f"durable takes a consumer name (a str) or True (one named after the app "
+                    f"and subscription), not {durable!r}"
+                )
             check_consumer_name(durable)
         object.__setattr__(self, "keys", tuple(keys))
         object.__setattr__(self, "replaying", replaying)
@@ -80,7 +91,7 @@ class FileStream(NamedSource):
     @property
     def consumer_name(self) -> str | None:
         # A durable consumer holds a lock beside the file: one process at a time runs it.
-        return self.durable
+        return "<app>.<subscription>" if self.durable is True else self.durable
 
     def description(self) -> SourceDescription:
         return SourceDescription(system="trio_streams.file")

@@ -22,6 +22,20 @@
 - **operations** — ``receive`` for each subscription (its handler's name and docstring),
   ``send`` for each publisher (what the handlers it decorates return, whichever broker they
   read), and ``send`` of each subscription's dead letters;
+- **request-reply** — a subscription whose handler returns a value (its return annotation is
+  not ``None``, ``NoReturn`` or an ``Outcome``; not a batch handler, whose replies are
+  ``null``) answers the requests it takes (``broker.request``), so its ``receive`` has a
+  ``reply``: its ``address`` is where the request says
+  (``$message.header#/x-trio-streams-reply-to``), its ``channel`` the server's channel of
+  replies (``<server>.replies``, whose ``address`` is null: each caller has its own, known
+  only at run time), its ``messages`` the handler's value (``<Type>.reply``: the return
+  annotation's schema, ``null`` admitted where it admits ``None`` or an outcome, which
+  reply ``null``) and the failure's reply (``trio-streams.error.reply``: the
+  ``x-trio-streams-error`` header and the JSON the caller's ``RemoteError`` is read from).
+  Its request message (``<Type>.request``) has the subscribed payload and lists the two
+  request headers, optional (a message without them is not a request: it is handled alike,
+  and answers nobody). Each of these messages has a ``correlationId``
+  (``$message.header#/x-trio-streams-correlation-id``);
 - **messages** — their payload schemas from the annotations: dataclasses, ``msgspec.Struct``,
   enums and plain types through msgspec's JSON Schema, pydantic models through
   their own ``model_json_schema``, ``bytes`` as a binary string; shared definitions go to
@@ -37,6 +51,7 @@
 from __future__ import annotations
 
 import inspect
+import json
 import re
 import types
 import typing
@@ -48,7 +63,10 @@ import msgspec
 from ..core.app import App
 from ..core.broker import Broker
 from ..core.description import Binding
+from ..core.destinations import DestinationKind
+from ..core.errors import TrioStreamsError
 from ..core.outcome import Outcome
+from ..core.replies import CORRELATION_HEADER, ERROR_HEADER, REPLY_TO_HEADER
 from ..core.routing import Publisher, Subscription
 from ..core.transport import DEAD_LETTER_HEADERS
 
@@ -98,6 +116,64 @@ _DEAD_LETTER_HEADER_SCHEMAS: Mapping[str, dict[str, Any]] = {
 }
 
 
+#: The reasons a failure's reply gives (``x-trio-streams-error``, and ``reason`` in its payload).
+_FAILURE_REASONS = ["max-attempts", "undecodable", "by-key", "unencodable", "dropped"]
+
+_CORRELATION_ID: Mapping[str, str] = {
+    "description": "the id a request and its reply share",
+    "location": f"$message.header#/{CORRELATION_HEADER}",
+}
+
+_REPLY_ADDRESS: Mapping[str, str] = {
+    "description": (
+        "the caller's reply address, which the request names, in its transport's form: a "
+        "Pub/Sub channel (Redis), an in-process channel, a key of the same stream file"
+    ),
+    "location": f"$message.header#/{REPLY_TO_HEADER}",
+}
+
+_CORRELATION_SCHEMA: Mapping[str, str] = {
+    "type": "string",
+    "description": "the id a request and its reply share (a fresh one per request)",
+}
+
+#: The headers a request carries besides its own (``Broker.request``).
+_REQUEST_HEADERS: Mapping[str, Any] = {
+    "type": "object",
+    "properties": {
+        CORRELATION_HEADER: _CORRELATION_SCHEMA,
+        REPLY_TO_HEADER: {
+            "type": "string",
+            "description": "where the handler's reply goes: the caller's reply address",
+        },
+    },
+}
+
+#: The payload of a failure's reply (``core.replies.error_payload``).
+_FAILURE_PAYLOAD: Mapping[str, Any] = {
+    "type": "object",
+    "properties": {
+        "handler": {"type": "string", "description": "the handler that failed"},
+        "type": {
+            "type": "string",
+            "description": "its exception's type name ('Dropped': it returned drop())",
+        },
+        "message": {"type": "string", "description": "its exception's message, cut at 1000"},
+        "reason": {
+            "type": "string",
+            "enum": _FAILURE_REASONS,
+            "description": "why its message was given up",
+        },
+        "attempts": {"type": "integer", "minimum": 0, "description": "how many times it ran"},
+    },
+    "required": ["handler", "type", "message", "reason", "attempts"],
+}
+
+#: The key (and name) of the failure's reply in ``components/messages``: a name no Python
+#: type has.
+_FAILURE_REPLY = "trio-streams.error.reply"
+
+
 def asyncapi_document(
     app: App, *, version: str = "0.1.0", description: str | None = None
 ) -> dict[str, Any]:
@@ -109,6 +185,7 @@ def asyncapi_document(
         builder.add_subscriptions(broker)
     for broker in app.brokers:
         builder.add_lone_publishers(broker)
+    builder.add_reply_channels()
     info: dict[str, Any] = {"title": app.name, "version": version}
     if description:
         info["description"] = description
@@ -146,6 +223,9 @@ class _Builder:
         self._server_keys: dict[int, str] = {}
         #: The publishers that decorate a handler of the app (by identity).
         self._decorating: set[int] = set()
+        #: The reply object of each request-reply operation, by server (the server's broker,
+        #: and the reply messages each names), completed once every other channel is known.
+        self._replies: dict[str, tuple[Broker, list[tuple[dict[str, Any], list[str]]]]] = {}
 
     # ---- servers -----------------------------------------------------------------------------
 
@@ -163,7 +243,7 @@ class _Builder:
         handler, each on the publisher's own broker, carrying what the handler returns."""
         server = self.server(broker)
         for subscription in broker.subscriptions:
-            self._receive(server, subscription)
+            self._receive(server, subscription, broker)
             self._send_dead_letters(server, subscription)
             returns = _return_type(subscription.handler.fn)
             for publisher in subscription.publishers:
@@ -179,10 +259,12 @@ class _Builder:
 
     # ---- operations --------------------------------------------------------------------------
 
-    def _receive(self, server: str, subscription: Subscription) -> None:
+    def _receive(self, server: str, subscription: Subscription, broker: Broker) -> None:
         source = subscription.source
         handler = subscription.handler
-        message = self._message(_subscribed_payload(subscription))
+        replies = None if handler.is_batch else _reply_type(handler.fn)
+        payload = _subscribed_payload(subscription)
+        message = self._message(payload, variant="request" if replies else None)
         binding = source.description().reads
         channels = []
         for stream in source.streams:
@@ -197,6 +279,8 @@ class _Builder:
         doc = inspect.getdoc(handler.fn)
         if doc:
             operation["description"] = doc
+        if replies is not None:
+            operation["reply"] = self._reply(server, broker, *replies)
         self.operations[self._unique(self.operations, _key(f"{server}.{subscription.name}"))] = (
             operation
         )
@@ -244,6 +328,74 @@ class _Builder:
             "messages": [{"$ref": f"#/channels/{channel}/messages/{message}"}],
         }
 
+    # ---- request-reply -----------------------------------------------------------------------
+
+    def _reply(self, server: str, broker: Broker, returns: Any, nullable: bool) -> dict[str, Any]:
+        """The reply object of a request-reply operation on ``server``: its channel and
+        messages are filled in by :meth:`add_reply_channels`."""
+        value = self._message(returns, variant="reply", nullable=nullable)
+        failure = self._failure_reply()
+        reply: dict[str, Any] = {"address": dict(_REPLY_ADDRESS)}
+        _, pending = self._replies.setdefault(server, (broker, []))
+        pending.append((reply, [value, failure]))
+        return reply
+
+    def add_reply_channels(self) -> None:
+        """The channel of replies of each server that has a request-reply operation
+        (``<server>.replies``, its address null: each caller has its own), with the messages
+        its replies carry; after every other channel, so none of them takes its key."""
+        for server, (broker, pending) in self._replies.items():
+            key = self._unique(self.channels, _key(f"{server}.replies"))
+            channel: dict[str, Any] = {
+                "address": None,
+                "title": "replies",
+                "description": (
+                    "The replies of this server's request-reply operations: each goes to the "
+                    f"address its request names ({REPLY_TO_HEADER}), known only at run time."
+                ),
+                "servers": [{"$ref": f"#/servers/{server}"}],
+                "messages": {},
+            }
+            binding = broker.description().writes.get(_reply_kind(broker))
+            if binding is not None:
+                channel["bindings"] = binding.asyncapi()
+            self.channels[key] = channel
+            for reply, messages in pending:
+                reply["channel"] = {"$ref": f"#/channels/{key}"}
+                reply["messages"] = [
+                    {"$ref": f"#/channels/{key}/messages/{message}"} for message in messages
+                ]
+                for message in messages:
+                    channel["messages"][message] = {"$ref": f"#/components/messages/{message}"}
+
+    def _failure_reply(self) -> str:
+        """The key of the message a handler's failure replies with."""
+        if _FAILURE_REPLY not in self.messages:
+            self.messages[_FAILURE_REPLY] = {
+                "name": _FAILURE_REPLY,
+                "title": "A failure's reply",
+                "summary": (
+                    "the handler failed: its message was given up (it raised until its attempts "
+                    "were spent, or could not be decoded); the caller raises RemoteError"
+                ),
+                "contentType": _JSON,
+                "headers": {
+                    "type": "object",
+                    "properties": {
+                        CORRELATION_HEADER: dict(_CORRELATION_SCHEMA),
+                        ERROR_HEADER: {
+                            "type": "string",
+                            "enum": list(_FAILURE_REASONS),
+                            "description": "marks a failure's reply: why the message was given up",
+                        },
+                    },
+                    "required": [CORRELATION_HEADER, ERROR_HEADER],
+                },
+                "payload": _copy(_FAILURE_PAYLOAD),
+                "correlationId": dict(_CORRELATION_ID),
+            }
+        return _FAILURE_REPLY
+
     # ---- channels and messages ---------------------------------------------------------------
 
     def _channel(self, server: str, address: str, message: str, binding: Binding | None) -> str:
@@ -260,12 +412,24 @@ class _Builder:
         channel["messages"][message] = {"$ref": f"#/components/messages/{message}"}
         return key
 
-    def _message(self, payload: Any, *, dead_letter: bool = False) -> str:
-        """The key of the message whose payload is ``payload`` (a type; None: unknown), or of
-        the dead letter carrying it."""
+    def _message(
+        self,
+        payload: Any,
+        *,
+        dead_letter: bool = False,
+        variant: str | None = None,
+        nullable: bool = False,
+    ) -> str:
+        """The key of the message whose payload is ``payload`` (a type; None: unknown), of the
+        dead letter carrying it, or of its ``variant``: ``request`` (a subscribed message that
+        may be a request) or ``reply`` (a handler's value replied; ``nullable``: or ``null``)."""
         name, schema = self._payload_schema(payload)
         if dead_letter:
             name = f"{name}.dead_letter"
+        elif variant == "reply" and nullable and schema and _content_type(payload) == _JSON:
+            name, schema = f"{name}.nullable", {"anyOf": [schema, {"type": "null"}]}
+        if variant is not None:
+            name = f"{name}.{variant}"
         key = _key(name)
         if key not in self.messages:
             message: dict[str, Any] = {
@@ -280,6 +444,22 @@ class _Builder:
                     "properties": {k: dict(v) for k, v in _DEAD_LETTER_HEADER_SCHEMAS.items()},
                     "required": list(DEAD_LETTER_HEADERS),
                 }
+            elif variant == "request":
+                message["summary"] = (
+                    "a message its handler answers when it is a request: when it carries "
+                    f"{REPLY_TO_HEADER} and {CORRELATION_HEADER}"
+                )
+                message["headers"] = _copy(_REQUEST_HEADERS)
+                message["correlationId"] = dict(_CORRELATION_ID)
+            elif variant == "reply":
+                message["summary"] = "what the handler returned, replied to the request's caller"
+                message["headers"] = {
+                    "type": "object",
+                    "properties": {CORRELATION_HEADER: dict(_CORRELATION_SCHEMA)},
+                    "required": [CORRELATION_HEADER],
+                    "not": {"required": [ERROR_HEADER]},  # that is a failure's reply
+                }
+                message["correlationId"] = dict(_CORRELATION_ID)
             self.messages[key] = message
         return key
 
@@ -331,6 +511,41 @@ def _subscribed_payload(subscription: Subscription) -> Any:
     return payload
 
 
+def _reply_type(fn: Any) -> tuple[Any, bool] | None:
+    """What a handler replies to a request, if it returns a value: the type its publishers
+    publish (:func:`_return_type`) and whether it may reply ``null`` instead (its annotation
+    admits ``None``, or an outcome: ``ack()`` replies ``null``); None when it returns nothing
+    (``None``, ``NoReturn``, an outcome) or is not annotated."""
+    returns = _return_type(fn)
+    if returns is None:
+        return None
+    try:
+        annotation = typing.get_type_hints(fn, include_extras=False).get("return")
+    except (NameError, TypeError):
+        return None
+    members = typing.get_args(annotation)
+    if typing.get_origin(annotation) not in (typing.Union, types.UnionType):
+        members = ()
+    nullable = any(_publishes_nothing(member) for member in members)
+    return returns, nullable
+
+
+def _reply_kind(broker: Broker) -> DestinationKind:
+    """The kind of destination ``broker`` publishes its replies to (a channel, or a key of the
+    file), for the binding of its channel of replies."""
+    try:
+        return broker.reply_destination(broker.reply_address()).kind
+    except TrioStreamsError:  # a transport that cannot say: a channel, as by default
+        return DestinationKind.CHANNEL
+
+
+def _copy(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """A deep copy of a constant schema, so a document's parts never share (and a caller
+    changing one never changes the next document)."""
+    copied: dict[str, Any] = json.loads(json.dumps(schema))
+    return copied
+
+
 def _return_type(fn: Any) -> Any:
     """What a handler's publishers publish: its return annotation less ``None`` and
     ``Outcome``, which settle the delivery and publish nothing (``-> str | None`` publishes a
@@ -349,6 +564,10 @@ def _return_type(fn: Any) -> Any:
 
 
 def _publishes_nothing(annotation: Any) -> bool:
-    return annotation is type(None) or (
-        isinstance(annotation, type) and issubclass(annotation, Outcome)
+    return (
+        annotation is type(None)
+        or annotation is None
+        or annotation is typing.NoReturn
+        or annotation is typing.Never
+        or (isinstance(annotation, type) and issubclass(annotation, Outcome))
     )

@@ -15,7 +15,25 @@ code, outcomes from a fixed set):
   settle;
 - ``trio_streams_published_total{broker,destination}``,
   ``trio_streams_publish_errors_total{broker,destination}``,
-  ``trio_streams_publish_duration_seconds{broker,destination}``.
+  ``trio_streams_publish_duration_seconds{broker,destination}``; a handler's reply to a request
+  is counted with ``destination="(reply)"`` (its real destination is the caller's reply
+  address, one per caller: as a label it would make a series per caller).
+
+Request-reply (``broker.request``, through the ``request`` hook; by broker and destination):
+
+- ``trio_streams_requests_total{broker,destination}`` — requests made;
+- ``trio_streams_request_outcomes_total{broker,destination,outcome}`` — what each came to:
+  ``ok`` (a value replied), ``remote_error`` (the handler's failure replied), ``timeout``,
+  ``no_responders``, ``lost`` (the reply's subscription was lost meanwhile), ``error`` (its
+  publish failed), ``cancelled`` (by its caller);
+- ``trio_streams_request_duration_seconds{broker,destination}`` — round trip, from before the
+  publish to the reply, of the requests answered (``ok`` and ``remote_error``);
+- ``trio_streams_requests_in_flight{broker}`` — requests waiting for their reply now;
+- ``trio_streams_late_replies_total{broker}`` — replies that came after their request stopped
+  waiting (timed out, cancelled), dropped; read at each scrape from the broker's reply inbox
+  (``Broker.reply_inbox``), and carried over when the broker opens a new one;
+- ``trio_streams_replies_sent_total{broker,outcome}`` — the handler side: replies sent,
+  ``value`` (what the handler returned) or ``error`` (its failure).
 
 Read at each scrape from the running app (:class:`SubscriptionStats`):
 
@@ -38,22 +56,23 @@ measures it against the same handler without metrics.
 
 from __future__ import annotations
 
+import threading
 import time
 from bisect import bisect_left
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
 from ..core.codec import DecodeError
 from ..core.errors import ConfigurationError
 from ..core.extras import importing
-from ..core.middleware import Middleware, PublishCall
+from ..core.middleware import Middleware, PublishCall, RequestCall
 from ..core.outcome import OutcomeKind
 
 with importing("prometheus", "trio_streams.prometheus"):
-    from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+    from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
     from prometheus_client.core import (
         CounterMetricFamily,
         GaugeMetricFamily,
@@ -63,9 +82,16 @@ with importing("prometheus", "trio_streams.prometheus"):
 
 if TYPE_CHECKING:
     from ..core.app import App
+    from ..core.broker import Broker
     from ..core.dispatch import HandledMessage
+    from ..core.requests import ReplyInbox
 
 __all__ = ["PrometheusMiddleware"]
+
+#: The ``destination`` label of a reply's publish (see the module docstring).
+_REPLY_DESTINATION: Final = "(reply)"
+#: The request outcomes a round trip is observed for: a reply came.
+_ANSWERED = frozenset({"ok", "remote_error"})
 
 _OUTCOMES = {
     OutcomeKind.ACK: "ack",
@@ -108,6 +134,8 @@ class PrometheusMiddleware(Middleware):
     ) -> None:
         self.registry = REGISTRY if registry is None else registry
         self._apps: list[App] = []
+        #: The late replies of the brokers whose requests this middleware saw (by identity).
+        self._late = _LateReplies()
         self._bounds = sorted(b for b in buckets if b != float("inf"))
         self._counts: dict[str, _Counts] = {}
         ns = namespace
@@ -134,6 +162,25 @@ class PrometheusMiddleware(Middleware):
         self._publish_duration = Histogram(
             "publish_duration_seconds", "How long a publish took.", where, namespace=ns,
             registry=self.registry, buckets=buckets,
+        )  # fmt: skip
+        self._requests = Counter(
+            "requests", "Requests made.", where, namespace=ns, registry=self.registry
+        )
+        self._request_outcomes = Counter(
+            "request_outcomes", "Requests, by what they came to.", [*where, "outcome"],
+            namespace=ns, registry=self.registry,
+        )  # fmt: skip
+        self._request_duration = Histogram(
+            "request_duration_seconds", "Round trip of a request that was answered.", where,
+            namespace=ns, registry=self.registry, buckets=buckets,
+        )  # fmt: skip
+        self._requests_in_flight = Gauge(
+            "requests_in_flight", "Requests waiting for their reply.", ["broker"], namespace=ns,
+            registry=self.registry,
+        )  # fmt: skip
+        self._replies_sent = Counter(
+            "replies_sent", "Replies sent to requests, by what they carry.", ["broker", "outcome"],
+            namespace=ns, registry=self.registry,
         )  # fmt: skip
 
     def attach(self, app: App) -> None:
@@ -164,7 +211,8 @@ class PrometheusMiddleware(Middleware):
 
     @asynccontextmanager
     async def publish(self, call: PublishCall) -> AsyncIterator[None]:
-        labels = (call.broker, call.destination.name)
+        reply = call.is_reply
+        labels = (call.broker, _REPLY_DESTINATION if reply else call.destination.name)
         started = time.perf_counter()
         try:
             yield
@@ -175,8 +223,66 @@ class PrometheusMiddleware(Middleware):
             raise
         else:
             self._published.labels(*labels).inc()
+            if reply:
+                outcome = "error" if call.is_error_reply else "value"
+                self._replies_sent.labels(call.broker, outcome).inc()
         finally:
             self._publish_duration.labels(*labels).observe(time.perf_counter() - started)
+
+    @asynccontextmanager
+    async def request(self, call: RequestCall) -> AsyncIterator[None]:
+        labels = (call.broker, call.destination.name)
+        self._requests.labels(*labels).inc()
+        in_flight = self._requests_in_flight.labels(call.broker)
+        in_flight.inc()
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            in_flight.dec()
+            self._late.note(call.requester)  # the inbox it used, while it is the broker's
+            outcome = call.outcome or "error"  # None: a middleware inside it raised
+            self._request_outcomes.labels(*labels, outcome).inc()
+            if outcome in _ANSWERED:
+                self._request_duration.labels(*labels).observe(time.perf_counter() - started)
+
+
+class _LateReplies:
+    """The replies each broker dropped as late, carried across its reply inboxes: a broker
+    counts per inbox (``ReplyInbox.late``), and opens a new one when it reconnects or its inbox
+    failed. Each inbox a request used is held until it is replaced, so its final count is
+    carried over exactly. Noted from the request hook and read at each scrape, which may run
+    in another thread (``prometheus_client.start_http_server``): a lock keeps a count from
+    being carried twice."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        #: Per broker: the broker, the inbox last seen, what its earlier inboxes dropped.
+        self._brokers: dict[int, tuple[Broker, ReplyInbox | None, int]] = {}
+
+    def note(self, broker: Broker) -> None:
+        """Take in ``broker``'s inbox as it is now."""
+        with self._lock:
+            self._note(broker)
+
+    def _note(self, broker: Broker) -> None:
+        _, held, carried = self._brokers.get(id(broker), (broker, None, 0))
+        inbox = broker.reply_inbox
+        if inbox is not held:
+            carried += 0 if held is None else held.late
+            held = inbox
+        self._brokers[id(broker)] = (broker, held, carried)
+
+    def totals(self) -> dict[str, int]:
+        """What each broker name's brokers have dropped so far."""
+        totals: dict[str, int] = {}
+        with self._lock:
+            for broker, _, _ in list(self._brokers.values()):
+                self._note(broker)
+            for broker, held, carried in self._brokers.values():
+                dropped = carried + (0 if held is None else held.late)
+                totals[broker.name] = totals.get(broker.name, 0) + dropped
+        return totals
 
 
 class _StatsCollector(Collector):
@@ -185,6 +291,17 @@ class _StatsCollector(Collector):
     def __init__(self, metrics: PrometheusMiddleware, namespace: str) -> None:
         self._metrics = metrics
         self._ns = namespace
+
+    def _late_replies(self, ns: str) -> Any:
+        """``late_replies_total`` by broker name."""
+        late = CounterMetricFamily(
+            f"{ns}_late_replies",
+            "Replies that came after their request stopped waiting, dropped.",
+            labels=["broker"],
+        )
+        for name, value in sorted(self._metrics._late.totals().items()):
+            late.add_metric([name], value)
+        return late
 
     def _counted(self, ns: str) -> Iterator[Any]:
         sub = ["subscription"]
@@ -245,6 +362,7 @@ class _StatsCollector(Collector):
             f"{ns}_lag_bytes", "Bytes of a stream file not read yet.", labels=["subscription"]
         )
         yield from self._counted(ns)
+        yield self._late_replies(ns)
         running_any = False
         for app in self._metrics._apps:
             running = app.running

@@ -71,6 +71,12 @@ class MemoryBroker(Broker):
         super().__init__(name=name or "memory", **defaults)
         self.hub = MemoryHub(max_len=max_len)
 
+    def source_for(self, name: str) -> MemoryStream:
+        """A plain name is ``MemoryStream(name)``: the live tail, from the tip — what
+        ``app.test()`` runs a name of the other brokers as (a Redis group or a stream file's
+        durable consumer have nothing to resume in process)."""
+        return MemoryStream(name)
+
     def check_subscription(self, source: Source, options: Mapping[str, Any]) -> None:
         super().check_subscription(source, options)
         _check_count(options)

@@ -193,6 +193,13 @@ class RedisBroker(Broker):
         here, before the app starts; declaring and ``app.test()`` need no parser."""
         require("redis", "RedisBroker")
 
+    def source_for(self, name: str) -> RedisStream:
+        """A plain name is ``RedisStream(name)``: a member of a consumer group of the stream
+        ``name`` — this broker's ``group=``, else one named after the app that runs it
+        (``<app>/<subscription>``) — from the tip the first time, resuming where the group
+        left after a restart, splitting the entries among the processes of the app."""
+        return RedisStream(name)
+
     def prepare(self, declared: Declared) -> None:
         """A group stream without a group or consumer takes the broker's; its dead letter must
         share its slot on a cluster (one transaction writes the copy and the ``XACK``)."""
@@ -214,6 +221,13 @@ class RedisBroker(Broker):
         connection for every request in flight, nothing to clean up at the server, and in a
         cluster a classic ``PUBLISH`` reaches the subscriber on whichever node it is."""
         return RedisChannel(address)
+
+    def _reached_nobody(self, target: Destination, receipt: Any) -> bool:
+        """In a cluster a classic ``PUBLISH`` counts the subscribers of the node that took it
+        only (the cluster bus carries it to the others): 0 there does not mean nobody."""
+        if self.cluster and target.kind is DestinationKind.CHANNEL:
+            return False
+        return super()._reached_nobody(target, receipt)
 
     async def set_group_position(
         self, stream: str, group: str, position: Position, *, dry_run: bool = False

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from ..core.errors import UnsupportedError
 from .client import RedisClient
 from .client.capabilities import SNAPSHOT, ServerCommands
-from .client.errors import ReplyError
+from .client.errors import ConnectionSetupError, ReplyError
 from .streams import DeletePolicy, RedisStream
 
 __all__ = ["read_offers"]
@@ -30,11 +30,15 @@ async def read_offers(
 
     A server that refuses ``COMMAND`` (an ACL) leaves :data:`~.capabilities.SNAPSHOT` in
     force, logged once: nothing newer than Redis 7.0 is used, and a subscription that needs
-    more is refused. Raises :class:`~trio_streams.core.errors.UnsupportedError` naming the
-    subscription, the server and what it lacks.
+    more is refused. A connection the server refuses to set up (a wrong password, a database
+    out of range: :class:`~.client.errors.ConnectionSetupError`) is raised as it is. Raises
+    :class:`~trio_streams.core.errors.UnsupportedError` naming the subscription, the server and
+    what it lacks.
     """
     try:
         commands = await client.server_commands()
+    except ConnectionSetupError:
+        raise  # a login or database refused is the connection's error, not COMMAND's
     except ReplyError as exc:
         _log.warning(
             "the server refused COMMAND (%s): its command table is unknown, so only what "

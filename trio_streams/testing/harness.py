@@ -31,6 +31,7 @@ from ..core.groups import open_nursery
 from ..core.host import Fault, SubscriptionHost
 from ..core.outcome import Outcome
 from ..core.pipeline import Command, Segment
+from ..core.replies import RemoteError
 from ..core.requests import DEFAULT_REQUEST_TIMEOUT
 from ..core.transport import Transport
 from ..memory.broker import MemoryBroker, MemorySubscription, MemoryTransport
@@ -252,25 +253,45 @@ class TestClient:
         errors: :class:`~trio_streams.core.replies.RemoteError`,
         :class:`~trio_streams.core.requests.RequestTimeout` on Trio's clock, ...), then wait
         until the rest of the reaction has settled. The destination is chosen and checked as
-        :meth:`publish` does (a destination nothing reads is refused unless ``unread_ok``)."""
+        :meth:`publish` does (a destination nothing reads is refused unless ``unread_ok``).
+        With ``raise_errors``, a handler's failure is raised as the ``RemoteError`` it answered,
+        once, not again by the next call."""
         target = self._broker_for(destination, broker)
         if not unread_ok:
             check_read(
                 self.app.name, self.app.brokers, target, target.check_destination(destination)
             )
-        reply = await target.request(
-            message, destination, timeout=timeout, headers=headers, reply_type=reply_type
-        )
+        try:
+            reply = await target.request(
+                message, destination, timeout=timeout, headers=headers, reply_type=reply_type
+            )
+        except RemoteError:
+            # The handler's failure is reported as this error: with ``raise_errors`` the next
+            # call does not raise it again.
+            await self._settle()
+            self._checked = len(self._history)
+            raise
         await self.settled()
         return reply
 
     async def settled(self) -> None:
-        """Wait until nothing is left to read, nothing is in flight and no retry is due.
+        """Wait until nothing is left to read, nothing is in flight and no retry is due (nor
+        any reply to a request of the app's brokers is left unread: a late one is counted).
 
         Woken by every change the runners report; it also looks again every
         ``_RECHECK`` s of Trio's clock, so a change that reached no notification (a settle that
         ended in a task the harness does not hear from) costs a fraction of a second, never the
         whole ``settle_timeout``."""
+        await self._settle()
+        if self.raise_errors:
+            fresh = self._history[self._checked :]
+            self._checked = len(self._history)
+            for call in fresh:
+                if call.error is not None:
+                    raise call.error
+
+    async def _settle(self) -> None:
+        """:meth:`settled`'s wait, raising no handler error."""
         with trio.move_on_after(self.settle_timeout) as waiting:
             while not self._quiet():
                 deadline = min(self._next_deadline(), trio.current_time() + _RECHECK)
@@ -278,12 +299,6 @@ class TestClient:
                     await self._changes.wait()
         if waiting.cancelled_caught:
             raise NotSettled(f"not settled after {self.settle_timeout}s: {self._busy()}")
-        if self.raise_errors:
-            fresh = self._history[self._checked :]
-            self._checked = len(self._history)
-            for call in fresh:
-                if call.error is not None:
-                    raise call.error
 
     async def wait(self, seconds: float) -> None:
         """Let ``seconds`` pass on Trio's clock (instantly under autojump_clock), then settle."""
@@ -422,7 +437,9 @@ class TestClient:
         return broker_for(self.app.name, list(self._hubs), destination, broker)
 
     def _quiet(self) -> bool:
-        return all(runner.quiescent() for runner in self._runners)
+        return all(runner.quiescent() for runner in self._runners) and not any(
+            broker.unread_replies for broker in self._hubs
+        )
 
     def _next_deadline(self) -> float:
         return min((r.next_deadline() for r in self._runners), default=float("inf"))
@@ -433,6 +450,11 @@ class TestClient:
             f"delayed {len(r.delayed) + len(r.lane_delays)})"
             for r in self._runners
             if not r.quiescent()
+        ]
+        busy += [
+            f"{broker.name}: replies (unread {broker.unread_replies})"
+            for broker in self._hubs
+            if broker.unread_replies
         ]
         return "; ".join(busy) or "nothing (it settled just now)"
 
