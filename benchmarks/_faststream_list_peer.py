@@ -18,7 +18,7 @@ from typing import Any
 
 
 async def main(url: str, key: str, entries: int, mode: str) -> None:
-    from faststream.redis import ListSub, RedisBroker  # type: ignore[import-not-found]
+    from faststream.redis import ListSub, RedisBroker
 
     broker = RedisBroker(url, logger=None)  # no log line per message: the fairest figure
     done = asyncio.Event()

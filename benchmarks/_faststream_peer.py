@@ -21,8 +21,8 @@ from typing import Any
 
 
 async def main(url: str, key: str, entries: int, mode: str) -> None:
-    from faststream.redis import RedisBroker, StreamSub  # type: ignore[import-not-found]
-    from faststream.redis.annotations import Redis  # type: ignore[import-not-found]
+    from faststream.redis import RedisBroker, StreamSub
+    from faststream.redis.annotations import Redis
 
     broker = RedisBroker(url, logger=None)  # no log line per message: the fairest figure
     done = asyncio.Event()
