@@ -12,7 +12,8 @@ request names; the caller checks every reply against its own request.
   its headers, the reply read on the process's one Pub/Sub reply connection. The subscriber
   has its defaults (one handler task: requests are answered one after the other); with more
   than one request in flight it also runs as **trio-streams, workers=N**, N handler tasks for
-  N requests in flight;
+  N requests in flight; and, at every count, as **trio-streams, pipeline=True** (with N
+  workers), where each reply's ``PUBLISH`` leaves with its read's ``XACK`` in one write;
 - **raw**: the connection layer alone, the floor the framework is built on: callers ``XADD``
   ``{_payload, h:correlation, h:reply-to}`` on the pooled client and wait on one Pub/Sub
   subscription of the process's reply channel (a reader task hands each reply to the caller
@@ -98,6 +99,8 @@ AIM_RATE_VS_FASTSTREAM = 5.0
 FASTSTREAM = "FastStream"
 #: The trio-streams responder with as many handler tasks as requests in flight.
 WORKERS = "trio-streams, workers=N"
+#: The same with the pipeline window: each reply leaves with its read's XACK, in one write.
+WINDOW = "trio-streams, pipeline=True"
 
 
 @dataclass
@@ -159,12 +162,12 @@ def checked(n: int, value: int) -> None:
 
 
 async def trio_streams_contender(
-    url: str, key: str, in_flight: int, requests: int, workers: int = 1
+    url: str, key: str, in_flight: int, requests: int, workers: int = 1, window: bool = False
 ) -> tuple[float, list[int]]:
     app = App("request-reply")
     broker = app.broker(RedisBroker(url))
 
-    @broker.subscriber(RedisStream(key, group="g"), name="double", workers=workers)
+    @broker.subscriber(RedisStream(key, group="g"), name="double", workers=workers, pipeline=window)
     async def double(n: int) -> int:
         return n * 2
 
@@ -255,8 +258,11 @@ def contender_process(kind: str, url: str, key: str, in_flight: int, requests: i
     if kind == "raw":
         elapsed, ns = trio.run(raw_contender, url, key, in_flight, requests)
     else:
-        workers = in_flight if kind == "trio-streams-workers" else 1
-        elapsed, ns = trio.run(trio_streams_contender, url, key, in_flight, requests, workers)
+        workers = in_flight if kind in ("trio-streams-workers", "trio-streams-window") else 1
+        window = kind == "trio-streams-window"
+        elapsed, ns = trio.run(
+            trio_streams_contender, url, key, in_flight, requests, workers, window
+        )
     print(json.dumps({"elapsed": elapsed, "ns": ns}))
 
 
@@ -316,7 +322,7 @@ def command_of(
     if name == FASTSTREAM:
         assert peer is not None
         return [peer, str(PEER), url, key, str(in_flight), str(count), str(warmup(in_flight))]
-    kind = "trio-streams-workers" if name == WORKERS else name
+    kind = {WORKERS: "trio-streams-workers", WINDOW: "trio-streams-window"}.get(name, name)
     return [sys.executable, __file__, "--contender", kind, url, key, str(in_flight), str(count)]
 
 
@@ -325,6 +331,7 @@ def contenders(in_flight: int, peer: str | None) -> list[str]:
     return [
         "trio-streams",
         *([WORKERS] if in_flight > 1 else []),
+        WINDOW,
         "raw",
         *([FASTSTREAM] if peer else []),
     ]
@@ -371,7 +378,7 @@ def report(
             f"{m.reads:4.2f} reads, {m.commands:4.2f} commands a request"
         )
     raw = medians["raw"]
-    for name in ("trio-streams", WORKERS):
+    for name in ("trio-streams", WORKERS, WINDOW):
         if name not in medians:
             continue
         ours = medians[name]

@@ -23,6 +23,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from .delivery import Delivery
+from .middleware import publish_hooks
 from .replies import CORRELATION_HEADER, ERROR_HEADER, REPLY_TO_HEADER, error_payload
 from .reporting import describe
 
@@ -44,17 +45,37 @@ class Answers:
     """Sends the replies of one subscription's request deliveries through its broker."""
 
     def __init__(self, runner: SubscriptionRunner, logger: logging.Logger) -> None:
+        self._runner = runner
         self._broker = runner.subscription.broker
         self._handler = runner.subscription.handler.name
         self._label = runner.label
         self._log = logger
+        #: A pipeline window, and no publish middleware to see each reply: a value's reply
+        #: may ride in the window with the read's acknowledgement (:meth:`value`).
+        self._windowed: bool | None = None
 
     async def value(self, delivery: Delivery, payload: bytes) -> None:
-        """Answer ``delivery`` with ``payload``; raises what the send raised."""
+        """Answer ``delivery`` with ``payload``; raises what the send raised.
+
+        On a subscription with a pipeline window whose transport can queue the reply there
+        (Redis: its ``PUBLISH``), the reply is queued in the delivery's segment instead, and
+        leaves with the read's acknowledgement in one round trip, once every delivery of the
+        read is settled, as the segment's other commands do."""
         headers = delivery.headers
-        await self._broker.send_reply(
-            headers[REPLY_TO_HEADER], payload, {CORRELATION_HEADER: headers[CORRELATION_HEADER]}
-        )
+        address = headers[REPLY_TO_HEADER]
+        reply_headers = {CORRELATION_HEADER: headers[CORRELATION_HEADER]}
+        if self._windowed is None:
+            self._windowed = bool(
+                self._runner.subscription.transport_options.get("pipeline")
+            ) and not publish_hooks(self._broker.app_middlewares + self._broker.middlewares)
+        if self._windowed:
+            command = self._broker.reply_command(address, payload, reply_headers)
+            segment = None if command is None else self._runner.source.pipeline(delivery)
+            if command is not None and segment is not None:
+                name, arguments = command
+                segment.command(name, *arguments)
+                return
+        await self._broker.send_reply(address, payload, reply_headers)
 
     async def failure(
         self, delivery: Delivery, error: BaseException | None, *, reason: str, attempts: int

@@ -532,6 +532,15 @@ class Broker(Router):
         """Where a reply to ``address`` is published (a channel by default)."""
         return Destination.channel(address)
 
+    def reply_command(
+        self, address: str, payload: bytes, headers: Mapping[str, str]
+    ) -> tuple[str, tuple[str | bytes, ...]] | None:
+        """The command that sends one reply (its name and arguments), for a pipeline window
+        to queue with the read's acknowledgement; None (the default) where replies are not
+        sent by a command a window takes: they are then sent at once, by :meth:`send_reply`."""
+        del address, payload, headers
+        return None
+
     async def send_reply(self, address: str, payload: bytes, headers: Mapping[str, str]) -> Any:
         """Publish one reply (the handler side of a request), inside this broker's publish
         middlewares."""

@@ -216,6 +216,17 @@ class RedisBroker(Broker):
                     f"e.g. {companion_key(key, 'dead')!r}"
                 )
 
+    def reply_command(
+        self, address: str, payload: bytes, headers: Mapping[str, str]
+    ) -> tuple[str, tuple[str | bytes, ...]] | None:
+        """A reply's ``PUBLISH`` of the list/Pub/Sub frame, for the pipeline window: on a
+        subscription with ``pipeline=True`` a request's reply leaves with the read's ``XACK``
+        in one round trip. Only on a live connection (under ``app.test()`` the in-process
+        window records its commands and sends nothing)."""
+        if not isinstance(self._transport, RedisTransport):
+            return None
+        return ("PUBLISH", (address, encode_frame(payload, headers)))
+
     def reply_source(self, address: str) -> Source:
         """Replies to this process's requests come on a Pub/Sub channel of its own: one
         connection for every request in flight, nothing to clean up at the server, and in a
