@@ -13,6 +13,10 @@ caller hears what became of the message, not of one attempt:
   after the verdict is decided; if it cannot be sent, that is logged and the verdict goes on;
 - a retry answers nothing: the retried copy carries the same headers, and its run answers.
 
+A subscription mounted with ``no_reply=True`` answers no request at all: an observer of the
+messages it reads (an audit beside the service that answers them), whose own ``null`` would
+race that service's value. Every other subscription of a stream answers what it reads.
+
 Every run that reaches a final outcome answers, so a message handled twice (redelivered after a
 crash) answers twice; the caller takes the first reply and counts the other late.
 """
@@ -23,6 +27,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from .delivery import Delivery
+from .errors import ConfigurationError
 from .middleware import publish_hooks
 from .replies import CORRELATION_HEADER, ERROR_HEADER, REPLY_TO_HEADER, error_payload
 from .reporting import describe
@@ -50,6 +55,8 @@ class Answers:
         self._handler = runner.subscription.handler.name
         self._label = runner.label
         self._log = logger
+        #: Mounted with ``no_reply=True``: it answers no request.
+        self.silent = runner.subscription.options.no_reply
         #: A pipeline window, and no publish middleware to see each reply: a value's reply
         #: may ride in the window with the read's acknowledgement (:meth:`value`).
         self._windowed: bool | None = None
@@ -61,6 +68,8 @@ class Answers:
         (Redis: its ``PUBLISH``), the reply is queued in the delivery's segment instead, and
         leaves with the read's acknowledgement in one round trip, once every delivery of the
         read is settled, as the segment's other commands do."""
+        if self.silent:
+            return
         headers = delivery.headers
         address = headers[REPLY_TO_HEADER]
         reply_headers = {CORRELATION_HEADER: headers[CORRELATION_HEADER]}
@@ -75,12 +84,27 @@ class Answers:
                 name, arguments = command
                 segment.command(name, *arguments)
                 return
-        await self._broker.send_reply(address, payload, reply_headers)
+        try:
+            await self._broker.send_reply(address, payload, reply_headers)
+        except ConfigurationError as exc:
+            # An address this broker can never reach (a recording replayed into a stream
+            # file holds the Redis channels its requests named): the handler ran, and running
+            # it again would only repeat it. Said, and the outcome goes on.
+            self._log.warning(
+                "%s: request %s is not answered: its reply-to %r cannot be reached from %s (%s)",
+                self._label,
+                reply_headers[CORRELATION_HEADER],
+                address,
+                self._broker.name,
+                exc,
+            )
 
     async def failure(
         self, delivery: Delivery, error: BaseException | None, *, reason: str, attempts: int
     ) -> None:
         """Answer ``delivery`` with a failure; a send that fails is logged, not raised."""
+        if self.silent:
+            return
         headers = delivery.headers
         payload = error_payload(self._handler, error, reason=reason, attempts=attempts)
         try:

@@ -38,6 +38,7 @@ from .requests import (
     NoResponders,
     ReplyInbox,
     RequestTimeout,
+    _Waiting,
     new_correlation_id,
 )
 from .routing import Declared, Router, SubscriberOptions, Subscription
@@ -463,6 +464,7 @@ class Broker(Router):
         """Publish the request and wait for its reply; raises what :meth:`request` says."""
         where = f"{target.kind.value} {target.name!r}"
         inbox: ReplyInbox | None = None
+        waiting: _Waiting | None = None
         with trio.move_on_after(timeout) as waited:
             inbox = await self._reply_inbox()
             given[CORRELATION_HEADER] = correlation_id
@@ -482,13 +484,16 @@ class Broker(Router):
                 if self._reached_nobody(target, receipt):
                     why = "no subscriber received it (PUBLISH reached 0)"
                     raise NoResponders(where, timeout, correlation_id, why)
-                await waiting.event.wait()
+                if not waiting.event.is_set():
+                    await waiting.event.wait()
             finally:
                 inbox.forget(correlation_id)
-        if waited.cancelled_caught:
+        answered = waiting is not None and waiting.event.is_set()
+        if waited.cancelled_caught and not answered:
             why = self._deaf_inbox() if inbox is None else ""  # it waited, unpublished
             why = why or await self._unserved(target)
             raise RequestTimeout(where, timeout, correlation_id, why)
+        assert waiting is not None  # answered: the deadline passed after the reply came
         if waiting.error is not None:
             raise type(waiting.error)(str(waiting.error)) from waiting.error
         reply = waiting.reply

@@ -19,7 +19,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final, TypeVar, final
 
-from .codec import decoder_for
+from .codec import DecodeError, decoder_for
 from .errors import TrioStreamsError
 
 __all__ = [
@@ -138,8 +138,13 @@ class Reply:
         return value
 
     def json(self) -> Any:
-        """The payload parsed as JSON (what a handler's plain value is encoded as)."""
-        return json.loads(self.payload)
+        """The payload parsed as JSON (what a handler's plain value is encoded as); raises
+        :class:`~trio_streams.core.codec.DecodeError`, as :meth:`decode` does, if it is not
+        JSON (a handler that returned a ``str`` or ``bytes`` replies with them as they are)."""
+        try:
+            return json.loads(self.payload)
+        except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+            raise DecodeError(f"the reply is not JSON: {exc}") from None
 
     def text(self) -> str:
         return self.payload.decode("utf-8")

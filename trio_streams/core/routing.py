@@ -60,6 +60,8 @@ class SubscriberOptions:
     buffer: int | None = None
     #: Bound on retries waiting out a ``retry_after`` delay in this process.
     max_delayed: int = 10_000
+    #: Answer no request (an observer of a stream a service answers): see :mod:`._answers`.
+    no_reply: bool = False
 
     def __post_init__(self) -> None:
         for name in ("workers", "max_delayed"):
@@ -70,6 +72,8 @@ class SubscriberOptions:
             isinstance(self.batch, bool) or not isinstance(self.batch, int) or self.batch < 1
         ):
             raise ConfigurationError(f"batch must be an int >= 1, got {self.batch!r}")
+        if not isinstance(self.no_reply, bool):
+            raise ConfigurationError(f"no_reply is True or False, not {self.no_reply!r}")
         if self.buffer is not None and (not isinstance(self.buffer, int) or self.buffer < 1):
             raise ConfigurationError(f"buffer must be an int >= 1, got {self.buffer!r}")
         if self.max_wait <= 0:
@@ -230,6 +234,7 @@ class Router:
         retry_delay: RetryDelay | None = None,
         buffer: int | None = None,
         max_delayed: int | None = None,
+        no_reply: bool | None = None,
         name: str | None = None,
         middlewares: Sequence[Middleware] | None = None,
         **transport_options: Any,
@@ -245,7 +250,8 @@ class Router:
         subscription reads is refused at mount, as it would loop forever), ``retry_delay``
         (seconds, or a function of the attempt, before a failed delivery is retried),
         ``buffer`` (delivery channel capacity; by default twice the workers, at least 16 and
-        at least one read of the transport),
+        at least one read of the transport), ``no_reply=True`` (answer no request: an observer
+        beside the service that answers a stream, whose own reply would race that service's),
         ``middlewares`` (:class:`~trio_streams.core.middleware.Middleware` wrapping this
         subscriber's handling, inside the app's, broker's and routers').
         Other keywords are the transport's; it refuses what it cannot do, right here.
@@ -261,6 +267,7 @@ class Router:
             "retry_delay": retry_delay,
             "buffer": buffer,
             "max_delayed": max_delayed,
+            "no_reply": no_reply,
         }
         own_middlewares = check_middlewares(middlewares, where="subscriber()")
         settings = {**self._defaults, **{k: v for k, v in given.items() if v is not None}}
@@ -360,6 +367,7 @@ _CORE_OPTIONS = frozenset(
         "retry_delay",
         "buffer",
         "max_delayed",
+        "no_reply",
     }
 )
 
@@ -392,7 +400,7 @@ def _options_from(settings: Mapping[str, Any]) -> SubscriberOptions:
         raise ConfigurationError(str(exc)) from exc
     core = {
         k: settings[k]
-        for k in ("workers", "by_key", "batch", "max_wait", "buffer", "max_delayed")
+        for k in ("workers", "by_key", "batch", "max_wait", "buffer", "max_delayed", "no_reply")
         if k in settings
     }
     return SubscriberOptions(policy=policy, **core)

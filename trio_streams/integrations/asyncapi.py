@@ -262,7 +262,8 @@ class _Builder:
     def _receive(self, server: str, subscription: Subscription, broker: Broker) -> None:
         source = subscription.source
         handler = subscription.handler
-        replies = None if handler.is_batch else _reply_type(handler.fn)
+        silent = handler.is_batch or subscription.options.no_reply
+        replies = None if silent else _reply_type(handler.fn)
         payload = _subscribed_payload(subscription)
         message = self._message(payload, variant="request" if replies else None)
         binding = source.description().reads
