@@ -147,3 +147,20 @@ async def test_a_reply_that_is_not_json_is_a_decode_error_from_json() -> None:
         assert reply.text() == "hello ann"
         with pytest.raises(DecodeError, match="the reply is not JSON"):
             reply.json()
+
+
+async def test_raise_errors_leaves_a_requests_own_failed_attempt_to_its_reply() -> None:
+    app = App("svc")
+    broker = app.broker(MemoryBroker())
+    tries: list[int] = []
+
+    @broker.subscriber(MemoryStream("q"), max_attempts=2)
+    async def flaky(n: int) -> int:
+        tries.append(n)
+        if len(tries) == 1:
+            raise RuntimeError("first time fails")
+        return n
+
+    async with app.test(raise_errors=True) as t:
+        assert await t.request("q", 7, reply_type=int) == 7  # the message's final outcome
+    assert tries == [7, 7]

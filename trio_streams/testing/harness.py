@@ -31,7 +31,7 @@ from ..core.groups import open_nursery
 from ..core.host import Fault, SubscriptionHost
 from ..core.outcome import Outcome
 from ..core.pipeline import Command, Segment
-from ..core.replies import RemoteError
+from ..core.replies import CORRELATION_HEADER, RemoteError
 from ..core.requests import DEFAULT_REQUEST_TIMEOUT
 from ..core.transport import Transport
 from ..memory.broker import MemoryBroker, MemorySubscription, MemoryTransport
@@ -255,24 +255,31 @@ class TestClient:
         until the rest of the reaction has settled. The destination is chosen and checked as
         :meth:`publish` does (a destination nothing reads is refused unless ``unread_ok``).
         With ``raise_errors``, a handler's failure is raised as the ``RemoteError`` it answered,
-        once, not again by the next call."""
+        once, not again by the next call; the failed attempts of a request that then succeeded
+        are its own story, told by its reply, and not raised either. Errors of the rest of the
+        reaction are raised as :meth:`settled` raises them."""
         target = self._broker_for(destination, broker)
         if not unread_ok:
             check_read(
                 self.app.name, self.app.brokers, target, target.check_destination(destination)
             )
         try:
-            reply = await target.request(
-                message, destination, timeout=timeout, headers=headers, reply_type=reply_type
-            )
+            reply = await target.request(message, destination, timeout=timeout, headers=headers)
         except RemoteError:
             # The handler's failure is reported as this error: with ``raise_errors`` the next
             # call does not raise it again.
             await self._settle()
             self._checked = len(self._history)
             raise
-        await self.settled()
-        return reply
+        await self._settle()
+        fresh = self._history[self._checked :]
+        self._checked = len(self._history)
+        if self.raise_errors:
+            for call in fresh:
+                own = call.delivery.headers.get(CORRELATION_HEADER) == reply.correlation_id
+                if call.error is not None and not own:
+                    raise call.error
+        return reply if reply_type is None else reply.decode(reply_type)
 
     async def settled(self) -> None:
         """Wait until nothing is left to read, nothing is in flight and no retry is due (nor
