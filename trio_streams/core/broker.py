@@ -36,9 +36,9 @@ from .replies import CORRELATION_HEADER, ERROR_HEADER, REPLY_TO_HEADER, RemoteEr
 from .requests import (
     DEFAULT_REQUEST_TIMEOUT,
     NoResponders,
+    PendingRequest,
     ReplyInbox,
     RequestTimeout,
-    _Waiting,
     new_correlation_id,
 )
 from .routing import Declared, Router, SubscriberOptions, Subscription
@@ -464,7 +464,7 @@ class Broker(Router):
         """Publish the request and wait for its reply; raises what :meth:`request` says."""
         where = f"{target.kind.value} {target.name!r}"
         inbox: ReplyInbox | None = None
-        waiting: _Waiting | None = None
+        waiting: PendingRequest | None = None
         with trio.move_on_after(timeout) as waited:
             inbox = await self._reply_inbox()
             given[CORRELATION_HEADER] = correlation_id

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_REQUEST_TIMEOUT",
     "NoResponders",
+    "PendingRequest",
     "ReplyInbox",
     "ReplyLost",
     "RequestTimeout",
@@ -104,7 +105,7 @@ def new_correlation_id() -> str:
 
 
 @final
-class _Waiting:
+class PendingRequest:
     """One request in flight: set once, with its reply or the error it fails with."""
 
     __slots__ = ("error", "event", "publishing", "reply")
@@ -126,7 +127,7 @@ class ReplyInbox:
         #: The reply address requests carry in ``x-trio-streams-reply-to``.
         self.address = address
         self.label = label
-        self._waiting: dict[str, _Waiting] = {}
+        self._waiting: dict[str, PendingRequest] = {}
         #: Replies that came for no request waiting (late, or answered twice): dropped.
         self.late = 0
         #: Replies handed to their request.
@@ -168,11 +169,11 @@ class ReplyInbox:
         source = self._source
         return 0 if source is None or self.closed else source.unread()
 
-    def expect(self, correlation_id: str) -> _Waiting:
+    def expect(self, correlation_id: str) -> PendingRequest:
         """Register a request before it is published; :meth:`forget` it in a ``finally``."""
         if self.closed:
             raise ReplyLost(f"{self.label}: the reply subscription has ended")
-        waiting = _Waiting()
+        waiting = PendingRequest()
         self._waiting[correlation_id] = waiting
         return waiting
 
