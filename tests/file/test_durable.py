@@ -363,3 +363,25 @@ async def test_two_subscriptions_with_one_durable_name_are_refused(tmp_path: Pat
 
 async def _noop(n: int) -> None:
     pass
+
+
+async def test_a_second_durable_consumer_of_a_file_not_created_yet_is_refused_at_its_start(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "later.ss"  # no writer has created it yet
+    first, first_broker = file_app(path, name="first")
+    first_broker.subscriber(FileStream("s", durable="same"), name="one")(_noop)
+    second, second_broker = file_app(path, name="second")
+    second_broker.subscriber(FileStream("s", durable="same"), name="two")(_noop)
+    async with serving(first):
+        with pytest.RaisesGroup(
+            pytest.RaisesExc(DurableLockedError, match="'same' is already running"),
+            flatten_subgroups=True,
+        ):
+            async with serving(second):
+                pass
+    # The first released its lock when it stopped, though the file never came.
+    third, third_broker = file_app(path, name="third")
+    third_broker.subscriber(FileStream("s", durable="same"), name="three")(_noop)
+    async with serving(third):
+        pass

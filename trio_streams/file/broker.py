@@ -62,6 +62,8 @@ from .durable import (
     StoredPosition,
     Watermark,
     consumer_name_of,
+    drop_lock,
+    take_lock,
 )
 from .envelope import PREFIXES, STORAGE_HEADERS, open_envelope, seal
 from .errors import SeekError, StreamFileNotFoundError, StreamKeyNotFoundError
@@ -387,6 +389,9 @@ class FileSubscription(SubscriptionSource):
         #: Offset of the first retry copy appended since a replay last ended (None: none).
         self._appended_from: int | None = None
         self._store: DurableStore | None = None
+        #: A durable consumer's lock, held while it waits for its file to be created (a
+        #: second copy is refused at its start, not once the file appears).
+        self._early_lock: int | None = None
         self._watermark: Watermark | None = None
         self._saved_at = float("-inf")  # the first move is saved at once
         #: The stored message a resumed consumer skips (it settled before the restart).
@@ -416,6 +421,8 @@ class FileSubscription(SubscriptionSource):
                 raise StreamFileNotFoundError(
                     f"no such stream file to replay ({label}): check the path", path=self.path
                 ) from exc
+            if isinstance(stream.durable, str):
+                self._early_lock = take_lock(self.path, stream.durable)
             self.starts = (
                 "waiting for the file to be created, then reading it from its first message"
             )
@@ -451,8 +458,12 @@ class FileSubscription(SubscriptionSource):
         store: DurableStore | None = None
         try:
             if isinstance(stream.durable, str):
+                lock, self._early_lock = self._early_lock, None
                 store = DurableStore(
-                    self.path, stream.durable, file_created_at_ms=reader.header.created_at_ms
+                    self.path,
+                    stream.durable,
+                    file_created_at_ms=reader.header.created_at_ms,
+                    lock_fd=lock,
                 )
                 self._resume(reader, store)
             # start_at only applies to a durable consumer's first start.
@@ -730,6 +741,10 @@ class FileSubscription(SubscriptionSource):
             return
         self._closed = True
         self._transport._forget(self)
+        if self._early_lock is not None:  # the file never came: nothing to keep beside it
+            lock, self._early_lock = self._early_lock, None
+            assert isinstance(self._stream.durable, str)
+            drop_lock(self.path, self._stream.durable, lock)
         store = self._store
         try:
             if self._source is not None:

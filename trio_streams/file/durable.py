@@ -17,6 +17,9 @@ keeps it itself, in ``<file>.consumers/<name>.json``:
 - **Who may use it**: one consumer at a time. ``<name>.lock`` is held with ``flock`` while the
   subscription runs; a second consumer with the same name, in this process or another, gets
   :class:`DurableLockedError`. The kernel drops the lock when a process dies, however it dies.
+  A consumer of a file no writer has created yet holds the lock while it waits, so a second
+  copy is refused at its start; if the file never comes, the lock file (and the directory, if
+  empty) is removed as the consumer stops: nothing is left beside a file that is not there.
 - **Which file it belongs to**: the state names the file's creation time (from its header), so
   a store left over from a file that was deleted and created anew is refused, not misapplied.
 
@@ -57,7 +60,9 @@ __all__ = [
     "Watermark",
     "check_consumer_name",
     "consumer_name_of",
+    "drop_lock",
     "store_directory",
+    "take_lock",
 ]
 
 #: Messages settled between two writes of the store, at most.
@@ -136,33 +141,76 @@ class StoredPosition:
         return cls(offset=offset)
 
 
+def take_lock(stream_path: str, name: str) -> int:
+    """Hold consumer ``name``'s lock of ``stream_path`` (``flock`` of ``<name>.lock`` beside
+    it): the descriptor, to close to release it. :class:`DurableLockedError` if another
+    consumer of that name holds it, in this process or another.
+
+    A lock file may be removed by its holder (:func:`drop_lock`, for a file that never came), so
+    a lock taken on a file that is no longer at its path is let go and taken again: two holders
+    can never hold two files of one name."""
+    name = check_consumer_name(name)
+    directory = store_directory(stream_path)
+    lock_path = os.path.join(directory, name + ".lock")
+    while True:
+        try:
+            os.makedirs(directory, exist_ok=True)
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
+        except OSError as exc:
+            raise DurableStateError(
+                f"cannot open the store of consumer {name!r}: {exc.strerror}", path=directory
+            ) from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise DurableLockedError(
+                f"durable consumer {name!r} is already running (its lock is held)",
+                path=stream_path,
+            ) from None
+        try:
+            same = os.stat(lock_path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)  # removed by the holder that just let it go: take the new one
+
+
+def drop_lock(stream_path: str, name: str, fd: int) -> None:
+    """Let go of a lock :func:`take_lock` gave, removing its file (and the store's directory,
+    if nothing else is in it): for a consumer whose stream file never came, which has nothing
+    to keep. The file is removed while it is still held (see :func:`take_lock`)."""
+    directory = store_directory(stream_path)
+    try:
+        os.unlink(os.path.join(directory, name + ".lock"))
+        os.rmdir(directory)  # only if empty: another consumer's state stays
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 class DurableStore:
     """The stored position of one named consumer of one stream file, and its lock."""
 
-    def __init__(self, stream_path: str, name: str, *, file_created_at_ms: int) -> None:
+    def __init__(
+        self,
+        stream_path: str,
+        name: str,
+        *,
+        file_created_at_ms: int,
+        lock_fd: int | None = None,
+    ) -> None:
+        """``lock_fd``: the consumer's lock, taken already (:func:`take_lock`: a consumer of a
+        file not created yet holds it while it waits); the store owns it from here on."""
         self.name = check_consumer_name(name)
         self.stream_path = stream_path
         directory = store_directory(stream_path)
         self.path = os.path.join(directory, name + ".json")
         self._temp = self.path + ".tmp"
         self._created_at = file_created_at_ms
-        try:
-            os.makedirs(directory, exist_ok=True)
-            self._lock_fd = os.open(
-                os.path.join(directory, name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
-            )
-        except OSError as exc:
-            raise DurableStateError(
-                f"cannot open the store of consumer {name!r}: {exc.strerror}", path=directory
-            ) from exc
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self._lock_fd)
-            raise DurableLockedError(
-                f"durable consumer {name!r} is already running (its lock is held)",
-                path=stream_path,
-            ) from None
+        self._lock_fd = take_lock(stream_path, name) if lock_fd is None else lock_fd
         try:
             self.stored = self._load()
         except BaseException:
