@@ -164,3 +164,23 @@ async def test_raise_errors_leaves_a_requests_own_failed_attempt_to_its_reply() 
     async with app.test(raise_errors=True) as t:
         assert await t.request("q", 7, reply_type=int) == 7  # the message's final outcome
     assert tries == [7, 7]
+
+
+async def test_an_in_process_request_nothing_reads_times_out_saying_so(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async with MemoryBroker() as broker:
+        with pytest.raises(trio.TooSlowError, match="no subscription reads stream 'nobody'"):
+            await broker.request(1, "nobody", timeout=1)
+
+    app = App("svc")
+    redis_like = app.broker(MemoryBroker())
+
+    @redis_like.subscriber(MemoryStream("orders"))
+    async def charge(n: int) -> int:
+        return n
+
+    async with app.test() as t:
+        with pytest.raises(trio.TooSlowError, match="no subscription reads stream 'nobody'"):
+            await t.request("nobody", 1, timeout=1, unread_ok=True)
+        assert await t.request("orders", 2, reply_type=int) == 2  # read: served

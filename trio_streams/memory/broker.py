@@ -144,6 +144,13 @@ class MemoryTransport(Transport):
         await self._share.after_progress()
         return delivered_position(entry.seq, destination)
 
+    async def unserved(self, destination: Destination) -> str:
+        """A stream no subscription of this hub reads now (a list or a channel: nothing said)."""
+        await checkpoint()
+        if destination.kind is DestinationKind.STREAM and not self.hub.readers[destination.name]:
+            return f"no subscription reads stream {destination.name!r}: nothing serves it"
+        return ""
+
     async def publish_to(
         self, destination: Destination, payload: bytes, headers: Mapping[str, str]
     ) -> Position | int:
@@ -220,6 +227,8 @@ class MemorySubscription(SubscriptionSource):
         segment_check: CommandCheck | None = None,
     ) -> None:
         self._hub = hub
+        #: Counted among the hub's readers of its streams (from ``open`` to ``aclose``).
+        self._reading = False
         self._segment_check = segment_check
         self._refused_seeks = stream.refused_seeks
         #: The segment of each delivery whose handler queued a command (pipeline=True only).
@@ -267,6 +276,8 @@ class MemorySubscription(SubscriptionSource):
         if self._members is not None:
             self._members.join(self, self._label, self._held)
         self._retry_target = host.retry_target
+        self._hub.readers.update(self._keys)
+        self._reading = True
         await checkpoint()
 
     def poll(self) -> Sequence[Delivery]:
@@ -388,6 +399,9 @@ class MemorySubscription(SubscriptionSource):
         another member), as the live close does."""
         if self._members is not None:
             self._members.leave(self)
+        if self._reading:
+            self._reading = False
+            self._hub.readers.subtract(self._keys)
         self._hand_back(dead_only=False)
         await cancel_shielded_checkpoint()
 

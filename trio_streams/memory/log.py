@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sized
 from typing import TYPE_CHECKING
 
@@ -111,6 +111,8 @@ class MemoryHub:
         #: Readers waiting for a publish (or a redelivery) park here.
         self.activity = ParkingLot()
         self._listeners: list[Callable[[], None]] = []
+        #: Subscriptions open on each stream now (what a request's timeout can say of it).
+        self.readers: Counter[str] = Counter()
         #: Pipeline-window segments decided in-process (``pipeline=True``), oldest first; the
         #: last ``max_len`` are kept.
         self.segments: deque[Segment] = deque(maxlen=max_len)
