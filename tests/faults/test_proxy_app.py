@@ -47,11 +47,13 @@ async def test_an_app_handles_messages_through_the_proxy_and_after_its_reader_is
     assert server.command("XPENDING", "s", "g")[0] == 0  # every one acknowledged
 
 
-def app_on(url: str, handled: list[int], **app_options: float) -> tuple[App, RedisBroker]:
+def app_on(
+    url: str, handled: list[int], *, min_idle: float = 60.0, **app_options: float
+) -> tuple[App, RedisBroker]:
     app = App("svc", **app_options)  # type: ignore[arg-type]
     broker = app.broker(RedisBroker(url))
 
-    @broker.subscriber(RedisStream("s", group="g"), name="sub", block=50)
+    @broker.subscriber(RedisStream("s", group="g", min_idle=min_idle), name="sub", block=50)
     async def handle(n: int) -> None:
         handled.append(n)
 
@@ -123,7 +125,9 @@ async def test_an_app_under_a_seeded_cut_storm_loses_no_message(
     server: RedisServer, proxy: FaultProxy
 ) -> None:
     handled: list[int] = []
-    app, _ = app_on(proxy.url, handled)
+    # An entry whose acknowledgement a cut lost stays pending until a reclaim takes it again
+    # (after min_idle): a short one keeps the wait for "every message acknowledged" bounded.
+    app, _ = app_on(proxy.url, handled, min_idle=2)
     published = set(range(200))
     storm = FaultSchedule(
         seed=27,
@@ -160,7 +164,8 @@ async def test_an_app_under_every_kind_of_fault_loses_no_message(
     server: RedisServer, proxy: FaultProxy, seed: int
 ) -> None:
     handled: list[int] = []
-    app, _ = app_on(f"{proxy.url}?command_timeout=1&connect_timeout=1", handled)
+    url = f"{proxy.url}?command_timeout=1&connect_timeout=1"
+    app, _ = app_on(url, handled, min_idle=2)  # a lost acknowledgement is reclaimed soon
     published = set(range(1000))
     storm = FaultSchedule(seed=seed, every=0.05, duration=4)  # every kind, blackholes too
     async with serving(app), connect(server.url) as direct:
@@ -178,7 +183,10 @@ async def test_an_app_under_every_kind_of_fault_loses_no_message(
 
         await eventually(all_acknowledged, within=STEP, what="every message acknowledged")
     assert set(handled) == published
-    assert len(proxy.injected) >= 6  # most kinds were injected
+    # The whole storm ran, and it bit: which kinds found a connection to hit follows the
+    # machine's pace (a cut between reconnects hits nothing).
+    assert proxy.applied == list(storm.plan())
+    assert sum(proxy.injected.values()) > 0
 
 
 async def test_an_app_stops_within_its_timeouts_in_the_middle_of_a_seeded_storm(
