@@ -24,6 +24,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
@@ -44,6 +45,7 @@ from ..core.outcome import Outcome, OutcomeKind
 from ..core.positions import Position, PositionKind
 from ..core.process import process_name
 from ..core.requests import new_correlation_id
+from ..core.routing import BY_STREAM, Declared
 from ..core.schedule import FairShare
 from ..core.transport import (
     SeekRefused,
@@ -69,6 +71,7 @@ from .envelope import PREFIXES, STORAGE_HEADERS, open_envelope, seal
 from .errors import SeekError, StreamFileNotFoundError, StreamKeyNotFoundError
 from .follower import MAX_BACKOFF_MS, MIN_BACKOFF_MS, FileSource
 from .format import DEFAULT_BEACON_INTERVAL, HEADER_SIZE, Message
+from .group import FileGroupSubscription, seek_key
 from .keys import check_file_keys
 from .positions import format_position
 from .reader import FileReader
@@ -167,6 +170,23 @@ class FileBroker(Broker):
     def check_subscription(self, source: Source, options: Mapping[str, Any]) -> None:
         super().check_subscription(source, options)
         _check_count(options)
+
+    def prepare(self, declared: Declared) -> None:
+        """An ordered group member is handled in lanes keyed by stream key (a retry is handled
+        again in place, so the key's order holds); it refuses ``by_key`` and ``batch``, which
+        would order it otherwise."""
+        source = declared.source
+        if not isinstance(source, FileStream) or not source.ordered:
+            return
+        options = declared.options
+        for name in ("by_key", "batch"):
+            if getattr(options, name) is not None:
+                raise ConfigurationError(
+                    f"handler {declared.name}: {source!r} is ordered by stream key, so it "
+                    f"cannot take {name}= (lanes keyed otherwise, or batches, would break "
+                    "the order)"
+                )
+        declared.options = dataclasses.replace(options, by_key=BY_STREAM)
 
     def check_name(self, destination: Destination) -> None:
         super().check_name(destination)
@@ -339,9 +359,13 @@ class FileTransport(Transport):
 
     def open_subscription(
         self, source: Source, options: Mapping[str, Any], *, label: str
-    ) -> FileSubscription:
+    ) -> FileSubscription | FileGroupSubscription:
         if not isinstance(source, FileStream):
             raise ConfigurationError(f"{label}: a stream file cannot read {source!r}")
+        if source.group_name is not None:
+            return FileGroupSubscription(
+                self.path, source, label=label, count=_check_count(options)
+            )
         subscription = FileSubscription(self, source, label=label, count=_check_count(options))
         self._subscriptions.add(subscription)
         return subscription
@@ -677,25 +701,7 @@ class FileSubscription(SubscriptionSource):
             self._save_now()
 
     def _seek_key(self, position: Position) -> str | None:
-        if position.kind is PositionKind.BEGINNING or position.kind is PositionKind.END:
-            return None
-        if position.kind is PositionKind.ENTRY:
-            raise SeekRefused(
-                f"{self._label}: {position!r} is a Redis entry id; a stream file is addressed "
-                "by sequence numbers and instants"
-            )
-        if position.stream is None:
-            if len(self._keys) > 1:
-                raise SeekRefused(
-                    f"{self._label}: {position!r} must name one of the streams {list(self._keys)}"
-                )
-            return self._keys[0]
-        if position.stream not in self._keys:
-            raise SeekRefused(
-                f"{self._label}: {position!r} names a stream this subscription does not read "
-                f"({list(self._keys)})"
-            )
-        return position.stream
+        return seek_key(self._label, self._keys, position)
 
     # ---- settling ----------------------------------------------------------------------------
 

@@ -119,9 +119,7 @@ class GroupState(msgspec.Struct, kw_only=True):
 
     def keys_held_by_others(self, member: str) -> set[str]:
         """Keys that batches of other members, or batches waiting to be taken, hold."""
-        return {
-            key for batch in self.batches if batch.member != member for key in batch.keys
-        }
+        return {key for batch in self.batches if batch.member != member for key in batch.keys}
 
     def batch(self, batch_id: int) -> Batch | None:
         for batch in self.batches:
@@ -179,34 +177,6 @@ class GroupState(msgspec.Struct, kw_only=True):
             batch.member = None
         self.members.pop(member, None)
         return freed
-
-    def hand_back(self, batch: Batch, back: Iterable[int], every: list[int]) -> Batch | None:
-        """Take ``back`` (messages of ``batch`` its member never started) out of it, into a
-        batch of their own waiting to be taken; the rest of ``every`` (all of the batch's
-        messages, in order) stays the member's."""
-        returned = set(back) - set(batch.done)
-        if not returned:
-            return None
-        offsets = [o for o in every if o in returned]
-        hand = Batch(
-            id=self.next_batch,
-            member=None,
-            keys=list(batch.keys),
-            start=offsets[0],
-            end=batch.end,
-            count=len(offsets),
-            offsets=offsets,
-            runs={o: r for o, r in batch.runs.items() if o in returned},
-        )
-        self.next_batch += 1
-        self.batches.append(hand)
-        for offset in offsets:
-            batch.runs.pop(offset, None)
-        batch.offsets = [o for o in every if o not in returned]
-        batch.count = len(batch.offsets)
-        if batch.left <= 0:
-            self.batches.remove(batch)
-        return hand
 
 
 def encode_state(state: GroupState) -> bytes:

@@ -91,8 +91,7 @@ def check_group_name(name: object) -> str:
     starting with ``.``."""
     if not isinstance(name, str) or len(name) > 200 or not _NAME.fullmatch(name):
         raise ConfigurationError(
-            f"group name {name!r} must be 1-200 characters of [A-Za-z0-9._-], not starting "
-            "with '.'"
+            f"group name {name!r} must be 1-200 characters of [A-Za-z0-9._-], not starting with '.'"
         )
     return name
 
@@ -120,7 +119,8 @@ def filesystem_type(path: str) -> str | None:
         mount = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
         inside = target == mount or target.startswith(mount.rstrip("/") + "/")
         if inside and len(mount) >= best:
-            best, best_type = len(mount), (right.split() or [None])[0]
+            kinds = right.split()
+            best, best_type = len(mount), kinds[0] if kinds else None
     return best_type
 
 
@@ -132,7 +132,7 @@ def check_local_filesystem(path: str) -> None:
     kind = filesystem_type(path)
     if kind is None:
         return
-    if kind in UNTRUSTED_FILESYSTEMS or kind.startswith("fuse") or kind.startswith("nfs"):
+    if kind in UNTRUSTED_FILESYSTEMS or kind.startswith(("fuse", "nfs")):
         raise UntrustedFilesystemError(
             f"a consumer group keeps its state under flock, which a {kind} filesystem does not "
             f"guarantee between processes: keep the stream file on a local filesystem (set "
