@@ -101,14 +101,16 @@ def groups_directory(stream_path: str) -> str:
     return stream_path + ".groups"
 
 
-def filesystem_type(path: str) -> str | None:
-    """The type of the filesystem holding ``path`` (which must exist), from
-    ``/proc/self/mountinfo``; None where that cannot be read."""
-    try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as file:
-            lines = file.read().splitlines()
-    except OSError:
-        return None
+def filesystem_type(path: str, mountinfo: str | None = None) -> str | None:
+    """The type of the filesystem holding ``path`` (which must exist), from ``mountinfo`` (the
+    text of ``/proc/self/mountinfo``, read when not given); None where that cannot be read."""
+    if mountinfo is None:
+        try:
+            with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as file:
+                mountinfo = file.read()
+        except OSError:
+            return None
+    lines = mountinfo.splitlines()
     target = os.path.realpath(path)
     best, best_type = -1, None
     for line in lines:
@@ -124,12 +126,12 @@ def filesystem_type(path: str) -> str | None:
     return best_type
 
 
-def check_local_filesystem(path: str) -> None:
+def check_local_filesystem(path: str, mountinfo: str | None = None) -> None:
     """Refuse (:class:`UntrustedFilesystemError`) a group state directory at ``path`` on a
     filesystem whose locks cannot be trusted; see the module docstring."""
     if os.environ.get(TRUST_VARIABLE) == "1":
         return
-    kind = filesystem_type(path)
+    kind = filesystem_type(path, mountinfo)
     if kind is None:
         return
     if kind in UNTRUSTED_FILESYSTEMS or kind.startswith(("fuse", "nfs")):
