@@ -63,6 +63,7 @@ from ..core.group_moves import shared_group_refusal
 from ..core.host import SubscriptionHost
 from ..core.outcome import Outcome, OutcomeKind
 from ..core.positions import Position
+from ..core.schedule import FairShare
 from ..core.transport import SeekRefused, SubscriptionSource, Unsettled
 from .envelope import PREFIXES, STORAGE_HEADERS, open_envelope
 from .errors import SeekError, StreamFileNotFoundError
@@ -117,7 +118,7 @@ def seek_key(label: str, keys: Sequence[str], position: Position) -> str | None:
 class _Held:
     """A message in this member's hands: its batch, its delivery, its runs so far."""
 
-    __slots__ = ("base", "batch", "delivery", "runs", "started")
+    __slots__ = ("base", "batch", "delivery", "runs")
 
     def __init__(self, batch: int, delivery: SequenceDelivery, runs: int, base: int) -> None:
         self.batch = batch
@@ -125,7 +126,6 @@ class _Held:
         self.runs = runs
         #: The attempt its headers give (a retry copy another subscription wrote), less one.
         self.base = base
-        self.started = runs > 0
 
 
 class FileGroupSubscription(SubscriptionSource):
@@ -144,6 +144,7 @@ class FileGroupSubscription(SubscriptionSource):
         self._count = count
         self.read_count = count
         self._claim = stream.claim
+        self._half = stream.claim // 2
         self._lease_ms = int(stream.lease * 1000)
         self.live = not stream.replaying
         self._group = stream.group_name
@@ -151,6 +152,7 @@ class FileGroupSubscription(SubscriptionSource):
         host = re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname())[:60] or "host"
         self.member = f"{host}.{os.getpid()}.{secrets.token_hex(4)}"
         self._journal: RunJournal | None = None
+        self._journal_record: Callable[[int, int], bool] = _unjournaled
         self._member_fd = -1
         self._reader: FileReader | None = None
         self._rereader: FileReader | None = None
@@ -162,8 +164,8 @@ class FileGroupSubscription(SubscriptionSource):
         self._again: deque[SequenceDelivery] = deque()
         #: Every message in this member's hands and not settled, by offset.
         self._held: dict[int, _Held] = {}
-        #: Settled since the last transaction, by batch id (also in the journal).
-        self._settled: dict[int, list[int]] = {}
+        #: Settled since the last transaction: (batch id, offset) (also in the journal).
+        self._settled: list[tuple[int, int]] = []
         #: Messages whose last run died with its process: they run alone.
         self._suspects: set[int] = set()
         #: The last claim found nothing new in the file (up to its end, or its end-of-stream).
@@ -171,6 +173,7 @@ class FileGroupSubscription(SubscriptionSource):
         #: The state as the last transaction left it.
         self._state: GroupState | None = None
         self._busy = False
+        self._share = FairShare()
         self._wake = trio.Event()
         self._joined = False
         self._closed = False
@@ -224,6 +227,8 @@ class FileGroupSubscription(SubscriptionSource):
             reader.close()
             self._let_go()
             raise
+        assert self._journal is not None
+        self._journal_record = self._journal.record
         self._reader = reader
         self._rereader = FileReader(self.path, keys=self._keys, on_eos="stop")
         self._watch = watches.acquire(self.path)
@@ -257,7 +262,7 @@ class FileGroupSubscription(SubscriptionSource):
         )
 
     def _check_state(self, state: GroupState, reader: FileReader) -> None:
-        where = self._store.state_path
+        where = self._store.directory
         if state.file_created_at_ms != reader.header.created_at_ms:
             raise GroupStateError(
                 f"group {self._group!r} belongs to a stream file created at "
@@ -309,7 +314,7 @@ class FileGroupSubscription(SubscriptionSource):
             raise GroupStateError(
                 f"{self._label}: the state of group {self._group!r} was removed while this "
                 "member ran",
-                path=store.state_path,
+                path=store.directory,
             )
         if state is not None and not first:
             self._fold_own(state)
@@ -344,7 +349,10 @@ class FileGroupSubscription(SubscriptionSource):
             return
         me.lease_until_ms = _now_ms() + self._lease_ms
         mine = {batch.id: batch for batch in state.batches if batch.member == self.member}
-        for batch_id, offsets in self._settled.items():
+        settled: dict[int, list[int]] = {}
+        for batch_id, offset in self._settled:
+            settled.setdefault(batch_id, []).append(offset)
+        for batch_id, offsets in settled.items():
             batch = mine.get(batch_id)
             if batch is not None:
                 state.settle(batch, offsets)
@@ -395,7 +403,7 @@ class FileGroupSubscription(SubscriptionSource):
         """Whether to claim: when at most half a claim is left in hand, so that each claim
         takes at least half of one (a transaction per message would cost more than the
         messages)."""
-        return self._joined and not self._closed and len(self._held) <= self._claim // 2
+        return self._joined and not self._closed and len(self._held) <= self._half
 
     def _claim_step(self, state: GroupState | None) -> GroupState:
         """Take work for this member (see the module docstring), in the transaction."""
@@ -684,17 +692,14 @@ class FileGroupSubscription(SubscriptionSource):
         held = self._held.get(delivery.handle)
         if held is None:
             return True
-        journal = self._journal
-        assert journal is not None
-        if not journal.record(delivery.handle, held.runs + 1):
+        if not self._journal_record(delivery.handle, held.runs + 1):
             return False
         held.runs += 1
-        held.started = True
         return True
 
     async def attempt_started(self, delivery: Delivery) -> None:
         # The journal was full: fold it into the state, then record.
-        await self._transact(lambda state: _present(state))
+        await self._transact(_present)
         self.record_run(delivery)
 
     def runs_alone(self, delivery: Delivery) -> bool:
@@ -740,19 +745,24 @@ class FileGroupSubscription(SubscriptionSource):
             self._release(offset)
             await self._transact(delay)
             return True
-        journal = self._journal
-        assert journal is not None
-        if not journal.record(offset, _SETTLED):
-            await self._transact(lambda state: _present(state))
-            journal.record(offset, _SETTLED)
-        self._settled.setdefault(held.batch, []).append(offset)
-        self._release(offset)
-        await trio.lowlevel.checkpoint()
+        if not self._journal_record(offset, _SETTLED):
+            await self._transact(_present)
+            self._journal_record(offset, _SETTLED)
+        self._settled.append((held.batch, offset))
+        held_now = self._held
+        del held_now[offset]
+        if len(held_now) == self._half:
+            self._wake.set()  # room for another claim: a read waiting for one goes on
+        if self._suspects:
+            self._suspects.discard(offset)
+        # Recorded before any checkpoint; then a schedule point now and then, not per message
+        # (the core passed a cancel point before settling).
+        await self._share.after_progress()
         return False
 
     def _release(self, offset: int) -> None:
         held = self._held
-        if held.pop(offset, None) is not None and len(held) == self._claim // 2:
+        if held.pop(offset, None) is not None and len(held) == self._half:
             self._wake.set()  # room for another claim: a read waiting for one goes on
         self._suspects.discard(offset)
 
@@ -766,7 +776,7 @@ class FileGroupSubscription(SubscriptionSource):
         journal = self._journal
         assert journal is not None
         journal.record(delivery.handle, _SETTLED)
-        self._settled.setdefault(held.batch, []).append(delivery.handle)
+        self._settled.append((held.batch, delivery.handle))
         self._release(delivery.handle)
 
     # ---- seeking -----------------------------------------------------------------------------
@@ -863,6 +873,7 @@ class FileGroupSubscription(SubscriptionSource):
                 watches.release(watch)
         self._watch = self._bell = None
         if self._journal is not None:
+            self._journal_record = _unjournaled
             self._journal.close()
             self._journal = None
         if self._member_fd >= 0:
@@ -880,6 +891,10 @@ def _created(path: str) -> bool:
         return os.stat(path).st_size >= HEADER_SIZE
     except FileNotFoundError:
         return False
+
+
+def _unjournaled(offset: int, value: int) -> bool:
+    raise AssertionError("a run or settle before the member joined its group")
 
 
 def _present(state: GroupState | None) -> GroupState:
