@@ -603,3 +603,37 @@ async def test_set_group_position_moves_the_in_process_group_under_app_test(
         assert move.replayed == 3
         await t.settled()
     assert seen == [b"1", b"2", b"3"] * 2
+
+
+async def test_ordered_keys_move_to_a_member_that_joins_between_batches(tmp_path: Path) -> None:
+    path = tmp_path / "s.ss"
+    keys = [f"k{i}" for i in range(4)]
+    write_numbers(path, 1, key="k0")  # the file exists; the group starts after this
+    log: list[tuple[str, str, int]] = []
+    a_started = trio.Event()
+    all_done = trio.Event()
+    total = 4 * 40
+
+    def handler(member: str) -> Any:
+        async def handle(n: int, ctx: Context) -> None:
+            log.append((member, ctx.stream, n))
+            a_started.set()
+            await trio.sleep(0.002)
+            if len(log) >= total:
+                all_done.set()
+
+        return handle
+
+    stream = FileStream(*keys).group("g", ordered=True, claim=4)
+    async with serving(member_app(path, handler("a"), stream, name="a")):
+        for key in keys:
+            write_numbers(path, 40, key=key, first=2 if key == "k0" else 1)
+        with trio.fail_after(10):
+            await a_started.wait()
+        async with serving(member_app(path, handler("b"), stream, name="b")):
+            with trio.fail_after(20):
+                await all_done.wait()
+    assert {member for member, _, _ in log} == {"a", "b"}
+    for key in keys:
+        numbers = [n for _, k, n in log if k == key]
+        assert numbers == sorted(numbers) and len(numbers) == len(set(numbers))

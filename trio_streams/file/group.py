@@ -477,11 +477,13 @@ class FileGroupSubscription(SubscriptionSource):
         keys (with those this member holds already), each key from its own cursor."""
         reader = self._reader
         assert reader is not None
-        mine = {key for b in state.batches if b.member == self.member for key in b.keys}
+        mine = sorted({key for b in state.batches if b.member == self.member for key in b.keys})
         free = [key for key in state.keys if key not in others and key not in mine]
         share = max(1, math.ceil(len(state.keys) / max(1, len(state.members))))
         free.sort(key=lambda key: state.cursors[key])
-        chosen = set(mine) | set(free[: max(0, share - len(mine))])
+        # Keys beyond this member's share are not taken further: once what it holds of them
+        # is settled, they are free for the others (a member that joins gets its share).
+        chosen = set(mine[:share]) | set(free[: max(0, share - len(mine))])
         if not chosen:
             self._drained = False
             return
@@ -637,7 +639,8 @@ class FileGroupSubscription(SubscriptionSource):
             due = min(d.due_ms for d in state.delayed) - _now_ms()
             timeout = max(0.0, min(timeout, due / 1000))
         seen_file, seen_bell = self._seen
-        if watch.generation != seen_file or bell.generation != seen_bell:
+        wants_more = self._wants_more()
+        if wants_more and (watch.generation != seen_file or bell.generation != seen_bell):
             await trio.lowlevel.checkpoint()
             return
         wake = self._wake
@@ -648,8 +651,9 @@ class FileGroupSubscription(SubscriptionSource):
                     await wait()  # type: ignore[misc]
                     nursery.cancel_scope.cancel()
 
-                nursery.start_soon(until, lambda: watch.wait_change(seen_file))
-                nursery.start_soon(until, lambda: bell.wait_change(seen_bell))
+                if wants_more:  # with enough in hand, what others write or hand back can wait
+                    nursery.start_soon(until, lambda: watch.wait_change(seen_file))
+                    nursery.start_soon(until, lambda: bell.wait_change(seen_bell))
                 nursery.start_soon(until, wake.wait)
         if wake.is_set():
             self._wake = trio.Event()
