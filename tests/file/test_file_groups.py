@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -637,3 +638,22 @@ async def test_ordered_keys_move_to_a_member_that_joins_between_batches(tmp_path
     for key in keys:
         numbers = [n for _, k, n in log if k == key]
         assert numbers == sorted(numbers) and len(numbers) == len(set(numbers))
+
+
+async def test_idle_members_of_a_live_group_use_almost_no_cpu(tmp_path: Path) -> None:
+    path = tmp_path / "s.ss"
+    write_numbers(path, 1)
+
+    async def handle(n: int) -> None: ...
+
+    stream = FileStream("s").group("g", lease=1)  # renewed every third of a second
+    async with serving(member_app(path, handle, stream, name="a")):
+        async with serving(member_app(path, handle, stream, name="b")):
+            await trio.sleep(0.2)  # past the start
+            cpu = time.process_time()
+            wall = time.perf_counter()
+            await trio.sleep(1.5)  # the window measured, not a synchronisation
+            used = time.process_time() - cpu
+            elapsed = time.perf_counter() - wall
+    # A spinning member uses a whole core (~1 s of CPU per second); idle ones, almost none.
+    assert used < 0.2 * elapsed, f"{used:.3f} s of CPU in {elapsed:.3f} s while idle"

@@ -746,8 +746,8 @@ class FileGroupSubscription(SubscriptionSource):
                     )
                 return state
 
+            await self._transact(delay)  # held until it is in the state (its runs with it)
             self._release(offset)
-            await self._transact(delay)
             return True
         if not self._journal_record(offset, _SETTLED):
             await self._transact(_present)
