@@ -115,17 +115,16 @@ def seek_key(label: str, keys: Sequence[str], position: Position) -> str | None:
     return position.stream
 
 
-class _Held:
-    """A message in this member's hands: its batch, its delivery, its runs so far."""
+class _Held(SequenceDelivery):
+    """A message in this member's hands: a delivery that also knows its batch, its runs so
+    far, and the attempt its headers give (a retry copy another subscription wrote), less one.
+    ``handle`` is its offset in the file."""
 
-    __slots__ = ("base", "batch", "delivery", "runs")
+    __slots__ = ("base", "batch", "runs")
 
-    def __init__(self, batch: int, delivery: SequenceDelivery, runs: int, base: int) -> None:
-        self.batch = batch
-        self.delivery = delivery
-        self.runs = runs
-        #: The attempt its headers give (a retry copy another subscription wrote), less one.
-        self.base = base
+    base: int
+    batch: int
+    runs: int
 
 
 class FileGroupSubscription(SubscriptionSource):
@@ -134,6 +133,7 @@ class FileGroupSubscription(SubscriptionSource):
     seekable = True
     durable_delay = True
     counts_runs = True
+    acks_in_line = True
 
     def __init__(self, path: str, stream: FileStream, *, label: str, count: int) -> None:
         assert stream.group_name is not None
@@ -159,9 +159,9 @@ class FileGroupSubscription(SubscriptionSource):
         self._watch: FileWatch | None = None
         self._bell: FileWatch | None = None
         #: Claimed and not yet handed to the driver, in order.
-        self._buffer: deque[SequenceDelivery] = deque()
+        self._buffer: deque[_Held] = deque()
         #: Retries this member runs again itself.
-        self._again: deque[SequenceDelivery] = deque()
+        self._again: deque[_Held] = deque()
         #: Every message in this member's hands and not settled, by offset.
         self._held: dict[int, _Held] = {}
         #: Settled since the last transaction: (batch id, offset) (also in the journal).
@@ -361,7 +361,7 @@ class FileGroupSubscription(SubscriptionSource):
             if held.runs:
                 batch = mine.get(held.batch)
                 if batch is not None:
-                    state.count_runs(batch, held.delivery.handle, held.runs)
+                    state.count_runs(batch, held.handle, held.runs)
 
     def _forget_all(self) -> None:
         self._buffer.clear()
@@ -563,6 +563,8 @@ class FileGroupSubscription(SubscriptionSource):
     def _hold(self, batch: Batch, messages: list[Message]) -> None:
         held = self._held
         runs_of = batch.runs
+        batch_id = batch.id
+        buffer_append = self._buffer.append
         for key, shard, seq, timestamp_ms, payload, offset in messages:
             headers: Mapping[str, str] = _NO_HEADERS
             if payload.startswith(PREFIXES):
@@ -571,13 +573,16 @@ class FileGroupSubscription(SubscriptionSource):
                     headers = {k: v for k, v in headers.items() if k not in STORAGE_HEADERS}
             base = attempt_from_headers(headers) - 1 if headers else 0
             runs = runs_of.get(offset, 0)
-            delivery = SequenceDelivery(
+            delivery = _Held(
                 key, payload, headers, seq, shard or None, 1 + base + runs, timestamp_ms, offset
             )
-            held[offset] = _Held(batch.id, delivery, runs, base)
+            delivery.base = base
+            delivery.batch = batch_id
+            delivery.runs = runs
+            held[offset] = delivery
+            buffer_append(delivery)
             if runs:
                 self._suspects.add(offset)
-            self._buffer.append(delivery)
 
     # ---- reading -----------------------------------------------------------------------------
 
@@ -712,22 +717,24 @@ class FileGroupSubscription(SubscriptionSource):
     async def settle(self, delivery: Delivery, outcome: Outcome) -> bool | None:
         offset = delivery.handle
         held = self._held.get(offset)
-        if held is None or held.delivery is not delivery:
+        if held is not delivery:
             await trio.lowlevel.checkpoint()  # no longer this member's (its lease ran out)
             return False
         kind = outcome.kind
         if kind is OutcomeKind.RETRY:
-            again = SequenceDelivery(
-                delivery.stream,
-                delivery.payload,
-                delivery.headers,
-                held.delivery.seq,
-                held.delivery.shard,
+            # Run again by this member (it still holds it): a new delivery of the message.
+            again = _Held(
+                held.stream,
+                held.payload,
+                held.headers,
+                held.seq,
+                held.shard,
                 1 + held.base + held.runs,
-                delivery.timestamp_ms,
+                held.timestamp_ms,
                 offset,
             )
-            held.delivery = again
+            again.base, again.batch, again.runs = held.base, held.batch, held.runs
+            self._held[offset] = again
             self._suspects.discard(offset)
             self._again.append(again)
             self._wake.set()
@@ -742,27 +749,36 @@ class FileGroupSubscription(SubscriptionSource):
                 if batch is not None and batch.member == self.member:
                     state.settle(batch, [offset])
                     state.delayed.append(
-                        Delayed(offset=offset, key=delivery.stream, due_ms=due, runs=held.runs)
+                        Delayed(offset=offset, key=held.stream, due_ms=due, runs=held.runs)
                     )
                 return state
 
             await self._transact(delay)  # held until it is in the state (its runs with it)
             self._release(offset)
             return True
-        if not self._journal_record(offset, _SETTLED):
-            await self._transact(_present)
-            self._journal_record(offset, _SETTLED)
-        self._settled.append((held.batch, offset))
-        held_now = self._held
-        del held_now[offset]
-        if len(held_now) == self._half:
-            self._wake.set()  # room for another claim: a read waiting for one goes on
-        if self._suspects:
-            self._suspects.discard(offset)
+        if not self.ack_in_line(held):
+            await self._transact(_present)  # the journal was full: fold it, then record
+            self.ack_in_line(held)
         # Recorded before any checkpoint; then a schedule point now and then, not per message
         # (the core passed a cancel point before settling).
         await self._share.after_progress()
         return False
+
+    def ack_in_line(self, delivery: Delivery) -> bool:
+        """Settle an ack (or a drop) at once: a record in the journal, folded into the state
+        at the next transaction. False when the journal is full (or the delivery is no longer
+        this member's: then nothing is to be done, and ``settle`` says so)."""
+        offset = delivery.handle
+        held = self._held
+        if held.get(offset) is not delivery or not self._journal_record(offset, _SETTLED):
+            return False
+        self._settled.append((held[offset].batch, offset))
+        del held[offset]
+        if len(held) == self._half:
+            self._wake.set()  # room for another claim: a read waiting for one goes on
+        if self._suspects:
+            self._suspects.discard(offset)
+        return True
 
     def _release(self, offset: int) -> None:
         held = self._held
@@ -774,7 +790,7 @@ class FileGroupSubscription(SubscriptionSource):
         if why is Unsettled.ABANDONED:
             return  # still held: handed back at the close
         held = self._held.get(delivery.handle)
-        if held is None or held.delivery is not delivery:
+        if held is None or held is not delivery:
             return
         # Read before a seek moved the group: settled as skipped.
         journal = self._journal
