@@ -196,7 +196,7 @@ class FileBroker(Broker):
     ) -> GroupMove:
         """Move consumer group ``group`` of this file to ``position``, for all its members:
         ``Position.beginning()``, ``Position.end()``, ``Position.sequence(n, stream=key)`` (that
-        message is delivered next) or ``Position.timestamp(ms)`` (the first message at or after
+        message is delivered next) or ``Position.timestamp(ms)`` (the first message strictly after
         it). Refused while a member of the group is live (``GroupLockedError``: a member's own
         handler may move it while it is alone, with ``ctx.seeker``); what members took and did
         not settle, and delayed retries, stay as they are. ``dry_run=True`` moves nothing and

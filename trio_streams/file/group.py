@@ -177,6 +177,7 @@ class FileGroupSubscription(SubscriptionSource):
         self._wake = trio.Event()
         self._joined = False
         self._closed = False
+        self._waited_for_file = False
         self._seen = (0, 0)
         if stream.replaying and not os.path.exists(path):
             raise StreamFileNotFoundError(
@@ -247,7 +248,9 @@ class FileGroupSubscription(SubscriptionSource):
                     f"{self._label}: start_at {stream.start_at!r} refused in {self.path}: "
                     f"{exc.reason}"
                 ) from exc
-        elif stream.replaying:
+        elif stream.replaying or self._waited_for_file:
+            # A live member that started before the file existed: everything in the file was
+            # written after its start, as a live subscription reads such a file.
             offset = HEADER_SIZE
         else:
             with FileReader(self.path, keys=self._keys, start=Position.end()) as tip:
@@ -664,6 +667,7 @@ class FileGroupSubscription(SubscriptionSource):
             self._wake = trio.Event()
 
     async def _wait_for_file(self) -> None:
+        self._waited_for_file = True
         delay = 0.001
         while not _created(self.path):
             await trio.sleep(delay)

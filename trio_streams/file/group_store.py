@@ -40,6 +40,7 @@ import mmap
 import os
 import re
 import struct
+import time
 from collections.abc import Iterator
 
 import msgspec
@@ -84,7 +85,10 @@ class GroupStateError(StreamFileError):
 class GroupLockedError(GroupStateError):
     """A group operation that needs its members stopped found one live."""
 
-    advice = "stop the group's members first (or wait for a killed one's lease to end)"
+    advice = (
+        "stop the group's members first: `trio-streams file stat FILE` lists them (a member "
+        "whose process is gone never counts as live)"
+    )
 
 
 class UntrustedFilesystemError(StreamFileError, ConfigurationError):
@@ -222,6 +226,19 @@ class GroupStore:
         except BaseException:
             self.unlock()
             raise
+
+    def load_outside(self) -> GroupState | None:
+        """The state, for a reader outside the group (a tool): under the lock when it can be
+        had within about a second (a member holds it for microseconds), else without it; a
+        slot being rewritten meanwhile does not decode, and the other one is read."""
+        for _ in range(100):
+            if self.try_lock():
+                try:
+                    return self.load()
+                finally:
+                    self.unlock()
+            time.sleep(0.01)
+        return self.load()
 
     @contextlib.contextmanager
     def locked_sync(self) -> Iterator[None]:

@@ -7,9 +7,9 @@ or a script:
 
 - :func:`list_groups` reports every group: where it stands, how far behind the writer it is,
   its members (alive or not), what they hold and what waits to be retried. It reads the state
-  without its lock (the state is replaced whole, by a rename, so a read never sees half of one),
-  so it never holds up a member; a group whose state cannot be read is reported with the reason,
-  never left out.
+  under the group's lock for the instant of the read (or, if a frozen member holds the lock,
+  without it: a slot being rewritten does not decode and the other is read), so it holds up
+  no member; a group whose state cannot be read is reported with the reason, never left out.
 - :func:`move_group` sets the group's position for all of its members, as a Redis
   ``XGROUP SETID`` does: what members took and have not settled, and the retries that wait,
   stay as they are. It is refused while a member is live: its process holds its life lock
@@ -190,7 +190,7 @@ def _group_names(path: str) -> list[str]:
 
 
 def _info(store: GroupStore, created_at_ms: int, scan_budget: int | None) -> GroupInfo:
-    state = store.load()
+    state = store.load_outside()
     if state is None:
         return GroupInfo(
             store.group,
