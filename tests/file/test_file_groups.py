@@ -16,7 +16,7 @@ import trio
 import trio.lowlevel
 
 from trio_streams import App, ConfigurationError, Context, Position, retry, retry_after
-from trio_streams.file import FileBroker, FilePosition, FileStream
+from trio_streams.file import FileBroker, FilePosition, FileStream, GroupLockedError
 from trio_streams.file.group_state import Batch, GroupState, Member
 from trio_streams.file.group_store import (
     GroupStateError,
@@ -454,7 +454,7 @@ async def test_a_members_seek_is_refused_while_another_member_is_live(tmp_path: 
         with trio.fail_after(10):
             await tried.wait()
     [refusal] = refused
-    assert "shared with live consumers" in refusal and "group 'g'" in refusal
+    assert "shared with live members" in refusal and "group 'g'" in refusal
 
 
 # ---- the state beside the file ---------------------------------------------------------------
@@ -588,7 +588,7 @@ async def test_app_test_runs_a_file_group_as_the_in_process_group(tmp_path: Path
     assert attempts == [(b"x", 1), (b"x", 2)]
 
 
-async def test_set_group_position_moves_the_in_process_group_under_app_test(
+async def test_set_group_position_is_refused_under_app_test_while_a_member_is_live(
     tmp_path: Path,
 ) -> None:
     app = App("m")
@@ -600,13 +600,11 @@ async def test_set_group_position_moves_the_in_process_group_under_app_test(
         seen.append(body)
 
     async with app.test() as t:
-        for body in (b"1", b"2", b"3"):
-            await t.publish("s", body)
+        await t.publish("s", b"1")
         await t.settled()
-        move = await broker.set_group_position("g", Position.beginning())
-        assert move.replayed == 3
-        await t.settled()
-    assert seen == [b"1", b"2", b"3"] * 2
+        with pytest.raises(GroupLockedError, match="has live members"):
+            await broker.set_group_position("g", Position.beginning())
+    assert seen == [b"1"]
 
 
 async def test_ordered_keys_move_to_a_member_that_joins_between_batches(tmp_path: Path) -> None:
@@ -662,3 +660,38 @@ async def test_idle_members_of_a_live_group_use_almost_no_cpu(tmp_path: Path) ->
         elapsed = time.perf_counter() - wall
     # A spinning member uses a whole core (~1 s of CPU per second); idle ones, almost none.
     assert used < 0.2 * elapsed, f"{used:.3f} s of CPU in {elapsed:.3f} s while idle"
+
+
+async def test_a_graceful_stop_does_not_run_what_is_queued_another_member_takes_it(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.ss"
+    write_numbers(path, 40)
+    first: list[int] = []
+    watch = Watch()
+    release = trio.Event()
+    started = trio.Event()
+
+    async def slow_then_stop(n: int) -> None:
+        first.append(n)
+        (await watch.running()).request_stop()
+        started.set()
+        await release.wait()
+
+    stream = FileStream("s").replay().group("g", claim=40, lease=3600)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(
+            watch.run_to_end, member_app(path, slow_then_stop, stream, buffer=40, count=40)
+        )
+        # The stop began while 39 deliveries were queued: handed back, not drained.
+        with trio.fail_after(10):
+            await started.wait()
+        release.set()
+    assert first == [1]
+    rest: list[int] = []
+
+    async def handle(n: int) -> None:
+        rest.append(n)
+
+    await run_to_end(member_app(path, handle, stream))
+    assert rest == list(range(2, 41))

@@ -75,6 +75,7 @@ from .errors import SeekError, StreamFileNotFoundError, StreamKeyNotFoundError
 from .follower import MAX_BACKOFF_MS, MIN_BACKOFF_MS, FileSource
 from .format import DEFAULT_BEACON_INTERVAL, HEADER_SIZE, Message
 from .group import FileGroupSubscription, seek_key
+from .group_store import GroupLockedError
 from .keys import check_file_keys
 from .positions import format_position
 from .reader import FileReader
@@ -213,6 +214,14 @@ class FileBroker(Broker):
                 raise PositionRefused(
                     f"group {group!r} reads {len(keys)} keys; under app.test() a group of one "
                     "key moves"
+                )
+            members = transport.hub.find_group(keys, group)
+            if members is not None and members.names:
+                raise GroupLockedError(
+                    f"group {group!r} has live members ({', '.join(sorted(members.names))}): "
+                    "a group moves while its members are stopped (a member alone moves it with "
+                    "its handler's ctx.seeker)",
+                    path=self.path,
                 )
             return move_memory_group(transport.hub, keys[0], group, position, dry_run=dry_run)
         from .groups import move_group  # the tools' module, imported when first needed

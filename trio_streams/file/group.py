@@ -59,7 +59,6 @@ from collections.abc import Callable, Mapping, Sequence
 import trio
 
 from ..core.delivery import Delivery, SequenceDelivery, attempt_from_headers
-from ..core.group_moves import shared_group_refusal
 from ..core.host import SubscriptionHost
 from ..core.outcome import Outcome, OutcomeKind
 from ..core.positions import Position
@@ -134,6 +133,7 @@ class FileGroupSubscription(SubscriptionSource):
     durable_delay = True
     counts_runs = True
     acks_in_line = True
+    hands_back_at_stop = True
 
     def __init__(self, path: str, stream: FileStream, *, label: str, count: int) -> None:
         assert stream.group_name is not None
@@ -271,6 +271,15 @@ class FileGroupSubscription(SubscriptionSource):
                 f"group {self._group!r} belongs to a stream file created at "
                 f"{state.file_created_at_ms} ms, but {self.path} was created at "
                 f"{reader.header.created_at_ms} ms",
+                path=where,
+            )
+        size = reader.file_size()
+        if sorted(state.cursors) != sorted(state.keys) or not all(
+            HEADER_SIZE <= cursor <= size for cursor in state.cursors.values()
+        ):
+            raise GroupStateError(
+                f"group {self._group!r} has cursors {state.cursors} that do not fit keys "
+                f"{state.keys} of a file of {size} bytes; it is left as it is",
                 path=where,
             )
         if sorted(state.keys) != sorted(self._keys) or state.ordered != self._stream.ordered:
@@ -835,11 +844,14 @@ class FileGroupSubscription(SubscriptionSource):
 
         await self._transact(move)
         if refusal:
+            shown = ", ".join(repr(name) for name in sorted(refusal)[:5])
             raise SeekRefused(
-                shared_group_refusal(self._label, self._keys[0], self._group, refusal)
-                .replace("mount the subscription with RedisStream(..., shared_seek=True) to "
-                         "allow it, or move", "stop the others first, or move")
-            )  # fmt: skip
+                f"{self._label}: group {self._group!r} of {self.path} is shared with live "
+                f"members ({shown}{' and more' if len(refusal) > 5 else ''}): a seek moves "
+                "the whole group, theirs too; a member may seek only while it is alone (stop "
+                "the others, or move the group while all are stopped, with "
+                "FileBroker.set_group_position or `trio-streams file group set-position`)"
+            )
         # What this member read at the old position and has not handed out is skipped.
         for delivery in list(self._buffer) + list(self._again):
             self.unsettled(delivery, Unsettled.STALE)
