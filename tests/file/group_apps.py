@@ -9,6 +9,9 @@ takes the app, not its settings):
   once the group is done (otherwise a live group from the beginning of the file, run until
   stopped).
 - ``GROUP_WORKERS``: the subscriber's workers; ``GROUP_CLAIM``: the group's claim size (16).
+- ``GROUP_CALLS``: each call of the handler appends ``<id> <attempt> <pid>`` to this file, as
+  its first step (the ledger's runs begin earlier, as a delivery's handling begins: one may be
+  on record whose handler was never called, in a process killed meanwhile).
 - ``GROUP_LEDGER``: every handler run and settle is written to this
   :class:`~trio_streams.testing.faults.Ledger` (the message's id is its payload).
 - ``GROUP_SLEEP_MS``: each run takes a random moment up to this (settles out of order).
@@ -22,8 +25,6 @@ takes the app, not its settings):
   waits until that file exists.
 - ``GROUP_MAX_ATTEMPTS`` and ``GROUP_DEAD_LETTER``: the subscriber's ``max_attempts`` and
   ``dead_letter``.
-
-Each run prints ``run <id> <attempt> <unix ms>`` as it begins, one write per line.
 
 ``python -m tests.file.group_apps write PATH LEDGER NAME COUNT KEYS LANES`` appends COUNT
 messages, payload ``NAME:n`` (n from 1) on key ``NAME.k{n % KEYS}``, recording each in the ledger
@@ -110,6 +111,7 @@ def member() -> App:
     if "GROUP_DEAD_LETTER" in env:
         options["dead_letter"] = env["GROUP_DEAD_LETTER"]
     runs = 0
+    calls = os.open(env["GROUP_CALLS"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     @broker.subscriber(
         source,
@@ -121,7 +123,7 @@ def member() -> App:
         nonlocal runs
         runs += 1
         ident = payload.decode()
-        _print(f"run {ident} {ctx.attempt} {time.time_ns() // 1_000_000}")
+        os.write(calls, f"{ident} {ctx.attempt} {os.getpid()}\n".encode())  # one whole line
         if gate is not None:
             await _gate(gate, gate_size, runs == 1)
         if ident == wait_on:
