@@ -5,7 +5,8 @@ The pieces, from the bottom up: :mod:`.format` (pure codec and CRC), :mod:`.deco
 reads, rewinds and seeks over one open file), :mod:`.watch` (one inotify watch per file per
 process), :mod:`.follower` (the Trio source), :mod:`.writer` (appends, any number of writers,
 serialized by :mod:`.lock`, kept exact by :mod:`.catchup` and synced as :mod:`.durability`
-says) and :mod:`.publisher` (publishing from a script).
+says) and :mod:`.publisher` (publishing from a script). Consumer groups (:mod:`.group`) keep
+their state beside the file (:mod:`.group_state`, :mod:`.group_store`).
 """
 
 from .broker import FileBroker
@@ -31,6 +32,7 @@ from .errors import (
 )
 from .follower import FileSource
 from .format import Header, Message
+from .group_store import GroupLockedError, GroupStateError, UntrustedFilesystemError
 from .positions import FilePosition
 from .publisher import FilePublisher, open_publisher
 from .reader import FileReader
@@ -53,6 +55,8 @@ __all__ = [
     "FileSource",
     "FileStream",
     "FrameEndError",
+    "GroupLockedError",
+    "GroupStateError",
     "Header",
     "Message",
     "Receipt",
@@ -66,6 +70,7 @@ __all__ = [
     "StreamWriter",
     "TruncatedError",
     "UnprovenTailError",
+    "UntrustedFilesystemError",
     "WriterClosedError",
     "WriterLockedError",
     "open_publisher",

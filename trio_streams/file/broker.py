@@ -38,6 +38,7 @@ from ..core.delivery import Delivery, SequenceDelivery, attempt_from_headers, re
 from ..core.description import BrokerDescription
 from ..core.destinations import Destination
 from ..core.errors import ConfigurationError
+from ..core.group_moves import GroupMove, GroupNotFound, PositionRefused
 from ..core.groups import open_nursery
 from ..core.host import SubscriptionHost
 from ..core.names import NameNotFound
@@ -55,6 +56,8 @@ from ..core.transport import (
     read_count_option,
     settles_with,
 )
+from ..memory.broker import MemoryTransport
+from ..memory.group_moves import move_memory_group
 from .durability import DEFAULT_DURABILITY, Durability, check_durability
 from .durable import (
     PERSIST_EVERY,
@@ -187,6 +190,43 @@ class FileBroker(Broker):
                     "the order)"
                 )
         declared.options = dataclasses.replace(options, by_key=BY_STREAM)
+
+    async def set_group_position(
+        self, group: str, position: Position, *, dry_run: bool = False
+    ) -> GroupMove:
+        """Move consumer group ``group`` of this file to ``position``, for all its members:
+        ``Position.beginning()``, ``Position.end()``, ``Position.sequence(n, stream=key)`` (that
+        message is delivered next) or ``Position.timestamp(ms)`` (the first message at or after
+        it). Refused while a member of the group is live (``GroupLockedError``: a member's own
+        handler may move it while it is alone, with ``ctx.seeker``); what members took and did
+        not settle, and delayed retries, stay as they are. ``dry_run=True`` moves nothing and
+        says what the move would skip or replay (see :func:`.groups.move_group`).
+
+        Under ``app.test()`` it moves the in-process group, with the same refusals."""
+        if not isinstance(position, Position):
+            raise TypeError(f"position must be a Position, not {type(position).__name__}")
+        transport = self._transport
+        if isinstance(transport, MemoryTransport):
+            await trio.lowlevel.checkpoint()
+            keys = self._group_keys(group)
+            if len(keys) != 1:
+                raise PositionRefused(
+                    f"group {group!r} reads {len(keys)} keys; under app.test() a group of one "
+                    "key moves"
+                )
+            return move_memory_group(transport.hub, keys[0], group, position, dry_run=dry_run)
+        from .groups import move_group  # the tools' module, imported when first needed
+
+        return await trio.to_thread.run_sync(
+            lambda: move_group(self.path, group, position, dry_run=dry_run)
+        )
+
+    def _group_keys(self, group: str) -> tuple[str, ...]:
+        for subscription in self.subscriptions:
+            source = subscription.source
+            if isinstance(source, FileStream) and source.group_name == group:
+                return source.with_prefix(self.prefix).keys
+        raise GroupNotFound(f"{self.path}: no subscription of this app is in group {group!r}")
 
     def check_name(self, destination: Destination) -> None:
         super().check_name(destination)

@@ -63,6 +63,7 @@ from ..core.group_moves import shared_group_refusal
 from ..core.host import SubscriptionHost
 from ..core.outcome import Outcome, OutcomeKind
 from ..core.positions import Position
+from ..core.schedule import FairShare
 from ..core.transport import SeekRefused, SubscriptionSource, Unsettled
 from .envelope import PREFIXES, STORAGE_HEADERS, open_envelope
 from .errors import SeekError, StreamFileNotFoundError
@@ -114,18 +115,16 @@ def seek_key(label: str, keys: Sequence[str], position: Position) -> str | None:
     return position.stream
 
 
-class _Held:
-    """A message in this member's hands: its batch, its delivery, its runs so far."""
+class _Held(SequenceDelivery):
+    """A message in this member's hands: a delivery that also knows its batch, its runs so
+    far, and the attempt its headers give (a retry copy another subscription wrote), less one.
+    ``handle`` is its offset in the file."""
 
-    __slots__ = ("base", "batch", "delivery", "runs", "started")
+    __slots__ = ("base", "batch", "runs")
 
-    def __init__(self, batch: int, delivery: SequenceDelivery, runs: int, base: int) -> None:
-        self.batch = batch
-        self.delivery = delivery
-        self.runs = runs
-        #: The attempt its headers give (a retry copy another subscription wrote), less one.
-        self.base = base
-        self.started = runs > 0
+    base: int
+    batch: int
+    runs: int
 
 
 class FileGroupSubscription(SubscriptionSource):
@@ -134,6 +133,7 @@ class FileGroupSubscription(SubscriptionSource):
     seekable = True
     durable_delay = True
     counts_runs = True
+    acks_in_line = True
 
     def __init__(self, path: str, stream: FileStream, *, label: str, count: int) -> None:
         assert stream.group_name is not None
@@ -144,6 +144,7 @@ class FileGroupSubscription(SubscriptionSource):
         self._count = count
         self.read_count = count
         self._claim = stream.claim
+        self._half = stream.claim // 2
         self._lease_ms = int(stream.lease * 1000)
         self.live = not stream.replaying
         self._group = stream.group_name
@@ -151,19 +152,20 @@ class FileGroupSubscription(SubscriptionSource):
         host = re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname())[:60] or "host"
         self.member = f"{host}.{os.getpid()}.{secrets.token_hex(4)}"
         self._journal: RunJournal | None = None
+        self._journal_record: Callable[[int, int], bool] = _unjournaled
         self._member_fd = -1
         self._reader: FileReader | None = None
         self._rereader: FileReader | None = None
         self._watch: FileWatch | None = None
         self._bell: FileWatch | None = None
         #: Claimed and not yet handed to the driver, in order.
-        self._buffer: deque[SequenceDelivery] = deque()
+        self._buffer: deque[_Held] = deque()
         #: Retries this member runs again itself.
-        self._again: deque[SequenceDelivery] = deque()
+        self._again: deque[_Held] = deque()
         #: Every message in this member's hands and not settled, by offset.
         self._held: dict[int, _Held] = {}
-        #: Settled since the last transaction, by batch id (also in the journal).
-        self._settled: dict[int, list[int]] = {}
+        #: Settled since the last transaction: (batch id, offset) (also in the journal).
+        self._settled: list[tuple[int, int]] = []
         #: Messages whose last run died with its process: they run alone.
         self._suspects: set[int] = set()
         #: The last claim found nothing new in the file (up to its end, or its end-of-stream).
@@ -171,6 +173,7 @@ class FileGroupSubscription(SubscriptionSource):
         #: The state as the last transaction left it.
         self._state: GroupState | None = None
         self._busy = False
+        self._share = FairShare()
         self._wake = trio.Event()
         self._joined = False
         self._closed = False
@@ -224,6 +227,8 @@ class FileGroupSubscription(SubscriptionSource):
             reader.close()
             self._let_go()
             raise
+        assert self._journal is not None
+        self._journal_record = self._journal.record
         self._reader = reader
         self._rereader = FileReader(self.path, keys=self._keys, on_eos="stop")
         self._watch = watches.acquire(self.path)
@@ -257,7 +262,7 @@ class FileGroupSubscription(SubscriptionSource):
         )
 
     def _check_state(self, state: GroupState, reader: FileReader) -> None:
-        where = self._store.state_path
+        where = self._store.directory
         if state.file_created_at_ms != reader.header.created_at_ms:
             raise GroupStateError(
                 f"group {self._group!r} belongs to a stream file created at "
@@ -309,7 +314,7 @@ class FileGroupSubscription(SubscriptionSource):
             raise GroupStateError(
                 f"{self._label}: the state of group {self._group!r} was removed while this "
                 "member ran",
-                path=store.state_path,
+                path=store.directory,
             )
         if state is not None and not first:
             self._fold_own(state)
@@ -344,7 +349,10 @@ class FileGroupSubscription(SubscriptionSource):
             return
         me.lease_until_ms = _now_ms() + self._lease_ms
         mine = {batch.id: batch for batch in state.batches if batch.member == self.member}
-        for batch_id, offsets in self._settled.items():
+        settled: dict[int, list[int]] = {}
+        for batch_id, offset in self._settled:
+            settled.setdefault(batch_id, []).append(offset)
+        for batch_id, offsets in settled.items():
             batch = mine.get(batch_id)
             if batch is not None:
                 state.settle(batch, offsets)
@@ -353,7 +361,7 @@ class FileGroupSubscription(SubscriptionSource):
             if held.runs:
                 batch = mine.get(held.batch)
                 if batch is not None:
-                    state.count_runs(batch, held.delivery.handle, held.runs)
+                    state.count_runs(batch, held.handle, held.runs)
 
     def _forget_all(self) -> None:
         self._buffer.clear()
@@ -395,7 +403,7 @@ class FileGroupSubscription(SubscriptionSource):
         """Whether to claim: when at most half a claim is left in hand, so that each claim
         takes at least half of one (a transaction per message would cost more than the
         messages)."""
-        return self._joined and not self._closed and len(self._held) <= self._claim // 2
+        return self._joined and not self._closed and len(self._held) <= self._half
 
     def _claim_step(self, state: GroupState | None) -> GroupState:
         """Take work for this member (see the module docstring), in the transaction."""
@@ -469,11 +477,13 @@ class FileGroupSubscription(SubscriptionSource):
         keys (with those this member holds already), each key from its own cursor."""
         reader = self._reader
         assert reader is not None
-        mine = {key for b in state.batches if b.member == self.member for key in b.keys}
+        mine = sorted({key for b in state.batches if b.member == self.member for key in b.keys})
         free = [key for key in state.keys if key not in others and key not in mine]
         share = max(1, math.ceil(len(state.keys) / max(1, len(state.members))))
         free.sort(key=lambda key: state.cursors[key])
-        chosen = set(mine) | set(free[: max(0, share - len(mine))])
+        # Keys beyond this member's share are not taken further: once what it holds of them
+        # is settled, they are free for the others (a member that joins gets its share).
+        chosen = set(mine[:share]) | set(free[: max(0, share - len(mine))])
         if not chosen:
             self._drained = False
             return
@@ -553,6 +563,8 @@ class FileGroupSubscription(SubscriptionSource):
     def _hold(self, batch: Batch, messages: list[Message]) -> None:
         held = self._held
         runs_of = batch.runs
+        batch_id = batch.id
+        buffer_append = self._buffer.append
         for key, shard, seq, timestamp_ms, payload, offset in messages:
             headers: Mapping[str, str] = _NO_HEADERS
             if payload.startswith(PREFIXES):
@@ -561,13 +573,16 @@ class FileGroupSubscription(SubscriptionSource):
                     headers = {k: v for k, v in headers.items() if k not in STORAGE_HEADERS}
             base = attempt_from_headers(headers) - 1 if headers else 0
             runs = runs_of.get(offset, 0)
-            delivery = SequenceDelivery(
+            delivery = _Held(
                 key, payload, headers, seq, shard or None, 1 + base + runs, timestamp_ms, offset
             )
-            held[offset] = _Held(batch.id, delivery, runs, base)
+            delivery.base = base
+            delivery.batch = batch_id
+            delivery.runs = runs
+            held[offset] = delivery
+            buffer_append(delivery)
             if runs:
                 self._suspects.add(offset)
-            self._buffer.append(delivery)
 
     # ---- reading -----------------------------------------------------------------------------
 
@@ -629,7 +644,8 @@ class FileGroupSubscription(SubscriptionSource):
             due = min(d.due_ms for d in state.delayed) - _now_ms()
             timeout = max(0.0, min(timeout, due / 1000))
         seen_file, seen_bell = self._seen
-        if watch.generation != seen_file or bell.generation != seen_bell:
+        wants_more = self._wants_more()
+        if wants_more and (watch.generation != seen_file or bell.generation != seen_bell):
             await trio.lowlevel.checkpoint()
             return
         wake = self._wake
@@ -640,8 +656,9 @@ class FileGroupSubscription(SubscriptionSource):
                     await wait()  # type: ignore[misc]
                     nursery.cancel_scope.cancel()
 
-                nursery.start_soon(until, lambda: watch.wait_change(seen_file))
-                nursery.start_soon(until, lambda: bell.wait_change(seen_bell))
+                if wants_more:  # with enough in hand, what others write or hand back can wait
+                    nursery.start_soon(until, lambda: watch.wait_change(seen_file))
+                    nursery.start_soon(until, lambda: bell.wait_change(seen_bell))
                 nursery.start_soon(until, wake.wait)
         if wake.is_set():
             self._wake = trio.Event()
@@ -684,17 +701,14 @@ class FileGroupSubscription(SubscriptionSource):
         held = self._held.get(delivery.handle)
         if held is None:
             return True
-        journal = self._journal
-        assert journal is not None
-        if not journal.record(delivery.handle, held.runs + 1):
+        if not self._journal_record(delivery.handle, held.runs + 1):
             return False
         held.runs += 1
-        held.started = True
         return True
 
     async def attempt_started(self, delivery: Delivery) -> None:
         # The journal was full: fold it into the state, then record.
-        await self._transact(lambda state: _present(state))
+        await self._transact(_present)
         self.record_run(delivery)
 
     def runs_alone(self, delivery: Delivery) -> bool:
@@ -703,22 +717,24 @@ class FileGroupSubscription(SubscriptionSource):
     async def settle(self, delivery: Delivery, outcome: Outcome) -> bool | None:
         offset = delivery.handle
         held = self._held.get(offset)
-        if held is None or held.delivery is not delivery:
+        if held is not delivery:
             await trio.lowlevel.checkpoint()  # no longer this member's (its lease ran out)
             return False
         kind = outcome.kind
         if kind is OutcomeKind.RETRY:
-            again = SequenceDelivery(
-                delivery.stream,
-                delivery.payload,
-                delivery.headers,
-                held.delivery.seq,
-                held.delivery.shard,
+            # Run again by this member (it still holds it): a new delivery of the message.
+            again = _Held(
+                held.stream,
+                held.payload,
+                held.headers,
+                held.seq,
+                held.shard,
                 1 + held.base + held.runs,
-                delivery.timestamp_ms,
+                held.timestamp_ms,
                 offset,
             )
-            held.delivery = again
+            again.base, again.batch, again.runs = held.base, held.batch, held.runs
+            self._held[offset] = again
             self._suspects.discard(offset)
             self._again.append(again)
             self._wake.set()
@@ -733,26 +749,40 @@ class FileGroupSubscription(SubscriptionSource):
                 if batch is not None and batch.member == self.member:
                     state.settle(batch, [offset])
                     state.delayed.append(
-                        Delayed(offset=offset, key=delivery.stream, due_ms=due, runs=held.runs)
+                        Delayed(offset=offset, key=held.stream, due_ms=due, runs=held.runs)
                     )
                 return state
 
+            await self._transact(delay)  # held until it is in the state (its runs with it)
             self._release(offset)
-            await self._transact(delay)
             return True
-        journal = self._journal
-        assert journal is not None
-        if not journal.record(offset, _SETTLED):
-            await self._transact(lambda state: _present(state))
-            journal.record(offset, _SETTLED)
-        self._settled.setdefault(held.batch, []).append(offset)
-        self._release(offset)
-        await trio.lowlevel.checkpoint()
+        if not self.ack_in_line(held):
+            await self._transact(_present)  # the journal was full: fold it, then record
+            self.ack_in_line(held)
+        # Recorded before any checkpoint; then a schedule point now and then, not per message
+        # (the core passed a cancel point before settling).
+        await self._share.after_progress()
         return False
+
+    def ack_in_line(self, delivery: Delivery) -> bool:
+        """Settle an ack (or a drop) at once: a record in the journal, folded into the state
+        at the next transaction. False when the journal is full (or the delivery is no longer
+        this member's: then nothing is to be done, and ``settle`` says so)."""
+        offset = delivery.handle
+        held = self._held
+        if held.get(offset) is not delivery or not self._journal_record(offset, _SETTLED):
+            return False
+        self._settled.append((held[offset].batch, offset))
+        del held[offset]
+        if len(held) == self._half:
+            self._wake.set()  # room for another claim: a read waiting for one goes on
+        if self._suspects:
+            self._suspects.discard(offset)
+        return True
 
     def _release(self, offset: int) -> None:
         held = self._held
-        if held.pop(offset, None) is not None and len(held) == self._claim // 2:
+        if held.pop(offset, None) is not None and len(held) == self._half:
             self._wake.set()  # room for another claim: a read waiting for one goes on
         self._suspects.discard(offset)
 
@@ -760,13 +790,13 @@ class FileGroupSubscription(SubscriptionSource):
         if why is Unsettled.ABANDONED:
             return  # still held: handed back at the close
         held = self._held.get(delivery.handle)
-        if held is None or held.delivery is not delivery:
+        if held is None or held is not delivery:
             return
         # Read before a seek moved the group: settled as skipped.
         journal = self._journal
         assert journal is not None
         journal.record(delivery.handle, _SETTLED)
-        self._settled.setdefault(held.batch, []).append(delivery.handle)
+        self._settled.append((held.batch, delivery.handle))
         self._release(delivery.handle)
 
     # ---- seeking -----------------------------------------------------------------------------
@@ -863,6 +893,7 @@ class FileGroupSubscription(SubscriptionSource):
                 watches.release(watch)
         self._watch = self._bell = None
         if self._journal is not None:
+            self._journal_record = _unjournaled
             self._journal.close()
             self._journal = None
         if self._member_fd >= 0:
@@ -880,6 +911,10 @@ def _created(path: str) -> bool:
         return os.stat(path).st_size >= HEADER_SIZE
     except FileNotFoundError:
         return False
+
+
+def _unjournaled(offset: int, value: int) -> bool:
+    raise AssertionError("a run or settle before the member joined its group")
 
 
 def _present(state: GroupState | None) -> GroupState:

@@ -87,6 +87,8 @@ class Member(msgspec.Struct, kw_only=True):
 class GroupState(msgspec.Struct, kw_only=True):
     """Everything a group keeps beside the file (see the module docstring)."""
 
+    #: Bumped at every write: the slot it is written to, and which of the two is newer.
+    version: int = 0
     format: int = FORMAT
     group: str
     #: The stream file's creation instant (its header): a state of another file is refused.
@@ -98,8 +100,6 @@ class GroupState(msgspec.Struct, kw_only=True):
     delayed: list[Delayed] = msgspec.field(default_factory=list)
     members: dict[str, Member] = msgspec.field(default_factory=dict)
     next_batch: int = 1
-    #: Bumped at every write: a reader that saw the same version has nothing new to read.
-    version: int = 0
 
     # ---- reading -----------------------------------------------------------------------------
 

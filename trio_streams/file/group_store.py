@@ -5,14 +5,18 @@
 - ``lock``: ``flock``-ed for every transaction (read the state, change it, write it), which
   lasts microseconds to a few milliseconds. A member never waits for it blocked: it tries, and
   sleeps a little if another process holds it.
-- ``state.json``: the state, replaced whole at each transaction by writing a temporary file and
-  renaming it over the old one, so a process killed at any instant leaves the old state or the
-  new one. **fsync policy**: a transaction that creates, moves, resets or leaves a group, and a
-  member's last one, is synced (the file, then the directory); the others are not. A process
-  crash loses nothing (the page cache has every write); a power loss can take the group back to
-  an earlier state, whose messages are then handled again (at-least-once), never forward past
-  an unsettled message. A state file that does not decode (cut, zeroed, hand-edited) is
-  refused with :class:`GroupStateError`, naming the file: never read as an empty group.
+- ``state.0.json`` and ``state.1.json``: the state, in two slots. Each transaction writes the
+  whole state into the slot the older one is in (its ``version``, which leads the text, says
+  which is newer), so a process killed in the middle of a write leaves the newer slot whole:
+  a slot that does not decode is passed over for the other one, the last whole transaction
+  (at worst the group goes back one transaction: messages handled again, never skipped). Writing
+  in place, not a temporary file renamed, keeps a transaction to a few system calls. **fsync
+  policy**: the transaction that creates a group (written whole, synced, then renamed into its
+  slot), one that moves or resets it, and a member's last one are synced; the others are not. A
+  process crash loses nothing (the page cache has every write); a power loss can take the group
+  back to an earlier state, whose messages are then handled again (at-least-once). If neither
+  slot decodes (both damaged, hand-edited) the group is refused with
+  :class:`GroupStateError`, naming its directory: never read as an empty group.
 - ``bell``: touched when something others wait for appears (work handed back, a retry due);
   members watch it with inotify, as they watch the stream file.
 - ``members/<id>.lock``: ``flock``-ed by a live member for its whole life. The kernel drops a
@@ -101,14 +105,16 @@ def groups_directory(stream_path: str) -> str:
     return stream_path + ".groups"
 
 
-def filesystem_type(path: str) -> str | None:
-    """The type of the filesystem holding ``path`` (which must exist), from
-    ``/proc/self/mountinfo``; None where that cannot be read."""
-    try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as file:
-            lines = file.read().splitlines()
-    except OSError:
-        return None
+def filesystem_type(path: str, mountinfo: str | None = None) -> str | None:
+    """The type of the filesystem holding ``path`` (which must exist), from ``mountinfo`` (the
+    text of ``/proc/self/mountinfo``, read when not given); None where that cannot be read."""
+    if mountinfo is None:
+        try:
+            with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as file:
+                mountinfo = file.read()
+        except OSError:
+            return None
+    lines = mountinfo.splitlines()
     target = os.path.realpath(path)
     best, best_type = -1, None
     for line in lines:
@@ -124,12 +130,12 @@ def filesystem_type(path: str) -> str | None:
     return best_type
 
 
-def check_local_filesystem(path: str) -> None:
+def check_local_filesystem(path: str, mountinfo: str | None = None) -> None:
     """Refuse (:class:`UntrustedFilesystemError`) a group state directory at ``path`` on a
     filesystem whose locks cannot be trusted; see the module docstring."""
     if os.environ.get(TRUST_VARIABLE) == "1":
         return
-    kind = filesystem_type(path)
+    kind = filesystem_type(path, mountinfo)
     if kind is None:
         return
     if kind in UNTRUSTED_FILESYSTEMS or kind.startswith(("fuse", "nfs")):
@@ -148,15 +154,20 @@ class GroupStore:
         self.group = check_group_name(group)
         self.stream_path = stream_path
         self.directory = os.path.join(groups_directory(stream_path), group)
-        self.state_path = os.path.join(self.directory, "state.json")
+        #: The state's two slots: each write goes to the one the older state is in.
+        self.slot_paths = (
+            os.path.join(self.directory, "state.0.json"),
+            os.path.join(self.directory, "state.1.json"),
+        )
         self.members_directory = os.path.join(self.directory, "members")
         self.bell_path = os.path.join(self.directory, "bell")
         self._lock_fd = -1
-        #: The state as last read or written, and the file's identity then.
-        self._cached: tuple[tuple[int, int, int], GroupState] | None = None
+        self._slots: list[int] = []
+        #: The state as last read or written.
+        self._cached: GroupState | None = None
 
     def exists(self) -> bool:
-        return os.path.exists(self.state_path)
+        return os.path.exists(self.slot_paths[0])
 
     def create_directory(self) -> None:
         """Make the directories (checking the filesystem first) and the bell."""
@@ -224,69 +235,109 @@ class GroupStore:
         if self._lock_fd >= 0:
             fd, self._lock_fd = self._lock_fd, -1
             os.close(fd)
+        slots, self._slots = self._slots, []
+        for fd in slots:
+            os.close(fd)
+        self._cached = None
 
-    # ---- the state ---------------------------------------------------------------------------
+    # ---- the state ----------------------------------------------------------------------------
+
+    def _slot_fds(self) -> list[int]:
+        if not self._slots:
+            try:
+                self._slots = [os.open(path, os.O_RDWR | os.O_CLOEXEC) for path in self.slot_paths]
+            except OSError as exc:
+                for fd in self._slots:
+                    os.close(fd)
+                self._slots = []
+                raise GroupStateError(
+                    f"cannot open the state of group {self.group!r}: {exc.strerror}",
+                    path=self.directory,
+                ) from exc
+        return self._slots
 
     def load(self) -> GroupState | None:
-        """The state (under the lock), or None if the group has none yet. Read again only when
-        the file changed since it was last read or written by this store."""
-        try:
-            fd = os.open(self.state_path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            self._cached = None
+        """The state (under the lock), or None if the group has none yet.
+
+        Both slots are read (a few bytes each when nothing changed: the version leads the
+        text), and the newer one that decodes wins. A slot cut by a writer that died mid-write
+        does not decode, and the other one, the last whole transaction, is used; if neither
+        decodes, :class:`GroupStateError`."""
+        if not self._slots and not os.path.exists(self.slot_paths[1]):
+            if os.path.exists(self.slot_paths[0]):
+                raise GroupStateError(
+                    f"the state of group {self.group!r} has lost its second slot "
+                    f"({self.slot_paths[1]}); it is left as it is",
+                    path=self.slot_paths[0],
+                )
             return None
-        except OSError as exc:
-            raise GroupStateError(f"cannot read: {exc.strerror}", path=self.state_path) from exc
-        try:
-            info = os.fstat(fd)
-            identity = (info.st_ino, info.st_mtime_ns, info.st_size)
-            cached = self._cached
-            if cached is not None and cached[0] == identity:
-                return cached[1]
-            data = b""
-            while len(data) < info.st_size:
-                chunk = os.read(fd, info.st_size - len(data))
-                if not chunk:
-                    break
-                data += chunk
-        finally:
-            os.close(fd)
-        try:
-            state = decode_state(data)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise GroupStateError(
-                f"the state of group {self.group!r} is unreadable ({exc}); it is left as it is",
-                path=self.state_path,
-            ) from None
-        self._cached = (identity, state)
-        return state
+        fds = self._slot_fds()
+        cached = self._cached
+        found: list[tuple[int, int]] = []
+        for slot, fd in enumerate(fds):
+            match = _VERSION.match(os.pread(fd, 32, 0))
+            if match is not None:
+                found.append((int(match.group(1)), slot))
+        found.sort(reverse=True)
+        if cached is not None and found and found[0] == (cached.version, cached.version % 2):
+            return cached
+        errors = []
+        for version, slot in found:
+            try:
+                state = decode_state(_read_all(fds[slot]))
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                errors.append(f"{os.path.basename(self.slot_paths[slot])}: {exc}")
+                continue
+            if state.version != version or version % 2 != slot:
+                errors.append(f"{os.path.basename(self.slot_paths[slot])}: not its version")
+                continue
+            self._cached = state
+            return state
+        raise GroupStateError(
+            f"the state of group {self.group!r} is unreadable in both of its slots "
+            f"({'; '.join(errors) or 'neither holds a state'}); it is left as it is",
+            path=self.directory,
+        )
 
     def save(self, state: GroupState, *, sync: bool = False) -> None:
-        """Replace the state (under the lock): temporary file, then rename (see the module
-        docstring for when it is synced)."""
+        """Write the state (under the lock) into the slot the older one is in, so the newer
+        one stays whole until this one is (see the module docstring for when it is synced).
+        A group's first state is written whole under a temporary name and renamed into its
+        slot, so a group exists only once it has a state."""
         state.version += 1
         data = encode_state(state)
-        temp = self.state_path + ".tmp"
+        slot = state.version % 2
         try:
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
+            if not self._slots and not os.path.exists(self.slot_paths[1]):
+                self._create(state, data)
+            else:
+                fd = self._slot_fds()[slot]
+                written = 0
+                while written < len(data):
+                    written += os.pwrite(fd, data[written:], written)
+                os.ftruncate(fd, len(data))
                 if sync:
                     os.fsync(fd)
-                info = os.fstat(fd)
-            finally:
-                os.close(fd)
-            os.replace(temp, self.state_path)
-            if sync:
-                _sync_directory(self.directory)
         except OSError as exc:
             raise GroupStateError(
                 f"cannot write the state of group {self.group!r}: {exc.strerror}",
-                path=self.state_path,
+                path=self.slot_paths[slot],
             ) from exc
-        self._cached = ((info.st_ino, info.st_mtime_ns, info.st_size), state)
+        self._cached = state
+
+    def _create(self, state: GroupState, data: bytes) -> None:
+        if state.version % 2 != 1:  # the first state goes to slot 1; slot 0 starts empty
+            state.version += 1
+            data = encode_state(state)
+        with open(self.slot_paths[0], "wb"):
+            pass
+        temp = self.slot_paths[1] + ".tmp"
+        with open(temp, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temp, self.slot_paths[1])
+        _sync_directory(self.directory)
 
     def ring(self) -> None:
         """Tell the members watching the bell that something changed."""
@@ -325,6 +376,21 @@ class GroupStore:
                 os.unlink(self.member_path(member, suffix))
 
 
+_VERSION = re.compile(rb'\{"version":(\d+),')
+
+
+def _read_all(fd: int) -> bytes:
+    size = os.fstat(fd).st_size
+    chunks, at = [], 0
+    while at < size:
+        chunk = os.pread(fd, size - at, at)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        at += len(chunk)
+    return b"".join(chunks)
+
+
 def _sync_directory(path: str) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
@@ -343,20 +409,19 @@ class RunJournal:
     uncounted, never counted twice). The member folds its records into the state at each of its
     transactions and starts the journal over; a member that takes over from a dead one folds the
     dead one's records first, so the dead member's runs are charged and what it settled is not
-    delivered again.
+    handed out again.
 
-    Layout (little-endian): ``b"TSGRUN01"``, then the record count (u64) at byte 8; records of
-    16 bytes from byte 64: the message's offset (u64) and a value (i64): its runs so far, or -1
-    once settled. The count is written after the record, so a record a death cut in half is
-    never read.
+    Layout (little-endian): ``b"TSGRUN02"``, then records of 16 bytes from byte 64: the
+    message's offset (u64, never 0) and a value (i64: its runs so far, at least 1, or -1 once
+    settled; never 0). Records are read up to the first one with a zero in either field: a
+    record a death cut in half, or the end. Starting over zeroes what was used.
     """
 
-    MAGIC = b"TSGRUN01"
+    MAGIC = b"TSGRUN02"
     HEADER = 64
     RECORD = 16
     SLOTS = 32768
     _record = struct.Struct("<Qq")
-    _count = struct.Struct("<Q")
 
     def __init__(self, path: str) -> None:
         size = self.HEADER + self.SLOTS * self.RECORD
@@ -367,32 +432,34 @@ class RunJournal:
         finally:
             os.close(fd)
         self._map[: len(self.MAGIC)] = self.MAGIC
-        self.count = 0
+        #: Byte where the next record goes.
+        self._at = self.HEADER
+        self._end = size
         self._pack = self._record.pack_into
-        self._pack_count = self._count.pack_into
 
     def record(self, offset: int, value: int) -> bool:
         """Record ``value`` (runs so far, or -1: settled) for the message at ``offset``; False
         when the journal is full (fold it, then record again)."""
-        count = self.count
-        if count >= self.SLOTS:
+        at = self._at
+        if at >= self._end:
             return False
-        self._pack(self._map, self.HEADER + count * self.RECORD, offset, value)
-        self.count = count + 1
-        self._pack_count(self._map, 8, count + 1)
+        self._pack(self._map, at, offset, value)
+        self._at = at + 16
         return True
 
     @property
-    def full(self) -> bool:
-        return self.count >= self.SLOTS // 2
+    def count(self) -> int:
+        return (self._at - self.HEADER) // self.RECORD
 
     def records(self) -> list[tuple[int, int]]:
-        return _records(self._map, self.count)
+        return _records(self._map)
 
     def reset(self) -> None:
         """Start over (after the records were folded into the state)."""
-        self.count = 0
-        self._pack_count(self._map, 8, 0)
+        used = self._at - self.HEADER
+        if used:
+            self._map[self.HEADER : self._at] = bytes(used)
+            self._at = self.HEADER
 
     def close(self) -> None:
         if not self._map.closed:
@@ -409,12 +476,15 @@ class RunJournal:
             return []
         if len(data) < cls.HEADER or data[: len(cls.MAGIC)] != cls.MAGIC:
             return []
-        (count,) = cls._count.unpack_from(data, 8)
-        count = min(count, (len(data) - cls.HEADER) // cls.RECORD)
-        return _records(data, count)
+        return _records(data)
 
 
-def _records(data: bytes | mmap.mmap, count: int) -> list[tuple[int, int]]:
+def _records(data: bytes | mmap.mmap) -> list[tuple[int, int]]:
     unpack = RunJournal._record.unpack_from
-    start, size = RunJournal.HEADER, RunJournal.RECORD
-    return [unpack(data, start + i * size) for i in range(count)]
+    out = []
+    for at in range(RunJournal.HEADER, len(data) - RunJournal.RECORD + 1, RunJournal.RECORD):
+        offset, value = unpack(data, at)
+        if not offset or not value:
+            break
+        out.append((offset, value))
+    return out
