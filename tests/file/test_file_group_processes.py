@@ -24,7 +24,8 @@ import pytest
 import trio
 
 from trio_streams.file.envelope import open_envelope
-from trio_streams.file.group_state import decode_state
+from trio_streams.file.group_state import GroupState, decode_state
+from trio_streams.file.group_store import GroupStore
 from trio_streams.file.reader import FileReader
 from trio_streams.file.writer import StreamWriter
 from trio_streams.testing.faults import AppProcess, KillPoint, Ledger, LedgerReport
@@ -142,16 +143,46 @@ class Group:
         assert await member.killed() == -signal.SIGKILL
 
     def state(self, group: str = "g") -> State:
-        """The group's state as its file holds it."""
-        state = decode_state(self.state_path(group).read_bytes())
+        """The group's state as its files hold it (read under the group's lock)."""
+        state = self.load(group)
         return State(
             members=sorted(m.pid for m in state.members.values()),
             held=state.held(),
             delayed=len(state.delayed),
         )
 
-    def state_path(self, group: str = "g") -> Path:
-        return self.path.parent / f"{self.path.name}.groups" / group / "state.json"
+    def load(self, group: str = "g") -> GroupState:
+        store = GroupStore(str(self.path), group)
+        try:
+            with store.locked_sync():
+                state = store.load()
+        finally:
+            store.close()
+        assert state is not None
+        return state
+
+    def slots(self, group: str = "g") -> list[Path]:
+        """The group's two state slots, the newer first."""
+        paths = [Path(p) for p in GroupStore(str(self.path), group).slot_paths]
+        return sorted(paths, key=lambda p: -decode_state(p.read_bytes()).version)
+
+    def unsettled(self, state: GroupState) -> set[str]:
+        """The messages of the file ``state`` has not settled: past a key's cursor, or in a
+        batch and not done."""
+        result = set()
+        with FileReader(self.path) as reader:
+            for message in reader:
+                offset, key = message.offset, message.stream_key
+                if key not in state.cursors:
+                    continue
+                in_batch = [
+                    b for b in state.batches
+                    if key in b.keys and b.start <= offset < b.end
+                    and (b.offsets is None or offset in b.offsets)
+                ]  # fmt: skip
+                if offset >= state.cursors[key] or any(offset not in b.done for b in in_batch):
+                    result.add(message.payload.decode())
+        return result
 
 
 def keys(count: int) -> list[str]:
@@ -456,8 +487,8 @@ async def test_retry_after_survives_a_restart_of_all_members(tmp_path: Path) -> 
 async def test_max_attempts_dead_letters_after_n_handler_runs_and_kills_never_charge_an_attempt(
     tmp_path: Path,
 ) -> None:
-    # Every 40th message raises; a member is killed -9 in a handler five times during the
-    # backlog, a last one finishes it.
+    # Every 40th message raises. Two members at a time are killed -9 in a handler, each
+    # restarted, six kills in all during the backlog; then a last member finishes it.
     group = Group(
         tmp_path, keys(2), replay=1, claim=16, workers=2, poison=40, max_attempts=3,
         dead_letter="dead", lease=LONG_LEASE,
@@ -465,21 +496,18 @@ async def test_max_attempts_dead_letters_after_n_handler_runs_and_kills_never_ch
     published = group.write(480)
     poison = {f"p:{n}" for n in range(40, 481, 40)}
     rng = random.Random(3)
-    async with AsyncExitStack() as stack:
-        # Each member is started while the one before it stands held at its kill point (so
-        # the backlog never waits for a process to start), then that one dies.
-        before: AppProcess | None = None
-        for _ in range(5):
-            member = group.member(kill_at=KillPoint.inside_handler(rng.randint(5, 40)), hold=True)
-            await stack.enter_async_context(member)
-            if before is not None:
-                await group.kill_held(before)
-            await member.reached()
-            before = member
-        assert before is not None
-        await group.kill_held(before)
-        last = group.member()  # it takes what the killed ones left as it joins
-        await stack.enter_async_context(last)
+
+    async def restarted(times: int) -> None:
+        for _ in range(times):
+            point = KillPoint.inside_handler(rng.randint(5, 40))
+            async with started(group.member(kill_at=point, hold=True)) as (member,):
+                await group.kill_held(member)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(restarted, 3)
+        nursery.start_soon(restarted, 3)
+    last = group.member()  # it takes what the killed ones left as it joins
+    async with started(last):
         await all_exit([last])
     report, runs = group.check(), group.runs()
     print(report.block())
@@ -495,42 +523,77 @@ async def test_max_attempts_dead_letters_after_n_handler_runs_and_kills_never_ch
     with FileReader(group.path) as reader:
         dead = {open_envelope(m.payload)[0].decode() for m in reader if m.stream_key == "dead"}
     assert dead == poison
-    assert len(group.deaths) == 5
+    assert len(group.deaths) == 6
 
 
 # ---- the state ---------------------------------------------------------------------------------
 
 
-async def test_a_corrupt_or_cut_state_json_the_member_refuses_to_start_naming_the_file(
-    tmp_path: Path,
-) -> None:
-    original = Group(tmp_path / "original", keys(2), replay=1, claim=16)
-    original.write(100)
-    member = original.member()
+async def _group_that_ran(tmp_path: Path) -> Group:
+    """A group whose member handled the file's 100 messages; then 50 more were written (work a
+    reset would get wrong: to the beginning, 150 runs; to the end, none)."""
+    group = Group(tmp_path, keys(2), replay=1, claim=16)
+    group.write(100)
+    member = group.member()
     async with started(member):
         await all_exit([member])
-    original.write(50)  # work a reset would run (to the beginning: 150; to the end: none)
-    whole = original.state_path().read_bytes()
+    group.write(50)
+    return group
+
+
+async def test_a_corrupt_or_cut_state_the_member_refuses_to_start_naming_it(
+    tmp_path: Path,
+) -> None:
+    # The state is kept in two slots, each write into the older (so one cut by a crash leaves
+    # the other whole): here both are damaged.
+    original = await _group_that_ran(tmp_path / "original")
+    wholes = [slot.read_bytes() for slot in original.slots()]
     damages = {
-        "cut": whole[: len(whole) // 2],
-        "garbled": whole[:10] + b"\x00\xff#" * 8 + whole[34:],
-        "empty": b"",
+        "cut": [whole[: len(whole) // 2] for whole in wholes],
+        "garbled": [whole[:10] + b"\x00\xff#" * 8 + whole[34:] for whole in wholes],
+        "empty": [b"", b""],
     }
     groups = {}
     for damage, damaged in damages.items():
         shutil.copytree(original.dir, tmp_path / damage)
         group = groups[damage] = Group(tmp_path / damage, keys(2), replay=1, claim=16)
-        group.state_path().write_bytes(damaged)
+        for slot, data in zip(original.slots(), damaged, strict=True):
+            (group.dir / slot.relative_to(original.dir)).write_bytes(data)
         (group.dir / "ledger.log").write_bytes(b"")
     refused = {damage: group.member() for damage, group in groups.items()}
     async with started(*refused.values()):
         for damage, group in groups.items():
-            process, state = refused[damage], group.state_path()
+            process = refused[damage]
             assert await process.wait() != 0, damage
             stderr = process.stderr.decode()
-            assert str(state) in stderr, (damage, stderr[-2000:])
-            assert state.read_bytes() == damages[damage], damage  # left as it was: never reset
+            directory = GroupStore(str(group.path), "g").directory
+            assert directory in stderr and "unreadable" in stderr, (damage, stderr[-2000:])
+            for slot, data in zip(original.slots(), damages[damage], strict=True):
+                # Left as it was: never reset.
+                assert (group.dir / slot.relative_to(original.dir)).read_bytes() == data, damage
             assert group.runs() == [], damage  # nothing ran
+
+
+async def test_a_state_whose_newer_slot_is_cut_resumes_from_the_other_never_reset(
+    tmp_path: Path,
+) -> None:
+    group = await _group_that_ran(tmp_path)
+    newer, older = group.slots()
+    older_state = decode_state(older.read_bytes())
+    left = group.unsettled(older_state)
+    assert {f"p:{n}" for n in range(101, 151)} <= left < set(group.lanes)
+    newer.write_bytes(newer.read_bytes()[:40])  # a write cut short
+    before = {r.id for r in group.runs()}
+    member = group.member()
+    async with started(member):
+        await all_exit([member])
+    report, runs = group.check(), group.runs()
+    assert_sound(group, report, runs)
+    assert report.handled == set(group.lanes)
+    # It went back to the older slot's state: what that one had not settled ran again, and
+    # nothing else (not the beginning), and nothing was skipped (not the end).
+    assert {r.id for r in runs if r.pid == member.pid} == left
+    assert set(report.duplicates) == left & before
 
 
 async def test_a_restart_of_the_whole_group_resumes_where_it_stopped(tmp_path: Path) -> None:
