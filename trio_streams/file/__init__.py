@@ -6,7 +6,8 @@ reads, rewinds and seeks over one open file), :mod:`.watch` (one inotify watch p
 process), :mod:`.follower` (the Trio source), :mod:`.writer` (appends, any number of writers,
 serialized by :mod:`.lock`, kept exact by :mod:`.catchup` and synced as :mod:`.durability`
 says) and :mod:`.publisher` (publishing from a script). Consumer groups (:mod:`.group`) keep
-their state beside the file (:mod:`.group_state`, :mod:`.group_store`).
+their state beside the file (:mod:`.group_state`, :mod:`.group_store`); :mod:`.groups` lists,
+moves, resets and deletes them from outside.
 """
 
 from .broker import FileBroker
@@ -33,6 +34,16 @@ from .errors import (
 from .follower import FileSource
 from .format import Header, Message
 from .group_store import GroupLockedError, GroupStateError, UntrustedFilesystemError
+from .groups import (
+    FileGroupNotFound,
+    GroupInfo,
+    GroupReset,
+    MemberInfo,
+    delete_group,
+    list_groups,
+    move_group,
+    reset_group,
+)
 from .positions import FilePosition
 from .publisher import FilePublisher, open_publisher
 from .reader import FileReader
@@ -48,6 +59,7 @@ __all__ = [
     "DurableStateError",
     "EnvelopeError",
     "FileBroker",
+    "FileGroupNotFound",
     "FilePosition",
     "FilePublisher",
     "FileReader",
@@ -55,9 +67,12 @@ __all__ = [
     "FileSource",
     "FileStream",
     "FrameEndError",
+    "GroupInfo",
     "GroupLockedError",
+    "GroupReset",
     "GroupStateError",
     "Header",
+    "MemberInfo",
     "Message",
     "Receipt",
     "SeekError",
@@ -73,5 +88,9 @@ __all__ = [
     "UntrustedFilesystemError",
     "WriterClosedError",
     "WriterLockedError",
+    "delete_group",
+    "list_groups",
+    "move_group",
     "open_publisher",
+    "reset_group",
 ]

@@ -75,8 +75,9 @@ class GroupStateError(StreamFileError):
     """A group's state cannot be used: unreadable, of another file, or of other keys."""
 
     advice = (
-        "the group's state beside the file is kept, untouched: inspect it with `trio-streams "
-        "file stat {path}`, or start the group over with `trio-streams file group reset`"
+        "the group's state beside the file is kept, untouched: `trio-streams file stat FILE` "
+        "shows it, `trio-streams file group delete FILE GROUP` removes it (the group then "
+        "starts anew)"
     )
 
 
