@@ -26,6 +26,7 @@ import trio
 from trio_streams.file.envelope import open_envelope
 from trio_streams.file.group_state import GroupState, decode_state
 from trio_streams.file.group_store import GroupStore
+from trio_streams.file.groups import list_groups
 from trio_streams.file.reader import FileReader
 from trio_streams.file.writer import StreamWriter
 from trio_streams.testing.faults import AppProcess, KillPoint, Ledger, LedgerReport
@@ -143,23 +144,12 @@ class Group:
         assert await member.killed() == -signal.SIGKILL
 
     def state(self, group: str = "g") -> State:
-        """The group's state as its files hold it (read under the group's lock)."""
-        state = self.load(group)
+        """The group as ``list_groups`` reports it."""
+        [info] = [info for info in list_groups(self.path) if info.name == group]
+        assert info.error is None, info.error
         return State(
-            members=sorted(m.pid for m in state.members.values()),
-            held=state.held(),
-            delayed=len(state.delayed),
+            members=sorted(m.pid for m in info.members), held=info.held, delayed=info.delayed
         )
-
-    def load(self, group: str = "g") -> GroupState:
-        store = GroupStore(str(self.path), group)
-        try:
-            with store.locked_sync():
-                state = store.load()
-        finally:
-            store.close()
-        assert state is not None
-        return state
 
     def slots(self, group: str = "g") -> list[Path]:
         """The group's two state slots, the newer first."""
