@@ -631,8 +631,12 @@ class FileGroupSubscription(SubscriptionSource):
                     await self._transact(self._claim_step)
                     continue
             if self._finished():
-                await trio.lowlevel.checkpoint()
-                return None
+                # Look once more, under the lock, for members that died holding work: theirs
+                # would be left behind (their lease may not have run out yet).
+                await self._transact(self._reap_now)
+                if self._finished():
+                    return None
+                continue
             await self._wait()
 
     def _finished(self) -> bool:
@@ -682,6 +686,11 @@ class FileGroupSubscription(SubscriptionSource):
             await trio.sleep(delay)
             delay = min(delay * 2, 1.0)
         await self._join()
+
+    def _reap_now(self, state: GroupState | None) -> GroupState:
+        assert state is not None
+        self._reap(state, _now_ms())
+        return state
 
     # ---- keeping the lease -------------------------------------------------------------------
 
