@@ -61,7 +61,7 @@ import trio
 from ..core.delivery import Delivery, SequenceDelivery, attempt_from_headers
 from ..core.host import SubscriptionHost
 from ..core.outcome import Outcome, OutcomeKind
-from ..core.positions import Position
+from ..core.positions import Position, PositionKind
 from ..core.schedule import FairShare
 from ..core.transport import SeekRefused, SubscriptionSource, Unsettled
 from .envelope import PREFIXES, STORAGE_HEADERS, open_envelope
@@ -91,11 +91,16 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def seek_key(label: str, keys: Sequence[str], position: Position) -> str | None:
+def seek_key(
+    label: str,
+    keys: Sequence[str],
+    position: Position,
+    *,
+    streams: str = "the streams",
+    reader: str = "this subscription",
+) -> str | None:
     """The stream key a seek to ``position`` addresses among ``keys`` (None: the position needs
     none); ``SeekRefused`` where it names none of them, or none where several are read."""
-    from ..core.positions import PositionKind
-
     if position.kind is PositionKind.BEGINNING or position.kind is PositionKind.END:
         return None
     if position.kind is PositionKind.ENTRY:
@@ -105,11 +110,11 @@ def seek_key(label: str, keys: Sequence[str], position: Position) -> str | None:
         )
     if position.stream is None:
         if len(keys) > 1:
-            raise SeekRefused(f"{label}: {position!r} must name one of the streams {list(keys)}")
+            raise SeekRefused(f"{label}: {position!r} must name one of {streams} {list(keys)}")
         return keys[0]
     if position.stream not in keys:
         raise SeekRefused(
-            f"{label}: {position!r} names a stream this subscription does not read ({list(keys)})"
+            f"{label}: {position!r} names a stream {reader} does not read ({list(keys)})"
         )
     return position.stream
 
@@ -211,14 +216,7 @@ class FileGroupSubscription(SubscriptionSource):
                     state = self._new_state(reader)
                 self._check_state(state, reader)
                 self._reap(state, _now_ms())
-                now = _now_ms()
-                state.members[self.member] = Member(
-                    id=self.member,
-                    pid=os.getpid(),
-                    host=socket.gethostname(),
-                    joined_ms=now,
-                    lease_until_ms=now + self._lease_ms,
-                )
+                self._register(state)
                 return state
 
             await self._transact(join, first=True)
@@ -350,14 +348,7 @@ class FileGroupSubscription(SubscriptionSource):
                     len(self._held),
                 )
             self._forget_all()
-            now = _now_ms()
-            state.members[self.member] = Member(
-                id=self.member,
-                pid=os.getpid(),
-                host=socket.gethostname(),
-                joined_ms=now,
-                lease_until_ms=now + self._lease_ms,
-            )
+            self._register(state)
             return
         me.lease_until_ms = _now_ms() + self._lease_ms
         mine = {batch.id: batch for batch in state.batches if batch.member == self.member}
@@ -374,6 +365,17 @@ class FileGroupSubscription(SubscriptionSource):
                 batch = mine.get(held.batch)
                 if batch is not None:
                     state.count_runs(batch, held.handle, held.runs)
+
+    def _register(self, state: GroupState) -> None:
+        """Put this member in ``state``, its lease starting now."""
+        now = _now_ms()
+        state.members[self.member] = Member(
+            id=self.member,
+            pid=os.getpid(),
+            host=socket.gethostname(),
+            joined_ms=now,
+            lease_until_ms=now + self._lease_ms,
+        )
 
     def _forget_all(self) -> None:
         self._buffer.clear()

@@ -38,9 +38,11 @@ from dataclasses import dataclass
 from typing import final
 
 from ..core.group_moves import GroupMove, GroupNotFound, PositionRefused
-from ..core.positions import Position, PositionKind
+from ..core.positions import Position
+from ..core.transport import SeekRefused
 from .errors import SeekError, StreamFileError, StreamFileNotFoundError
 from .format import HEADER_SIZE
+from .group import seek_key
 from .group_state import Batch, GroupState
 from .group_store import (
     GroupLockedError,
@@ -500,24 +502,10 @@ def _member_files(store: GroupStore) -> list[str]:
 
 def _seek_key(position: Position, keys: Sequence[str], label: str) -> str | None:
     """The stream a seek to ``position`` reads (as a subscription's seek finds it)."""
-    if position.kind is PositionKind.BEGINNING or position.kind is PositionKind.END:
-        return None
-    if position.kind is PositionKind.ENTRY:
-        raise PositionRefused(
-            f"{label}: {position!r} is a Redis entry id; a stream file is addressed by sequence "
-            "numbers and instants"
-        )
-    if position.stream is None:
-        if len(keys) > 1:
-            raise PositionRefused(
-                f"{label}: {position!r} must name one of the group's streams {list(keys)}"
-            )
-        return keys[0]
-    if position.stream not in keys:
-        raise PositionRefused(
-            f"{label}: {position!r} names a stream the group does not read ({list(keys)})"
-        )
-    return position.stream
+    try:
+        return seek_key(label, keys, position, streams="the group's streams", reader="the group")
+    except SeekRefused as exc:
+        raise PositionRefused(str(exc)) from None
 
 
 def _seek(reader: FileReader, state: GroupState, position: Position, path: str, group: str) -> int:
