@@ -1,7 +1,8 @@
 """How ``trio-streams run`` tells a wrong target (usage, exit 2) from a module whose own code
 raised while importing (a runtime error, exit 1, a crash to restart under ``--workers``), how
-``--reload`` survives a file saved mid-edit, and a durable stream-file consumer refused with
-``--workers`` before any worker starts. Real processes, real files in ``tmp_path``."""
+``--reload`` survives a file saved mid-edit, a durable stream-file consumer refused with
+``--workers`` before any worker starts, and a stream-file group run in workers. Real processes,
+real files in ``tmp_path``."""
 
 from __future__ import annotations
 
@@ -13,6 +14,10 @@ from pathlib import Path
 import pytest
 
 from tests.redis.streams.procs import Consumer
+from trio_streams import App
+from trio_streams.file import FileBroker, FileStream
+from trio_streams.file.writer import StreamWriter
+from trio_streams.running.supervisor import check_workers
 
 from .support import COMMAND, stderr_lines
 
@@ -169,3 +174,56 @@ def test_a_durable_file_consumer_is_refused_with_workers_even_with_allow_broadca
         assert line.startswith(f"{PREFIX}--workers 2: subscription 'orders' "), line
         assert "is the consumer 'live', which one process at a time can run" in line
     assert not (tmp_path / "orders.ss").exists()  # no worker started, nothing opened
+
+
+#: Two workers replay a file as members of one group: each writes what it handled to a file.
+GROUP_MEMBERS = """\
+import os
+from trio_streams import App
+from trio_streams.file import FileBroker, FileStream
+app = App("svc")
+broker = app.broker(FileBroker("orders.ss", existing_only=True))
+WORKER = os.environ.get("TRIO_STREAMS_WORKER", "-")
+
+@broker.subscriber(FileStream("orders").replay().group("billing", claim=8), name="bill")
+async def bill(n: int) -> None:
+    fd = os.open("handled.txt", os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    try:
+        os.write(fd, f"{WORKER} {n}\\n".encode())
+    finally:
+        os.close(fd)
+"""
+
+
+def test_check_workers_accepts_a_file_group_and_still_refuses_the_file_read_whole(
+    tmp_path: Path,
+) -> None:
+    app = App("svc")
+    broker = app.broker(FileBroker(tmp_path / "orders.ss"))
+    broker.subscriber(FileStream("orders").group("billing"), name="bill")(_take)
+    broker.subscriber(FileStream("orders").replay().group("audit", ordered=True), name="audit")(
+        _take
+    )
+    assert check_workers(app, 2, allow_broadcast=False) == []
+    broker.subscriber(FileStream("orders"), name="read")(_take)
+    [problem] = check_workers(app, 2, allow_broadcast=False)
+    assert problem.startswith("subscription 'read' (FileStream('orders'))"), problem
+
+
+def test_a_file_group_runs_in_workers_each_message_handled_once(tmp_path: Path) -> None:
+    messages = 200
+    with StreamWriter(tmp_path / "orders.ss") as writer:
+        for n in range(1, messages + 1):
+            writer.append("orders", str(n).encode())
+    (tmp_path / "svc.py").write_text(GROUP_MEMBERS)
+    result = run_in(tmp_path, "svc:app", "--workers", "2")
+    assert result.returncode == 0, result.stderr
+    # Each worker's member ends once the group has nothing left; neither is restarted.
+    assert result.stderr.count("its app finished by itself") == 2, result.stderr
+    handled = [line.split() for line in (tmp_path / "handled.txt").read_text().splitlines()]
+    assert sorted(int(n) for _, n in handled) == list(range(1, messages + 1))
+    assert {worker for worker, _ in handled} <= {"0", "1"}
+
+
+async def _take(n: int) -> None:
+    """The handler of a subscription that is mounted, never run."""

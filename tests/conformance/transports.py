@@ -31,6 +31,7 @@ from trio_streams.testing.conformance import Capability, Message, TransportUnder
 
 __all__ = [
     "TRANSPORTS",
+    "FileGroupTransport",
     "FileTransport",
     "MemoryTransport",
     "RedisListTransport",
@@ -133,6 +134,33 @@ class FileTransport(TransportUnderTest):
 
     def past_the_end_refusal(self, *, asked: int, last: int) -> tuple[str, ...]:
         return (str(self.tmp_path), f"seq:{asked}", "stream 's'", f"past the last sequence {last}")
+
+
+class FileGroupTransport(FileTransport):
+    """Members of consumer groups on a stream file: each subscription is the only member of a
+    group of its own (a new name per source), so a seek, which a member may make only while it
+    is alone in its group, moves it, and every subscription gets every message."""
+
+    name = "file-group"
+    cannot: ClassVar[Mapping[Capability, str]] = {
+        Capability.RETRY_COPIES: "a group's member runs a retried message again itself, and a "
+        "retry_after waits in the group's state: no copy is written to the file",
+        Capability.TRIO_CLOCK_DELAYS: "a retry_after is kept in the group's state, due at an "
+        "instant of the wall clock that every member of every process reads",
+    }
+
+    def __init__(self, tmp_path: Path) -> None:
+        super().__init__(tmp_path)
+        self._groups = itertools.count(1)
+
+    def _group(self) -> str:
+        return f"g{next(self._groups)}"
+
+    def live_source(self, streams: tuple[str, ...], start_at: Position | None) -> Source:
+        return FileStream(*streams, start_at=start_at).group(self._group())
+
+    def replay_source(self, streams: tuple[str, ...], start_at: Position | None) -> Source:
+        return FileStream(*streams, start_at=start_at).replay().group(self._group())
 
 
 class RedisTransport(TransportUnderTest):
@@ -309,4 +337,5 @@ TRANSPORTS: list[type[TransportUnderTest]] = [
     RedisPubSubTransport,
     RedisListTransport,
     RedisSimpleListTransport,
+    FileGroupTransport,
 ]

@@ -33,6 +33,7 @@ __all__ = [
     "command_path",
     "error_line",
     "error_notes",
+    "file_group",
     "file_position",
     "group_position",
     "guarded",
@@ -212,6 +213,13 @@ def file_position(text: str) -> str:
     from ..file.positions import parse_position
 
     return checked_by(parse_position, text)
+
+
+def file_group(text: str) -> str:
+    """``GROUP`` of a stream file: a name a group's directory can have."""
+    from ..file.group_store import check_group_name
+
+    return checked_by(check_group_name, text)
 
 
 def parse_group_position(text: str) -> Any:

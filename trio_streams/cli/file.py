@@ -1,4 +1,5 @@
-"""``trio-streams file decode|tail|stat|write|repair``: look into, make and mend stream files.
+"""``trio-streams file decode|tail|stat|write|repair|group``: look into, make and mend stream
+files, and the consumer groups kept beside them.
 
 ``decode --format ndjson`` prints, and ``write`` reads, first the file's header as
 ``{"file_header": {"file_name", "created_at_ms", "beacon_interval"}}``, then one message a line
@@ -14,12 +15,14 @@ import base64
 import json
 import os
 import sys
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
 import trio
 
+from ..core.group_moves import GroupMove, PositionRefused
 from ..core.positions import Position, PositionKind
 from ..file.envelope import open_envelope
 from ..file.errors import StreamFileError, StreamFileNotFoundError
@@ -32,6 +35,7 @@ from ..file.format import (
     Message,
     encode_header,
 )
+from ..file.groups import GroupInfo, delete_group, list_groups, move_group, reset_group
 from ..file.keys import check_file_keys
 from ..file.lock import EXCLUSIVE_WAIT, hold_exclusively
 from ..file.ndjson_input import InputError, check_against, read_input
@@ -43,9 +47,11 @@ from .args import (
     bad_command_line,
     beacon_interval,
     error_line,
+    file_group,
     file_position,
     guarded,
     seconds,
+    stream_key,
 )
 
 #: Files at least this large show a progress bar on ``stat`` (when stderr is a terminal).
@@ -224,6 +230,125 @@ def _stat(args: argparse.Namespace) -> int:
                 f"  {key} shard {shard}: {s.count} messages, seq {s.first_seq}..{s.last_seq}, "
                 f"ts {s.first_ts}..{s.last_ts} ms, {s.bytes} payload bytes\n"
             )
+    _print_groups(list_groups(args.file), out)
+    return 0
+
+
+def _print_groups(groups: list[GroupInfo], out: TextIO) -> None:
+    """The ``groups`` section of ``stat``: each group's keys, position, lag, what it holds and
+    waits to retry, and its members."""
+    out.write(f"groups:           {len(groups) or 'none'}\n")
+    now_ms = int(time.time() * 1000)
+    for group in groups:
+        if group.error is not None:
+            out.write(f"  {group.name}: error: {group.error}\n")
+            continue
+        order = "ordered" if group.ordered else "unordered"
+        out.write(f"  {group.name}: {', '.join(group.keys)} ({order})\n")
+        first = group.first_unsettled
+        at = "nothing unsettled" if first is None else f"next unsettled {first[0]}:{first[1]}"
+        out.write(f"    position:     byte {group.position}, {at}\n")
+        lag = f"{_plural(group.lag_messages, 'message')}, {_plural(group.lag_bytes, 'byte')}"
+        out.write(f"    lag:          {lag}\n")
+        out.write(f"    held:         {_plural(group.held, 'message')}\n")
+        due = "" if group.next_due_ms is None else f", next due {_when(group.next_due_ms, now_ms)}"
+        out.write(f"    delayed:      {_plural(group.delayed, 'retry', 'retries')}{due}\n")
+        out.write(f"    members:      {len(group.members)}\n")
+        for member in group.members:
+            state = "alive" if member.alive else "dead"
+            lease = _when(member.lease_until_ms, now_ms, past="ran out")
+            out.write(
+                f"      {member.id}: pid {member.pid} on {member.host}, {state}, holds "
+                f"{member.held}, lease until {lease}\n"
+            )
+
+
+def _plural(count: int, word: str, words: str | None = None) -> str:
+    return f"{count} {word if count == 1 else words or word + 's'}"
+
+
+def _when(ms: int, now_ms: int, *, past: str = "due") -> str:
+    """``1700000000000 ms (in 2.5 s)``: an instant, and how far it is from now."""
+    seconds = (ms - now_ms) / 1000
+    return f"{ms} ms ({f'in {seconds:.1f} s' if seconds > 0 else past})"
+
+
+def _group_target(args: argparse.Namespace, text: str | None) -> Position | None:
+    """The position ``text`` names, bound to ``--key`` (which only a sequence number or an
+    instant takes)."""
+    if text is None:
+        if args.key is not None:
+            bad_command_line("--key goes with --to seq:N or ts:MS")
+        return None
+    position = parse_position(text)
+    if args.key is None:
+        return position
+    if position.kind not in (PositionKind.SEQUENCE, PositionKind.TIMESTAMP):
+        bad_command_line(f"--key goes with seq:N or ts:MS, not {text}")
+    return position.for_stream(args.key)
+
+
+def _note_key(exc: PositionRefused, args: argparse.Namespace, position: Position | None) -> None:
+    """Say how the command line names a position's stream, where a refusal may be for want
+    of one."""
+    named = position is not None and position.kind in (
+        PositionKind.SEQUENCE,
+        PositionKind.TIMESTAMP,
+    )
+    if named and args.key is None:
+        exc.add_note("--key KEY names the stream of a seq:N or ts:MS position")
+
+
+def _move_line(move: GroupMove) -> str:
+    """One line: ``group 'g' of f.ss: orders:3 -> byte 512, skipped 7 messages (orders:3 ..
+    orders:9)`` (``would skip`` in a dry run)."""
+    count = move.replayed or move.skipped
+    noun = "message" if count == 1 else "messages"
+    if move.replayed:
+        what = f"{'delivers' if move.moved else 'would deliver'} {count} {noun} again"
+    else:
+        what = f"{'skipped' if move.moved else 'would skip'} {count} {noun}"
+    span = "" if move.first is None else f" ({move.first} .. {move.last})"
+    line = f"group {move.group!r} of {move.stream}: {move.was} -> {move.now}, {what}{span}"
+    if move.pending:
+        line += f"; {move.pending} held stay held"
+    return line if move.moved else line + " (dry run: nothing moved)"
+
+
+def _set_group_position(args: argparse.Namespace) -> int:
+    position = _group_target(args, args.position)
+    assert position is not None
+    try:
+        move = move_group(args.file, args.group, position, dry_run=args.dry_run)
+    except PositionRefused as exc:
+        _note_key(exc, args, position)
+        raise
+    sys.stdout.write(_move_line(move) + "\n")
+    return 0
+
+
+def _reset_group(args: argparse.Namespace) -> int:
+    position = _group_target(args, args.to)
+    try:
+        reset = reset_group(args.file, args.group, position)
+    except PositionRefused as exc:
+        _note_key(exc, args, position)
+        raise
+    move = reset.move
+    gone = "" if not reset.members else f" ({', '.join(reset.members)})"
+    held = _plural(reset.held, "held message")
+    delayed = _plural(reset.delayed, "delayed retry", "delayed retries")
+    members = _plural(len(reset.members), "gone member")
+    sys.stdout.write(
+        f"group {move.group!r} of {move.stream} reset: {move.was} -> {move.now}; forgot "
+        f"{held}, {delayed} and {members}{gone}\n"
+    )
+    return 0
+
+
+def _delete_group(args: argparse.Namespace) -> int:
+    delete_group(args.file, args.group)
+    sys.stdout.write(f"deleted group {args.group!r} of {args.file}\n")
     return 0
 
 
@@ -441,3 +566,77 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         f"(default {EXCLUSIVE_WAIT:g})",
     )
     repair.set_defaults(handler=guarded(_repair))
+    _register_group(sub)
+
+
+def _register_group(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``file group reset|delete|set-position``."""
+    parser = sub.add_parser(
+        "group",
+        help="manage the consumer groups of a stream file (set-position, reset, delete)",
+        description="Manage the consumer groups kept beside a stream file (FILE.groups/). "
+        "Each command holds the group's lock while it works, and is refused while a member "
+        "of the group runs; `trio-streams file stat FILE` shows the groups.",
+    )
+    actions = parser.add_subparsers(dest="group_command", metavar="ACTION", required=True)
+
+    def action(name: str, help_text: str, description: str) -> argparse.ArgumentParser:
+        p = actions.add_parser(name, help=help_text, description=description)
+        p.add_argument("file", help="the stream file (.ss)")
+        p.add_argument("group", metavar="GROUP", type=file_group, help="the consumer group")
+        return p
+
+    def key_option(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--key",
+            type=stream_key,
+            help="the stream a seq:N or ts:MS position is of (needed when the group reads several)",
+        )
+
+    move = action(
+        "set-position",
+        "move a group for all its members, or --dry-run to see what it would skip",
+        "Set the group's position for all its members: it handles what follows POSITION, in "
+        "file order. What members took and did not settle, and the retries that wait, stay as "
+        "they are. Refused while a member is live (its process runs and its lease has not run "
+        "out).",
+    )
+    move.add_argument(
+        "position",
+        metavar="POSITION",
+        type=file_position,
+        help="beginning, end (the end of the file now), seq:N (the first message of the "
+        "stream with seq N or more) or ts:MS (the first message strictly later)",
+    )
+    key_option(move)
+    move.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="say what the move would skip or replay, and move nothing",
+    )
+    move.set_defaults(handler=guarded(_set_group_position))
+    reset = action(
+        "reset",
+        "move a group and forget what it held, its waiting retries and its gone members",
+        "Move the group (to --to POS, or where it stands: its first unsettled message) and "
+        "forget the messages its members took and did not settle (from its position on they "
+        "are delivered again), its waiting retries, and its members, which must all be gone: "
+        "refused while a member process runs.",
+    )
+    reset.add_argument(
+        "--to",
+        type=file_position,
+        default=None,
+        metavar="POS",
+        help="beginning, end, seq:N or ts:MS (default: where the group stands)",
+    )
+    key_option(reset)
+    reset.set_defaults(handler=guarded(_reset_group))
+    delete = action(
+        "delete",
+        "remove a group's state: its next member starts it anew",
+        "Remove the group's directory beside the file (its state, lock, bell, its members' "
+        "locks and run journals; nothing else). Refused while a member process runs. Its state "
+        "need not be readable.",
+    )
+    delete.set_defaults(handler=guarded(_delete_group))

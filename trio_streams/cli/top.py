@@ -136,7 +136,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         description="Per stream and group: length, entries added/s, delivered/s, acked/s, "
         "pending, lag, consumers and their idle times (stuck ones marked), delayed retries and "
         "how many are due, dead-letter streams. Per key of a stream file: messages, messages/s, "
-        "sequence range, bytes behind the writer. Per subscription of an app run with --http "
+        "sequence range, bytes behind the writer; per consumer group of the file: position, "
+        "lag, members, held messages, delayed retries. Per subscription of an app run with --http "
         "(http://HOST:PORT): received/s, handled/s, outcomes, retries, in flight, queued, lag, "
         "faults, degraded (with --workers: the app's line, then one per worker). Read-only: it "
         "joins no group. Keys in the live view: s sort, / filter, p pause, q quit.",

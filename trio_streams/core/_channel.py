@@ -154,6 +154,17 @@ class DeliveryChannel:
         self._release(purged)
         return purged
 
+    def hand_back(self) -> int:
+        """Let go of every queued delivery, as abandoned (a graceful stop of a source that
+        hands them back rather than draining them). Returns how many."""
+        count = len(self._buffer)
+        if count:
+            self._let_go(Unsettled.ABANDONED)
+            if self._send_waiters:
+                self._send_waiters.unpark_all()
+            self._release(count)
+        return count
+
     def close(self) -> None:
         """No more deliveries: receivers drain what is queued, then get ``trio.EndOfChannel``."""
         self._closed = True

@@ -26,6 +26,7 @@ import trio
 from .codec import DecodeError
 from .delivery import Delivery
 from .handler import UNDECODED
+from .routing import ByStream
 from .transport import Unsettled
 
 if TYPE_CHECKING:
@@ -100,14 +101,17 @@ class KeyRaised:
 
 
 def key_function(
-    by_key: str | KeyFunction, decode: Callable[[bytes], Any]
+    by_key: str | KeyFunction | ByStream, decode: Callable[[bytes], Any]
 ) -> Callable[[Delivery], tuple[Hashable, Any]]:
     """A delivery's lane key and its message, as a lane router takes them: a header's value
     (the message left undecoded), or what ``by_key`` makes of the decoded message. What
     cannot be keyed goes to the lane of ``None``, its message saying why."""
+    if isinstance(by_key, ByStream):
+        return lambda delivery: (delivery.stream, _UNDECODED)
     if isinstance(by_key, str):
         header = by_key
         return lambda delivery: (delivery.headers.get(header), _UNDECODED)
+    assert callable(by_key)
     key_function = by_key
 
     def key_of(delivery: Delivery) -> tuple[Hashable, Any]:

@@ -11,6 +11,8 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from .routing import BY_STREAM
+
 if TYPE_CHECKING:
     from .broker import Broker
     from .routing import Subscription
@@ -44,7 +46,7 @@ def describe_subscription(subscription: Subscription, *, starts: str | None = No
     options = subscription.options
     parts = [f"workers={options.workers}"]
     if options.by_key is not None:
-        parts.append("ordered lanes by key")
+        parts.append(f"ordered lanes by {'stream' if options.by_key is BY_STREAM else 'key'}")
     if options.batch is not None:
         parts.append(f"batch={options.batch}")
     parts.append(f"max_attempts={options.policy.max_attempts}")

@@ -170,6 +170,7 @@ class Dispatcher:
             # Read once per run: an ack settles nothing there, so the delivery ends as a
             # settle would end it.
             noop_acks = source.acks_are_noops
+            ack_in_line = source.ack_in_line if source.acks_in_line else None
             runs = source.attempt_started if source.counts_runs else None
             record_run = source.record_run
             run = RUN
@@ -193,9 +194,16 @@ class Dispatcher:
                         except BaseException as exc:  # noqa: BLE001 - see _payload_raised
                             await self._payload_raised(delivery, message, exc, began)
                         else:
-                            if result is None and noop_acks and not is_request(delivery):
-                                # An ack that settles nothing (a request's ack answers it: the
-                                # general way, ``_payload_handled``).
+                            if (
+                                result is None
+                                and not is_request(delivery)
+                                and (
+                                    noop_acks or (ack_in_line is not None and ack_in_line(delivery))
+                                )
+                            ):
+                                # An ack that settles nothing, or that the source settled at
+                                # once (a request's ack answers it: the general way,
+                                # ``_payload_handled``).
                                 if observers:  # the verdict of an ack needs no policy
                                     self._verdicts.observe_ack(delivery, message, began)
                                 runner.ended_by_noop_ack(delivery)

@@ -27,10 +27,35 @@ from .transport import Source
 if TYPE_CHECKING:
     from .broker import Broker
 
-__all__ = ["Declared", "KeyFunction", "Publisher", "Router", "SubscriberOptions", "Subscription"]
+__all__ = [
+    "BY_STREAM",
+    "ByStream",
+    "Declared",
+    "KeyFunction",
+    "Publisher",
+    "Router",
+    "SubscriberOptions",
+    "Subscription",
+]
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 KeyFunction = Callable[[Any], Hashable]
+
+
+@final
+class ByStream:
+    """``by_key=BY_STREAM``: lanes keyed by each message's stream (its stream key, list or
+    channel), read from the delivery without decoding it. What an ordered consumer group of a
+    stream file mounts itself with (``FileStream(...).group(..., ordered=True)``)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "BY_STREAM"
+
+
+#: Lanes keyed by stream: see :class:`ByStream`.
+BY_STREAM = ByStream()
 
 _PUBLISHERS_ATTR = "__trio_streams_publishers__"
 _BATCH_ATTR = "__trio_streams_batch__"
@@ -51,7 +76,7 @@ class SubscriberOptions:
     workers: int = 1
     #: With workers > 1: n ordered lanes; each key always goes to the same lane. A header name,
     #: or a function of the decoded message.
-    by_key: str | KeyFunction | None = None
+    by_key: str | KeyFunction | ByStream | None = None
     #: Deliver lists of up to ``batch`` messages, waiting at most ``max_wait`` s to fill one.
     batch: int | None = None
     max_wait: float = 0.1
@@ -226,7 +251,7 @@ class Router:
         source: Source | str,
         *,
         workers: int | None = None,
-        by_key: str | KeyFunction | None = None,
+        by_key: str | KeyFunction | ByStream | None = None,
         batch: int | None = None,
         max_wait: float | None = None,
         max_attempts: int | None = None,

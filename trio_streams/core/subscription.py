@@ -401,6 +401,9 @@ class SubscriptionRunner:
             self.state = SubscriptionState.DRAINING
         self.driver.stop()  # seeks are refused from now on
         self._read_scope.cancel()
+        if self.source.hands_back_at_stop:
+            # Not drained: another member of its group takes it at once.
+            self.channel.hand_back()
         # Delayed retries fire now, so a handler that overruns the drain cannot hold them
         # back until the timeout cancels them.
         self.delayed.flush()

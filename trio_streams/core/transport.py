@@ -307,6 +307,21 @@ class SubscriptionSource(ABC):
     #: it is read once ``open`` has returned, so ``open`` may still set it.
     read_count: int = 0
 
+    #: A graceful stop hands what is queued and not started back to the source at once
+    #: (``unsettled(delivery, ABANDONED)``), rather than draining it through the handler: a
+    #: consumer group's member, whose work the other members take at once.
+    hands_back_at_stop: bool = False
+
+    #: The source settles an ack synchronously, with :meth:`ack_in_line` (a record in memory,
+    #: no I/O that can wait): the core's in-line path calls it instead of awaiting ``settle``.
+    acks_in_line: bool = False
+
+    def ack_in_line(self, delivery: Delivery) -> bool:
+        """Settle the ack of ``delivery`` now, without waiting (only where
+        :attr:`acks_in_line` is True); False if it cannot this time, and the core then awaits
+        ``settle(delivery, ack())`` as usual."""
+        return False
+
     @property
     def acks_are_noops(self) -> bool:
         """True if ``settle(delivery, ack())`` does nothing for this source, for every delivery

@@ -5,7 +5,9 @@ The pieces, from the bottom up: :mod:`.format` (pure codec and CRC), :mod:`.deco
 reads, rewinds and seeks over one open file), :mod:`.watch` (one inotify watch per file per
 process), :mod:`.follower` (the Trio source), :mod:`.writer` (appends, any number of writers,
 serialized by :mod:`.lock`, kept exact by :mod:`.catchup` and synced as :mod:`.durability`
-says) and :mod:`.publisher` (publishing from a script).
+says) and :mod:`.publisher` (publishing from a script). Consumer groups (:mod:`.group`) keep
+their state beside the file (:mod:`.group_state`, :mod:`.group_store`); :mod:`.groups` lists,
+moves, resets and deletes them from outside.
 """
 
 from .broker import FileBroker
@@ -31,6 +33,17 @@ from .errors import (
 )
 from .follower import FileSource
 from .format import Header, Message
+from .group_store import GroupLockedError, GroupStateError, UntrustedFilesystemError
+from .groups import (
+    FileGroupNotFound,
+    GroupInfo,
+    GroupReset,
+    MemberInfo,
+    delete_group,
+    list_groups,
+    move_group,
+    reset_group,
+)
 from .positions import FilePosition
 from .publisher import FilePublisher, open_publisher
 from .reader import FileReader
@@ -46,6 +59,7 @@ __all__ = [
     "DurableStateError",
     "EnvelopeError",
     "FileBroker",
+    "FileGroupNotFound",
     "FilePosition",
     "FilePublisher",
     "FileReader",
@@ -53,7 +67,12 @@ __all__ = [
     "FileSource",
     "FileStream",
     "FrameEndError",
+    "GroupInfo",
+    "GroupLockedError",
+    "GroupReset",
+    "GroupStateError",
     "Header",
+    "MemberInfo",
     "Message",
     "Receipt",
     "SeekError",
@@ -66,7 +85,12 @@ __all__ = [
     "StreamWriter",
     "TruncatedError",
     "UnprovenTailError",
+    "UntrustedFilesystemError",
     "WriterClosedError",
     "WriterLockedError",
+    "delete_group",
+    "list_groups",
+    "move_group",
     "open_publisher",
+    "reset_group",
 ]

@@ -24,6 +24,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
@@ -37,6 +38,7 @@ from ..core.delivery import Delivery, SequenceDelivery, attempt_from_headers, re
 from ..core.description import BrokerDescription
 from ..core.destinations import Destination
 from ..core.errors import ConfigurationError
+from ..core.group_moves import GroupMove, GroupNotFound, PositionRefused
 from ..core.groups import open_nursery
 from ..core.host import SubscriptionHost
 from ..core.names import NameNotFound
@@ -44,6 +46,7 @@ from ..core.outcome import Outcome, OutcomeKind
 from ..core.positions import Position, PositionKind
 from ..core.process import process_name
 from ..core.requests import new_correlation_id
+from ..core.routing import BY_STREAM, Declared
 from ..core.schedule import FairShare
 from ..core.transport import (
     SeekRefused,
@@ -53,6 +56,8 @@ from ..core.transport import (
     read_count_option,
     settles_with,
 )
+from ..memory.broker import MemoryTransport
+from ..memory.group_moves import move_memory_group
 from .durability import DEFAULT_DURABILITY, Durability, check_durability
 from .durable import (
     PERSIST_EVERY,
@@ -69,6 +74,8 @@ from .envelope import PREFIXES, STORAGE_HEADERS, open_envelope, seal
 from .errors import SeekError, StreamFileNotFoundError, StreamKeyNotFoundError
 from .follower import MAX_BACKOFF_MS, MIN_BACKOFF_MS, FileSource
 from .format import DEFAULT_BEACON_INTERVAL, HEADER_SIZE, Message
+from .group import FileGroupSubscription, seek_key
+from .group_store import GroupLockedError
 from .keys import check_file_keys
 from .positions import format_position
 from .reader import FileReader
@@ -167,6 +174,68 @@ class FileBroker(Broker):
     def check_subscription(self, source: Source, options: Mapping[str, Any]) -> None:
         super().check_subscription(source, options)
         _check_count(options)
+
+    def prepare(self, declared: Declared) -> None:
+        """An ordered group member is handled in lanes keyed by stream key (a retry is handled
+        again in place, so the key's order holds); it refuses ``by_key`` and ``batch``, which
+        would order it otherwise."""
+        source = declared.source
+        if not isinstance(source, FileStream) or not source.ordered:
+            return
+        options = declared.options
+        for name in ("by_key", "batch"):
+            if getattr(options, name) is not None:
+                raise ConfigurationError(
+                    f"handler {declared.name}: {source!r} is ordered by stream key, so it "
+                    f"cannot take {name}= (lanes keyed otherwise, or batches, would break "
+                    "the order)"
+                )
+        declared.options = dataclasses.replace(options, by_key=BY_STREAM)
+
+    async def set_group_position(
+        self, group: str, position: Position, *, dry_run: bool = False
+    ) -> GroupMove:
+        """Move consumer group ``group`` of this file to ``position``, for all its members:
+        ``Position.beginning()``, ``Position.end()``, ``Position.sequence(n, stream=key)`` (that
+        message is delivered next) or ``Position.timestamp(ms)`` (the first message strictly after
+        it). Refused while a member of the group is live (``GroupLockedError``: a member's own
+        handler may move it while it is alone, with ``ctx.seeker``); what members took and did
+        not settle, and delayed retries, stay as they are. ``dry_run=True`` moves nothing and
+        says what the move would skip or replay (see :func:`.groups.move_group`).
+
+        Under ``app.test()`` it moves the in-process group, with the same refusals."""
+        if not isinstance(position, Position):
+            raise TypeError(f"position must be a Position, not {type(position).__name__}")
+        transport = self._transport
+        if isinstance(transport, MemoryTransport):
+            await trio.lowlevel.checkpoint()
+            keys = self._group_keys(group)
+            if len(keys) != 1:
+                raise PositionRefused(
+                    f"group {group!r} reads {len(keys)} keys; under app.test() a group of one "
+                    "key moves"
+                )
+            members = transport.hub.find_group(keys, group)
+            if members is not None and members.names:
+                raise GroupLockedError(
+                    f"group {group!r} has live members ({', '.join(sorted(members.names))}): "
+                    "a group moves while its members are stopped (a member alone moves it with "
+                    "its handler's ctx.seeker)",
+                    path=self.path,
+                )
+            return move_memory_group(transport.hub, keys[0], group, position, dry_run=dry_run)
+        from .groups import move_group  # the tools' module, imported when first needed
+
+        return await trio.to_thread.run_sync(
+            lambda: move_group(self.path, group, position, dry_run=dry_run)
+        )
+
+    def _group_keys(self, group: str) -> tuple[str, ...]:
+        for subscription in self.subscriptions:
+            source = subscription.source
+            if isinstance(source, FileStream) and source.group_name == group:
+                return source.with_prefix(self.prefix).keys
+        raise GroupNotFound(f"{self.path}: no subscription of this app is in group {group!r}")
 
     def check_name(self, destination: Destination) -> None:
         super().check_name(destination)
@@ -339,9 +408,13 @@ class FileTransport(Transport):
 
     def open_subscription(
         self, source: Source, options: Mapping[str, Any], *, label: str
-    ) -> FileSubscription:
+    ) -> FileSubscription | FileGroupSubscription:
         if not isinstance(source, FileStream):
             raise ConfigurationError(f"{label}: a stream file cannot read {source!r}")
+        if source.group_name is not None:
+            return FileGroupSubscription(
+                self.path, source, label=label, count=_check_count(options)
+            )
         subscription = FileSubscription(self, source, label=label, count=_check_count(options))
         self._subscriptions.add(subscription)
         return subscription
@@ -677,25 +750,7 @@ class FileSubscription(SubscriptionSource):
             self._save_now()
 
     def _seek_key(self, position: Position) -> str | None:
-        if position.kind is PositionKind.BEGINNING or position.kind is PositionKind.END:
-            return None
-        if position.kind is PositionKind.ENTRY:
-            raise SeekRefused(
-                f"{self._label}: {position!r} is a Redis entry id; a stream file is addressed "
-                "by sequence numbers and instants"
-            )
-        if position.stream is None:
-            if len(self._keys) > 1:
-                raise SeekRefused(
-                    f"{self._label}: {position!r} must name one of the streams {list(self._keys)}"
-                )
-            return self._keys[0]
-        if position.stream not in self._keys:
-            raise SeekRefused(
-                f"{self._label}: {position!r} names a stream this subscription does not read "
-                f"({list(self._keys)})"
-            )
-        return position.stream
+        return seek_key(self._label, self._keys, position)
 
     # ---- settling ----------------------------------------------------------------------------
 

@@ -1,9 +1,9 @@
 """The tables of ``trio-streams top``: cells computed once, printed as text or drawn by rich.
 
-:func:`stream_table`, :func:`consumer_table` and :func:`file_table` give a header and rows of
-strings; :func:`as_text` aligns them in columns (``--once``: stable, greppable output), and the
-live view hands the same cells to rich. Sorting and filtering happen here too, so both views
-agree.
+:func:`stream_table`, :func:`consumer_table`, :func:`file_table` and :func:`group_table` give a
+header and rows of strings; :func:`as_text` aligns them in columns (``--once``: stable,
+greppable output), and the live view hands the same cells to rich. Sorting and filtering happen
+here too, so both views agree.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import fnmatch
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..file.groups import GroupInfo
 from .rates import FileRow, StreamRow
 
 __all__ = [
@@ -19,8 +20,10 @@ __all__ = [
     "as_text",
     "consumer_table",
     "file_table",
+    "group_table",
     "select",
     "stream_table",
+    "unreadable_group_table",
 ]
 
 Table = tuple[list[str], list[list[str]]]
@@ -100,6 +103,45 @@ def file_table(rows: Sequence[FileRow]) -> Table:
         for row in rows
     ]
     return header, lines
+
+
+def group_table(groups: Sequence[GroupInfo], now_ms: int) -> Table:
+    """One line per consumer group of a stream file: its position (the offset, and the first
+    message not settled), lag (``N+``: counted up to the reading budget), members (alive of
+    all), held messages, waiting retries and when the first is due."""
+    header = [
+        "GROUP", "KEYS", "POSITION", "NEXT", "LAG", "LAG-BYTES", "MEMBERS", "HELD", "DELAYED",
+        "NEXT-DUE",
+    ]  # fmt: skip
+    lines = []
+    for group in groups:
+        if group.error is not None:
+            continue  # see unreadable_group_table
+        first = group.first_unsettled
+        alive = sum(1 for member in group.members if member.alive)
+        due = group.next_due_ms
+        lines.append(
+            [
+                group.name,
+                ",".join(group.keys) + (" (ordered)" if group.ordered else ""),
+                str(group.position),
+                "-" if first is None else f"{first[0]}:{first[1]}",
+                f"{group.lag_messages}{'' if group.lag_counted else '+'}",
+                str(group.lag_bytes),
+                f"{alive}/{len(group.members)}",
+                str(group.held),
+                str(group.delayed),
+                "-"
+                if due is None
+                else ("due" if due <= now_ms else f"{(due - now_ms) / 1000:.1f}s"),
+            ]
+        )
+    return header, lines
+
+
+def unreadable_group_table(groups: Sequence[GroupInfo]) -> Table:
+    """The groups of a stream file whose state cannot be read, and why."""
+    return ["GROUP", "ERROR"], [[g.name, g.error] for g in groups if g.error is not None]
 
 
 def as_text(table: Table) -> str:

@@ -9,17 +9,27 @@ taken early. The text view prints one screen; the live view redraws it.
 from __future__ import annotations
 
 import abc
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import final
 
 import trio
 
+from ..file.groups import GroupInfo, list_groups
 from ..redis.client import RedisClient
-from .file_sample import FileSampler, FileSnapshot
+from .file_sample import BUDGET, FileSampler, FileSnapshot
 from .rates import StreamRow, file_rows, redis_rows
 from .redis_sample import MAX_STREAMS, RedisSnapshot, sample_redis, scan_streams
-from .render import Table, consumer_table, file_table, select, stream_table
+from .render import (
+    Table,
+    consumer_table,
+    file_table,
+    group_table,
+    select,
+    stream_table,
+    unreadable_group_table,
+)
 
 __all__ = ["FileWatch", "RedisWatch", "Screen", "Watch"]
 
@@ -102,17 +112,25 @@ class RedisWatch(Watch):
 
 
 class FileWatch(Watch):
-    """The stream keys of one stream file (those in ``keys``, when given)."""
+    """The stream keys of one stream file (those in ``keys``, when given), and its consumer
+    groups (those reading one of ``keys``): each group's lag is counted up to the sampler's
+    reading budget per refresh, so a group far behind shows at once, as ``N+``."""
 
     def __init__(self, sampler: FileSampler, *, keys: Sequence[str] = ()) -> None:
         self._sampler = sampler
         self._keys = frozenset(keys)
         self._previous: FileSnapshot | None = None
         self._latest: FileSnapshot | None = None
+        self._groups: list[GroupInfo] = []
+        self._now_ms = 0
 
     async def refresh(self) -> None:
         await trio.lowlevel.checkpoint()
         self._previous, self._latest = self._latest, self._sampler.sample(trio.current_time())
+        groups = list_groups(self._sampler.path, scan_budget=BUDGET)
+        if self._keys:
+            groups = [g for g in groups if g.error is not None or self._keys & set(g.keys)]
+        self._groups, self._now_ms = groups, int(time.time() * 1000)
 
     def screen(self, *, sort: str, match: str) -> Screen:
         snapshot = self._latest
@@ -132,4 +150,9 @@ class FileWatch(Watch):
             f"{snapshot.path}: {snapshot.size} bytes, {snapshot.behind} bytes behind the "
             f"writer{over}"
         )
-        return Screen(title, [("keys", file_table(rows))])
+        tables = [("keys", file_table(rows))]
+        if any(group.error is None for group in self._groups):
+            tables.append(("groups", group_table(self._groups, self._now_ms)))
+        if any(group.error is not None for group in self._groups):
+            tables.append(("unreadable groups", unreadable_group_table(self._groups)))
+        return Screen(title, tables)

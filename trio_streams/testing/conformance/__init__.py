@@ -28,7 +28,8 @@ Every test of the suite then runs once per transport in ``transports``. A test t
 there; one that uses a capability without declaring it fails rather than skips, and the suite
 checks the declarations where it can (:class:`Capabilities` says which: ``SEEK`` against the
 sources' ``seekable``, ``REPLAY``, ``PIN_INSTANTS`` and ``RETAIN`` against the methods they need,
-``POSITIONS`` declared missing against a live source asked to start at a position). Refusals
+``POSITIONS`` declared missing against a live source asked to start at a position,
+``RETRY_COPIES`` against what a retry writes). Refusals
 are checked by their type, never by their words. The areas are also classes of their own
 (:class:`Reading`, :class:`Settling`, :class:`RetrySemantics`, :class:`Seeking`,
 :class:`Shutdown`, :class:`Backpressure`, :class:`Capabilities`), for a project that runs only

@@ -4,17 +4,21 @@ contract tests that should run (or run tests that can only fail).
 What can be checked is: ``SEEK`` against the sources' ``seekable``; ``REPLAY`` and
 ``PIN_INSTANTS`` against the methods they need (declared missing, the method must not be
 there; declared, it must); ``RETAIN`` declared against its methods; ``POSITIONS`` declared
-missing against a live source asked to start at a position, which must be refused. ``FAN_OUT``,
-``VIRTUAL_TIME`` and ``RETAIN`` declared missing rest on the declaration.
+missing against a live source asked to start at a position, which must be refused;
+``RETRY_COPIES``, where the transport keeps messages, against what a ``retry()`` writes.
+``FAN_OUT``, ``VIRTUAL_TIME``, ``TRIO_CLOCK_DELAYS`` and ``RETAIN`` declared missing rest on
+the declaration.
 """
 
 from __future__ import annotations
 
 import pytest
+import trio
 
-from trio_streams import Position
+from trio_streams import RETRY_COUNT_HEADER, Context, Outcome, Position, ack, retry
 
-from .subject import Capability, TransportUnderTest
+from ._running import serving
+from .subject import Capability, TransportUnderTest, needs
 from .suite import TransportSuite
 
 #: The methods of :class:`TransportUnderTest` each capability needs, only there.
@@ -82,6 +86,31 @@ class Capabilities(TransportSuite):
             f"{transport.name} declares it cannot {Capability.POSITIONS.value} (POSITIONS in "
             "`cannot`), yet a live source made with start_at=Position.sequence(1) was made and "
             "mounted: refuse the position (a ConfigurationError), or drop the declaration"
+        )
+
+    @needs(Capability.RETAIN)
+    async def test_a_retry_writes_a_copy_to_the_stream_exactly_where_the_transport_says_so(
+        self, transport: TransportUnderTest
+    ) -> None:
+        app, broker = transport.app("copies")
+        again = trio.Event()
+
+        @broker.subscriber(transport.live("s"), name="sub")
+        async def handle(n: int, ctx: Context) -> Outcome:
+            if ctx.attempt == 1:
+                return retry()
+            again.set()
+            return ack()
+
+        async with serving(app):
+            await broker.publish(transport.to("s"), 1)
+            with trio.fail_after(10):
+                await again.wait()
+        copies = [m for m in await transport.messages(broker, "s") if RETRY_COUNT_HEADER in m[1]]
+        declared = transport.can(Capability.RETRY_COPIES)
+        assert len(copies) == (1 if declared else 0), (
+            f"{transport.name} {'does not declare' if declared else 'declares'} "
+            f"RETRY_COPIES in `cannot`, yet a retry() wrote {len(copies)} copies to the stream"
         )
 
     def test_every_declared_limitation_gives_a_reason(self) -> None:

@@ -81,7 +81,7 @@ class RetrySemantics(TransportSuite):
                 await seen_last.wait()
         assert other == [(1, 1), (2, 1)]
 
-    @needs(Capability.FAN_OUT, Capability.POSITIONS, Capability.RETAIN)
+    @needs(Capability.FAN_OUT, Capability.POSITIONS, Capability.RETAIN, Capability.RETRY_COPIES)
     async def test_a_subscription_of_the_same_name_in_another_app_passes_over_the_copy(
         self, transport: TransportUnderTest
     ) -> None:
@@ -206,7 +206,7 @@ class RetrySemantics(TransportSuite):
         assert [(n, attempt) for n, attempt, _ in handled] == [(1, 1), (1, 2), (2, 1)]
         assert handled[1][2] >= 30  # the retry waited out its delay, and 2 waited behind it
 
-    @needs(Capability.RETAIN, Capability.VIRTUAL_TIME)
+    @needs(Capability.RETAIN, Capability.VIRTUAL_TIME, Capability.RETRY_COPIES)
     async def test_shutdown_cuts_a_lanes_delay_short_and_settles_a_retry_copy(
         self, transport: TransportUnderTest, autojump_clock: trio.abc.Clock
     ) -> None:

@@ -119,7 +119,7 @@ class Settling(TransportSuite):
         assert asked[:2] == [(1, 1), (1, 2)]
         assert other == [(1, 1), (2, 1)]
 
-    @needs(Capability.REPLAY, Capability.VIRTUAL_TIME)
+    @needs(Capability.REPLAY, Capability.VIRTUAL_TIME, Capability.TRIO_CLOCK_DELAYS)
     async def test_retry_after_a_delay_delivers_the_copy_after_that_delay_on_trios_clock(
         self, transport: TransportUnderTest, autojump_clock: trio.abc.Clock
     ) -> None:

@@ -58,6 +58,16 @@ class Capability(enum.Enum):
     #: and a live subscription can start before the tip. Pub/Sub keeps nothing; a list entry
     #: is gone once handled.
     RETAIN = "keep what was published, handled or not"
+    #: ``retry()`` writes a copy of the message to its stream (its retry count advanced, naming
+    #: the subscription it is for), which that subscription reads again. A stream-file consumer
+    #: group writes none: its member runs the message again, and a delayed one waits in the
+    #: group's state.
+    RETRY_COPIES = "retry by writing a copy of the message to its stream"
+    #: A ``retry_after`` delay runs on Trio's clock (a timer of the subscription, or a lane
+    #: waiting). A transport that keeps delayed retries durably, for every process (a
+    #: stream-file group's state), times them by the wall clock, which an autojump clock does
+    #: not move.
+    TRIO_CLOCK_DELAYS = "time a retry_after delay on Trio's clock"
 
 
 def needs(*capabilities: Capability) -> pytest.MarkDecorator:
