@@ -127,7 +127,9 @@ class FileWatch(Watch):
     async def refresh(self) -> None:
         await trio.lowlevel.checkpoint()
         self._previous, self._latest = self._latest, self._sampler.sample(trio.current_time())
-        groups = list_groups(self._sampler.path, scan_budget=BUDGET)
+        # In a thread: counting lag reads the file, and a frozen member can hold the lock.
+        path = self._sampler.path
+        groups = await trio.to_thread.run_sync(lambda: list_groups(path, scan_budget=BUDGET))
         if self._keys:
             groups = [g for g in groups if g.error is not None or self._keys & set(g.keys)]
         self._groups, self._now_ms = groups, int(time.time() * 1000)
