@@ -408,7 +408,6 @@ class FileGroupSubscription(SubscriptionSource):
             )
             if not alive:
                 store.remove_member_files(member.id)
-        # Members that left the state but whose files stayed (a crash between the two).
         return gone
 
     # ---- claiming ----------------------------------------------------------------------------
