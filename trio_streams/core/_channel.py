@@ -8,6 +8,10 @@ It is a memory channel with three things a plain ``trio.open_memory_channel`` ca
 - **Interruption.** The driver may be blocked sending into a full channel while the handler that
   stopped draining it waits for a seek. A seek request interrupts the blocked send, so the driver
   can serve it (Trio's channels offer no such wake-up without a task per send).
+- **Reads queued whole.** A source may return a :class:`~.delivery.ReadBatch` (one read's
+  messages, made deliveries only when needed): it is one item of the buffer, counted as the
+  messages it holds, and handed out one message at a time. A handler of the payload alone takes
+  a plain message's payload without a delivery being built (:meth:`take_payload`).
 - **Outstanding count.** Deliveries are counted from ``send`` until the dispatcher reports them
   finished (settled, stale or abandoned). The driver uses it to end a finished replay only once
   nothing is in flight, and the test harness to know when a reaction has settled.
@@ -25,7 +29,7 @@ from collections.abc import Callable, Sequence
 import trio
 from trio.lowlevel import ParkingLot, cancel_shielded_checkpoint, checkpoint_if_cancelled
 
-from .delivery import Delivery
+from .delivery import Delivery, ReadBatch
 from .schedule import FairShare
 from .transport import Unsettled
 
@@ -43,7 +47,11 @@ class DeliveryChannel:
         if capacity < 1:
             raise ValueError(f"a delivery channel needs capacity >= 1, got {capacity}")
         self._capacity = capacity
-        self._buffer: deque[Delivery] = deque()
+        #: The driver waits for room (and was not woken since).
+        self._sender_parked = False
+        #: Deliveries and read batches, in order; ``_queued`` counts the deliveries they hold.
+        self._buffer: deque[Delivery | ReadBatch] = deque()
+        self._queued = 0
         self._generation = 0
         self._send_waiters = ParkingLot()
         self._receive_waiters = ParkingLot()
@@ -58,6 +66,9 @@ class DeliveryChannel:
         self._receive_share = FairShare()
         #: Deliveries purged because a seek made them stale (for stats and tests).
         self.stale_count = 0
+        #: The batch, and the index in it, of the message ``take_payload`` took last.
+        self.taken_from: ReadBatch | None = None
+        self.taken_index = 0
 
     # ---- state -------------------------------------------------------------------------------
 
@@ -71,7 +82,7 @@ class DeliveryChannel:
 
     @property
     def queued(self) -> int:
-        return len(self._buffer)
+        return self._queued
 
     @property
     def outstanding(self) -> int:
@@ -92,7 +103,7 @@ class DeliveryChannel:
 
     # ---- driver side -------------------------------------------------------------------------
 
-    async def send_from(self, batch: Sequence[Delivery], start: int) -> int:
+    async def send_from(self, batch: Sequence[Delivery] | ReadBatch, start: int) -> int:
         """Queue ``batch[start:]``, as much as there is room for, waiting for room if none.
 
         Returns the index after the last delivery queued: ``start`` itself means the driver was
@@ -107,16 +118,27 @@ class DeliveryChannel:
                 raise trio.ClosedResourceError("the delivery channel is closed")
             if self._interrupted:
                 return start
-            room = self._capacity - len(self._buffer)
+            room = self._capacity - self._queued
             if room > 0:
                 break
-            await self._send_waiters.park()
+            self._sender_parked = True
+            try:
+                await self._send_waiters.park()
+            finally:
+                self._sender_parked = False
             parked = True
         end = min(len(batch), start + room)
         generation = self._generation
-        for index in range(start, end):
-            batch[index].generation = generation
-        self._buffer.extend(batch[start:end])
+        if type(batch) is ReadBatch:
+            # One item for the whole read (or the part there is room for).
+            item = batch if start == 0 and end == len(batch) else batch.part(start, end)
+            item.generation = generation
+            self._buffer.append(item)
+        else:
+            for index in range(start, end):
+                batch[index].generation = generation
+            self._buffer.extend(batch[start:end])
+        self._queued += end - start
         self._outstanding += end - start
         if self._receive_waiters:
             self._receive_waiters.unpark(count=end - start)
@@ -146,7 +168,7 @@ class DeliveryChannel:
     def advance_generation(self) -> int:
         """Open a new generation: every queued delivery is stale and purged. Returns how many."""
         self._generation += 1
-        purged = len(self._buffer)
+        purged = self._queued
         self._let_go(Unsettled.PURGED)
         self.stale_count += purged
         if self._send_waiters:
@@ -157,7 +179,7 @@ class DeliveryChannel:
     def hand_back(self) -> int:
         """Let go of every queued delivery, as abandoned (a graceful stop of a source that
         hands them back rather than draining them). Returns how many."""
-        count = len(self._buffer)
+        count = self._queued
         if count:
             self._let_go(Unsettled.ABANDONED)
             if self._send_waiters:
@@ -191,9 +213,7 @@ class DeliveryChannel:
         """
         await checkpoint_if_cancelled()
         if self._buffer:
-            delivery = self._buffer.popleft()
-            if self._send_waiters:
-                self._send_waiters.unpark()
+            delivery = self._pop()
             await self._receive_share.after_progress()
             return delivery
         self._receive_share.reset()
@@ -202,20 +222,77 @@ class DeliveryChannel:
                 await cancel_shielded_checkpoint()
                 raise trio.EndOfChannel
             await self._receive_waiters.park()
-        delivery = self._buffer.popleft()
-        if self._send_waiters:
+        return self._pop()
+
+    async def wait_queued(self) -> None:
+        """Return once something is queued, taking nothing; ``trio.EndOfChannel`` once closed
+        and drained. A cancel point, and a schedule point as :meth:`receive` is (a worker that
+        takes a run with :meth:`take_payload` and :meth:`receive_nowait` waits here)."""
+        await checkpoint_if_cancelled()
+        if self._buffer:
+            await self._receive_share.after_progress()
+            return
+        self._receive_share.reset()
+        while not self._buffer:
+            if self._closed:
+                await cancel_shielded_checkpoint()
+                raise trio.EndOfChannel
+            await self._receive_waiters.park()
+
+    def _pop(self) -> Delivery:
+        """Take the next delivery off the buffer (which holds one): made from the batch at its
+        head, or queued as it is."""
+        buffer = self._buffer
+        head = buffer[0]
+        if type(head) is ReadBatch:
+            delivery = head.take()
+            if head.next == head.end:
+                buffer.popleft()
+        else:
+            buffer.popleft()
+            delivery = head  # type: ignore[assignment]
+        self._queued -= 1
+        if self._sender_parked:
+            self._sender_parked = False  # woken once, not once per delivery taken meanwhile
             self._send_waiters.unpark()
         return delivery
+
+    def take_payload(self) -> bytes | None:
+        """The payload of the next queued message, taken, if it needs nothing else: the head of
+        the buffer is a :class:`~.delivery.ReadBatch` whose next message would be a first
+        attempt without headers. None otherwise, taking nothing (:meth:`receive_nowait` then
+        takes it as a delivery). Not a checkpoint.
+
+        The message is the caller's from then on, as a received delivery is; if the caller needs
+        its delivery after all (a failure, a reply), ``taken_from.made(taken_index)``, read
+        before anything else is taken, makes it."""
+        buffer = self._buffer
+        if not buffer:
+            return None
+        head = buffer[0]
+        if type(head) is not ReadBatch:
+            return None
+        index = head.next
+        payload: bytes = head.items[index][head.payload_at]
+        if payload.startswith(head.special):
+            return None
+        head.next = index + 1
+        if index + 1 == head.end:
+            buffer.popleft()
+        self.taken_from = head
+        self.taken_index = index
+        self._queued -= 1
+        if self._sender_parked:
+            self._sender_parked = False  # woken once, not once per delivery taken meanwhile
+            self._send_waiters.unpark()
+        return payload
 
     def receive_nowait(self) -> Delivery:
         """The next queued delivery without waiting: ``trio.WouldBlock`` if none is queued,
         ``trio.EndOfChannel`` once closed and drained. Not a checkpoint (a worker taking a run
         of deliveries passes one per run)."""
         if self._buffer:
-            delivery = self._buffer.popleft()
-            if self._send_waiters:
-                self._send_waiters.unpark()
-            return delivery
+            return self._pop()
         if self._closed:
             raise trio.EndOfChannel
         raise trio.WouldBlock
@@ -232,12 +309,18 @@ class DeliveryChannel:
 
     def _let_go(self, why: Unsettled) -> None:
         buffer, self._buffer = self._buffer, deque()
+        self._queued = 0
         if self._on_unsettled is not None:
-            for delivery in buffer:
-                self._on_unsettled(delivery, why)
+            for item in buffer:
+                if type(item) is ReadBatch:
+                    for delivery in item:  # what is left of it, made deliveries to report
+                        self._on_unsettled(delivery, why)
+                else:
+                    self._on_unsettled(item, why)  # type: ignore[arg-type]
 
-    def finished(self, delivery: Delivery) -> None:
-        """The dispatcher is done with ``delivery``: settled, found stale, or abandoned."""
+    def finished(self, delivery: Delivery | None = None) -> None:
+        """The dispatcher is done with ``delivery`` (or with a message taken as its payload
+        alone, ``take_payload``): settled, found stale, or abandoned."""
         # _release(1), in line: once per delivery.
         self._outstanding -= 1
         if self._outstanding == 0:

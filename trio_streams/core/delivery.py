@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, overload
 
 from .positions import Position, delivered_position
 from .replies import CORRELATION_HEADER, REPLY_TO_HEADER
@@ -12,6 +12,7 @@ __all__ = [
     "RETRY_COUNT_HEADER",
     "RETRY_TARGET_HEADER",
     "Delivery",
+    "ReadBatch",
     "SequenceDelivery",
     "attempt_from_headers",
     "retry_headers",
@@ -142,6 +143,88 @@ class SequenceDelivery(Delivery):
     @position.setter
     def position(self, value: Position | None) -> None:
         _POSITION.__set__(self, value)
+
+
+class ReadBatch(Sequence[Delivery]):
+    """One read's messages as the transport decoded them, queued in the delivery channel as one
+    item, each made a :class:`Delivery` only when something needs one.
+
+    Most messages of a replay need nothing but their payload: a first attempt without headers,
+    acknowledged by a handler of the payload alone where an ack settles nothing. Building a
+    delivery for each, and queueing each on its own, was a good share of such a message's cost.
+    A transport returns a batch instead of a list from ``poll``/``read``; the channel queues it
+    whole, and hands out its messages one at a time, in order, as deliveries
+    (``DeliveryChannel.receive``) or, for a message ``payload_of`` says needs nothing else, as
+    its payload alone (``DeliveryChannel.take_payload``). A seek purges what is left of it
+    exactly as it purges queued deliveries: the messages not yet taken, each made a delivery to
+    be reported.
+
+    ``items`` are the transport's own tuples (a stream file's decoded messages); ``build(item)``
+    makes an item's delivery, as the transport would have made it eagerly. ``item[payload_at]``
+    is an item's payload as it was written; one that starts with any of ``special`` (an
+    envelope of headers) needs its delivery, any other is a first attempt without headers,
+    handled with its payload alone. As a sequence (what the driver sees before queueing it) it
+    holds ``items[start:end]``, built.
+    """
+
+    __slots__ = ("build", "end", "generation", "items", "next", "payload_at", "special")
+
+    def __init__(
+        self,
+        items: list[Any],
+        build: Callable[[Any], Delivery],
+        payload_at: int,
+        special: tuple[bytes, ...],
+        start: int = 0,
+        end: int | None = None,
+    ) -> None:
+        self.items = items
+        self.build = build
+        self.payload_at = payload_at
+        self.special = special
+        #: The index of the next message to hand out (the batch's first, until it is queued).
+        self.next = start
+        self.end = len(items) if end is None else end
+        #: Stamped by the channel when it is queued, as a delivery's is.
+        self.generation = 0
+
+    def __len__(self) -> int:
+        return self.end - self.next
+
+    @overload
+    def __getitem__(self, index: int) -> Delivery: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Delivery]: ...
+    def __getitem__(self, index: int | slice) -> Delivery | list[Delivery]:
+        if isinstance(index, slice):
+            return [self.made(i) for i in range(self.next, self.end)[index]]
+        return self.made(range(self.next, self.end)[index])
+
+    def __iter__(self) -> Iterator[Delivery]:
+        return (self.made(i) for i in range(self.next, self.end))
+
+    def made(self, index: int) -> Delivery:
+        """The delivery of ``items[index]``, of the batch's generation."""
+        delivery = self.build(self.items[index])
+        delivery.generation = self.generation
+        return delivery
+
+    def part(self, start: int, end: int) -> ReadBatch:
+        """Messages ``start`` to ``end`` of this batch (as indexed now), as a batch of their own."""
+        return ReadBatch(
+            self.items,
+            self.build,
+            self.payload_at,
+            self.special,
+            self.next + start,
+            self.next + end,
+        )
+
+    def take(self) -> Delivery:
+        """The next message as a delivery; the batch moves past it."""
+        index = self.next
+        self.next = index + 1
+        return self.made(index)
 
 
 def attempt_from_headers(headers: Mapping[str, str]) -> int:

@@ -181,10 +181,13 @@ def _cleanup_failed(logger: logging.Logger, label: str, name: str, exc: BaseExce
 class Arguments:
     """A handler's parameters after the payload, when at least one of them is a dependency."""
 
-    __slots__ = ("sources",)
+    __slots__ = ("plain", "sources")
 
     def __init__(self, sources: tuple[Source, ...]) -> None:
         self.sources = sources
+        #: The same values solved without a scope, when no dependency in the tree is a
+        #: generator (None otherwise): planned once, here, at mount.
+        self.plain = PlainArguments.plan(sources)
 
     async def solve(
         self, delivery: Any, context: Any, payload: Any, scope: DependencyScope
@@ -240,6 +243,117 @@ async def _solve(
     if call.use_cache:
         scope.values[call.key] = value
     return value
+
+
+_STEP_LEAF = 0
+_STEP_SYNC = 1
+_STEP_ASYNC = 2
+#: A step's argument: the payload (None) or the value a step before it left (its index).
+_Ref = int | None
+
+
+class PlainArguments:
+    """What :meth:`Arguments.solve` returns, for a tree of plain dependencies only (functions
+    and ``async def``, no generator): nothing to clean up, so no :class:`DependencyScope`.
+
+    The tree is planned once into a straight list of steps, in the order ``solve`` calls
+    them: each leaf extractor and each dependency call, a dependency's parameters before it,
+    left to right. A cached dependency (``use_cache=True``) is a step the first time it is
+    met; every later use reads that step's value, as ``solve`` reads its scope's cache (and a
+    ``use_cache=False`` use is a step each time, stored in no cache, as there). So every
+    function is called as often, in the same order, with the same arguments, and the first
+    exception stops the solve where ``solve``'s would.
+
+    :meth:`solve_now` when no step awaits (``awaits`` False): no coroutine at all;
+    :meth:`solve` otherwise. A cancellation while an ``async def`` dependency runs goes on as
+    it is, as in ``solve``; nothing was entered that needs leaving.
+    """
+
+    __slots__ = ("awaits", "results", "steps")
+
+    def __init__(
+        self,
+        steps: tuple[tuple[int, Any, tuple[_Ref, ...], tuple[tuple[str, _Ref], ...]], ...],
+        results: tuple[int, ...],
+    ) -> None:
+        self.steps = steps
+        #: The step whose value each handler parameter after the payload gets.
+        self.results = results
+        self.awaits = any(kind == _STEP_ASYNC for kind, _, _, _ in steps)
+
+    @classmethod
+    def plan(cls, sources: tuple[Source, ...]) -> PlainArguments | None:
+        """The plan of ``sources``, or None if a generator dependency is in the tree."""
+        steps: list[tuple[int, Any, tuple[_Ref, ...], tuple[tuple[str, _Ref], ...]]] = []
+        cached: dict[Callable[..., Any], int] = {}
+
+        def leaf(extract: Leaf) -> int:
+            steps.append((_STEP_LEAF, extract, (), ()))
+            return len(steps) - 1
+
+        def ref(code: int, target: Any) -> _Ref:
+            if code == _LEAF:
+                return leaf(target)
+            if code == _PAYLOAD:
+                return None
+            return call(target)
+
+        def call(node: _Call) -> int:
+            if node.use_cache and node.key in cached:
+                return cached[node.key]
+            if node.kind not in (_SYNC, _ASYNC):
+                raise _HasGenerator
+            positional = tuple(ref(code, target) for code, target in node.positional)
+            keyword = tuple((name, ref(code, target)) for name, (code, target) in node.keyword)
+            steps.append(
+                (_STEP_SYNC if node.kind == _SYNC else _STEP_ASYNC, node.fn, positional, keyword)
+            )
+            index = len(steps) - 1
+            if node.use_cache:
+                cached[node.key] = index
+            return index
+
+        try:
+            results = tuple(
+                leaf(target) if code == _LEAF else call(target) for code, target in sources
+            )
+        except _HasGenerator:
+            return None
+        return cls(tuple(steps), results)
+
+    def solve_now(self, delivery: Any, context: Any, payload: Any) -> list[Any]:
+        """The values, in order, when no step awaits (``awaits`` is False)."""
+        values: list[Any] = []
+        append = values.append
+        for kind, fn, positional, keyword in self.steps:
+            if kind == _STEP_LEAF:
+                append(fn(delivery, context))
+                continue
+            args = [payload if r is None else values[r] for r in positional]
+            if keyword:
+                kwargs = {name: payload if r is None else values[r] for name, r in keyword}
+                append(fn(*args, **kwargs))
+            else:
+                append(fn(*args))
+        return [values[r] for r in self.results]
+
+    async def solve(self, delivery: Any, context: Any, payload: Any) -> list[Any]:
+        """The values, in order; some step awaits."""
+        values: list[Any] = []
+        append = values.append
+        for kind, fn, positional, keyword in self.steps:
+            if kind == _STEP_LEAF:
+                append(fn(delivery, context))
+                continue
+            args = [payload if r is None else values[r] for r in positional]
+            kwargs = {name: payload if r is None else values[r] for name, r in keyword}
+            value = fn(*args, **kwargs)
+            append(await value if kind == _STEP_ASYNC else value)
+        return [values[r] for r in self.results]
+
+
+class _HasGenerator(Exception):
+    """Planning met a generator dependency: the tree needs a scope (``PlainArguments.plan``)."""
 
 
 class Planner:

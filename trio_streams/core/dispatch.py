@@ -38,7 +38,7 @@ from ._workers import (
 )
 from .codec import DecodeError
 from .context import Context
-from .delivery import Delivery
+from .delivery import Delivery, ReadBatch
 from .depends import DependencyScope
 from .errors import BaseExceptionRaised
 from .handler import UNDECODED
@@ -55,6 +55,18 @@ __all__ = ["RUN", "Dispatcher", "HandledMessage"]
 _UNDECODED: Any = UNDECODED
 #: The in-line path's handler was not called: the delivery waits for its turn to run.
 _WAITS: Any = object()
+#: The in-line path's handler was not called: a seek made the delivery stale while its plain
+#: dependencies were solved.
+_STALE: Any = object()
+
+
+class _Unsolved:
+    """The in-line path's handler was not called: one of its plain dependencies raised."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
 
 
 class Dispatcher:
@@ -92,10 +104,15 @@ class Dispatcher:
         #: died with its process runs alone (:mod:`._alone`).
         concurrent = subscription.options.batch is None and subscription.options.workers > 1
         self._gate = RunGate() if concurrent and source.counts_runs else None
-        #: The handler takes the payload alone: its deliveries are handled in line (unless a
-        #: middleware wraps each one, or its consumer can die mid-handler).
+        #: Plain dependencies (no generator in the tree), solved in line without a scope.
+        self._plain = None if handler.dependencies is None else handler.dependencies.plain
+        #: The handler takes the payload alone, or the payload and plain dependencies that need
+        #: no ``Context``: its deliveries are handled in line (unless a middleware wraps each
+        #: one, or its consumer can die mid-handler).
+        #: What a plain dependency raised that is no ``Exception``, on its way out.
+        self._dependency_raised: BaseException | None = None
         self._payload_only = (
-            handler.dependencies is None
+            (handler.dependencies is None or self._plain is not None)
             and not handler.extractors
             and not handler.needs_context
             and not self._hooks
@@ -147,10 +164,16 @@ class Dispatcher:
         everything else the general way, with the same outcome for every delivery. Its own
         copy of :func:`._workers.take_runs`, so the common case costs no call of its own.
 
+        Where nothing needs a delivery for the common case (an ack settles nothing, no
+        observer, no run counted), a plain message of a read batch is taken as its payload
+        alone (``DeliveryChannel.take_payload``); its delivery is made only if its handling
+        leaves the common case. Everything still queued is of the current generation (a seek
+        purges the rest), so a message taken is current, and none is checked again.
+
         Cancelled, the delivery in hand is reported abandoned, as the general way does."""
         channel = self._channel
         runner = self._runner
-        receive = channel.receive
+        wait_queued = channel.wait_queued
         take = channel.receive_nowait
         finished = channel.finished
         is_current = channel.is_current
@@ -162,9 +185,10 @@ class Dispatcher:
         gate = self._gate
         perf_counter = time.perf_counter
         checkpoint = trio.lowlevel.checkpoint
+        with_depends = None if self._plain is None else self._with_depends
         while True:
             try:
-                delivery = await receive()
+                await wait_queued()
             except trio.EndOfChannel:
                 return
             # Read once per run: an ack settles nothing there, so the delivery ends as a
@@ -173,8 +197,20 @@ class Dispatcher:
             ack_in_line = source.ack_in_line if source.acks_in_line else None
             runs = source.attempt_started if source.counts_runs else None
             record_run = source.record_run
+            alone = noop_acks and not observers and runs is None and gate is None
+            alone = alone and with_depends is None
             run = RUN
             while True:
+                run = await self._payloads_alone(run) if alone else run
+                if not run:
+                    await checkpoint()  # a run's schedule point
+                    break
+                try:
+                    delivery = take()
+                except trio.WouldBlock:
+                    break
+                except trio.EndOfChannel:
+                    return
                 if delivery.attempt != 1 or not is_current(delivery):
                     # A retry copy (maybe another's, maybe spent), or made stale by a seek.
                     await process(delivery, _UNDECODED)
@@ -185,12 +221,18 @@ class Dispatcher:
                     try:
                         try:
                             message = decode(delivery.payload)
-                            # With a gate, one may run alone now: this then waits its turn the
-                            # general way (``_payload_handled``).
+                            # With a gate, one may run alone now: this then waits its turn
+                            # the general way (``_payload_handled``).
                             admitted = gate is None or gate.enter_nowait()
                             if admitted and runs is not None and not record_run(delivery):
                                 await runs(delivery)
-                            result = await fn(message) if admitted else _WAITS
+                            result = (
+                                _WAITS
+                                if not admitted
+                                else await fn(message)
+                                if with_depends is None
+                                else await with_depends(delivery, message)
+                            )
                         except BaseException as exc:  # noqa: BLE001 - see _payload_raised
                             await self._payload_raised(delivery, message, exc, began)
                         else:
@@ -201,8 +243,8 @@ class Dispatcher:
                                     noop_acks or (ack_in_line is not None and ack_in_line(delivery))
                                 )
                             ):
-                                # An ack that settles nothing, or that the source settled at
-                                # once (a request's ack answers it: the general way,
+                                # An ack that settles nothing, or that the source settled
+                                # at once (a request's ack answers it: the general way,
                                 # ``_payload_handled``).
                                 if observers:  # the verdict of an ack needs no policy
                                     self._verdicts.observe_ack(delivery, message, began)
@@ -219,15 +261,88 @@ class Dispatcher:
                         finished(delivery)
                         raise
                 run -= 1
-                if not run:
-                    await checkpoint()  # a run's schedule point
-                    break
-                try:
-                    delivery = take()
-                except trio.WouldBlock:
-                    break
-                except trio.EndOfChannel:
-                    return
+
+    async def _payloads_alone(self, run: int) -> int:
+        """Handle the plain messages at the head of the channel, taken as their payload alone
+        (see :meth:`_payload_worker`), at most ``run`` of them: what is left of ``run``.
+
+        Each is decoded and handled; ``None`` ends it (an ack that settles nothing, and a
+        first attempt without headers is no request). Anything else makes its delivery and goes
+        on as the in-line path of a delivery does."""
+        channel = self._channel
+        take_payload = channel.take_payload
+        finished = channel.finished
+        decode = self._handler.decode
+        fn = self._handler.fn
+        while run and (payload := take_payload()) is not None:
+            taken_from, index = channel.taken_from, channel.taken_index
+            message = _UNDECODED
+            try:
+                message = decode(payload)
+                result = await fn(message)
+            except BaseException as exc:  # noqa: BLE001 - see _payload_raised
+                await self._alone_raised(taken_from, index, message, exc)
+            else:
+                if result is None:
+                    finished()
+                else:
+                    await self._alone_handled(taken_from, index, message, result)
+            run -= 1
+        return run
+
+    async def _with_depends(self, delivery: Delivery, message: Any) -> Any:
+        """The in-line path's call of a handler with plain dependencies: they are solved (no
+        scope: nothing to clean up), then the handler is called, as the general way's
+        ``_run_one`` does. What the handler returns or raises is the in-line path's; a
+        dependency that raises, or a seek during an ``async def`` dependency, is returned as
+        ``_Unsolved`` / ``_STALE`` for ``_payload_handled`` to conclude as ``_run_one`` would."""
+        depends = self._plain
+        assert depends is not None
+        try:
+            if depends.awaits:
+                args = await depends.solve(delivery, None, message)
+            else:
+                args = depends.solve_now(delivery, None, message)
+        except Exception as exc:  # noqa: BLE001 - the failure policy runs, as in _run_one
+            return _Unsolved(exc)
+        except BaseException as exc:
+            # Goes on as it is, as from ``_run_one`` (not as the handler's own: ``_escaped``).
+            self._dependency_raised = exc
+            raise
+        if depends.awaits and not self._channel.is_current(delivery):
+            return _STALE  # a seek made it stale while its arguments were being built
+        return await self._handler.fn(message, *args)
+
+    async def _alone_raised(
+        self, taken_from: ReadBatch | None, index: int, message: Any, exc: BaseException
+    ) -> None:
+        """A message taken as its payload alone could not be decoded, or its handler raised:
+        its delivery is made, and goes on as the in-line path's (``_payload_raised``)."""
+        assert taken_from is not None
+        delivery = taken_from.made(index)
+        try:
+            await self._payload_raised(delivery, message, exc, 0.0)
+        except BaseException:
+            self._abandoned(delivery)
+            raise
+
+    async def _alone_handled(
+        self, taken_from: ReadBatch | None, index: int, message: Any, result: Any
+    ) -> None:
+        """A message taken as its payload alone: its handler returned ``result``, not None: its
+        delivery is made, and goes on as the in-line path's (``_payload_handled``)."""
+        assert taken_from is not None
+        delivery = taken_from.made(index)
+        try:
+            await self._payload_handled(delivery, message, result, 0.0)
+        except BaseException:
+            self._abandoned(delivery)
+            raise
+
+    def _abandoned(self, delivery: Delivery) -> None:
+        """Cancelled (or failed) before it was settled: it never will be."""
+        self._runner.unsettled(delivery, Unsettled.ABANDONED)
+        self._channel.finished(delivery)
 
     async def _payload_raised(
         self, delivery: Delivery, message: Any, exc: BaseException, began: float
@@ -237,6 +352,9 @@ class Dispatcher:
         ``BaseException`` goes on (as the error that stops the subscription, if it escaped
         the handler)."""
         if not isinstance(exc, Exception):
+            if exc is self._dependency_raised:
+                self._dependency_raised = None
+                raise exc
             if message is _UNDECODED or (stop := self._escaped(exc)) is None:
                 raise exc
             raise stop from exc
@@ -257,6 +375,17 @@ class Dispatcher:
         to run, the general way): publish it and conclude, or settle the ack."""
         if result is _WAITS:
             next_ = await self._handle_delivery(delivery, message)
+        elif type(result) is _Unsolved:
+            # A dependency raised before the handler was called, as ``_run_one`` concludes it.
+            error = result.error
+            with self._timed(delivery, began):
+                if isinstance(error, DecodeError):
+                    next_ = await self._verdicts.undecodable(delivery, error)
+                else:
+                    next_ = await self._verdicts.failure(delivery, None, error, called=False)
+        elif result is _STALE:
+            self._runner.unsettled(delivery, Unsettled.STALE)
+            next_ = Next.DONE
         elif result is None and not is_request(delivery):
             if self._runner.observers:  # the verdict of an ack needs no policy
                 self._verdicts.observe_ack(delivery, message, began)

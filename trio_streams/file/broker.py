@@ -34,7 +34,13 @@ from typing import Any
 import trio
 
 from ..core.broker import Broker
-from ..core.delivery import Delivery, SequenceDelivery, attempt_from_headers, retry_headers
+from ..core.delivery import (
+    Delivery,
+    ReadBatch,
+    SequenceDelivery,
+    attempt_from_headers,
+    retry_headers,
+)
 from ..core.description import BrokerDescription
 from ..core.destinations import Destination
 from ..core.errors import ConfigurationError
@@ -673,31 +679,14 @@ class FileSubscription(SubscriptionSource):
             self._skip = None
         return self._deliveries(messages)
 
-    def _deliveries(self, messages: list[Message]) -> list[Delivery]:
-        deliveries: list[Delivery] = []
-        append = deliveries.append
-        for key, shard, seq, timestamp_ms, payload, _offset in messages:
-            # The values come from a checked frame, no need to validate them again. Shard 0 is
-            # left unnamed, so the position (built when first read) equals
-            # ``FilePosition.sequence(seq, stream=key)``.
-            if payload.startswith(PREFIXES):
-                payload, headers = open_envelope(payload)
-                if headers and not STORAGE_HEADERS.isdisjoint(headers):
-                    headers = {k: v for k, v in headers.items() if k not in STORAGE_HEADERS}
-                attempt = attempt_from_headers(headers) if headers else 1
-                append(
-                    SequenceDelivery(
-                        key, payload, headers, seq, shard or None, attempt, timestamp_ms
-                    )
-                )
-            else:
-                append(
-                    SequenceDelivery(key, payload, _NO_HEADERS, seq, shard or None, 1, timestamp_ms)
-                )
+    def _deliveries(self, messages: list[Message]) -> Sequence[Delivery]:
         watermark = self._watermark
-        if watermark is not None:
-            for delivery in deliveries:
-                delivery.handle = watermark.track(delivery)
+        if watermark is None:
+            # Made deliveries as they are taken: most are handed to a handler as a payload.
+            return ReadBatch(messages, _delivery_of, _PAYLOAD_AT, PREFIXES)
+        deliveries = [_delivery_of(message) for message in messages]
+        for delivery in deliveries:
+            delivery.handle = watermark.track(delivery)
         return deliveries
 
     async def read(self) -> Sequence[Delivery] | None:
@@ -817,6 +806,25 @@ class FileSubscription(SubscriptionSource):
 
     def __repr__(self) -> str:
         return f"<FileSubscription {self._label!r} on {self.path!r} keys={list(self._keys)}>"
+
+
+def _delivery_of(message: Message) -> Delivery:
+    """The delivery of a message read from the file."""
+    key, shard, seq, timestamp_ms, payload, _offset = message
+    # The values come from a checked frame, no need to validate them again. Shard 0 is left
+    # unnamed, so the position (built when first read) equals
+    # ``FilePosition.sequence(seq, stream=key)``.
+    if payload.startswith(PREFIXES):
+        payload, headers = open_envelope(payload)
+        if headers and not STORAGE_HEADERS.isdisjoint(headers):
+            headers = {k: v for k, v in headers.items() if k not in STORAGE_HEADERS}
+        attempt = attempt_from_headers(headers) if headers else 1
+        return SequenceDelivery(key, payload, headers, seq, shard or None, attempt, timestamp_ms)
+    return SequenceDelivery(key, payload, _NO_HEADERS, seq, shard or None, 1, timestamp_ms)
+
+
+#: Where a decoded message holds its payload (``Message.payload``).
+_PAYLOAD_AT = Message._fields.index("payload")
 
 
 #: The settle ``acks_are_noops`` speaks for (a subclass or a wrapper may replace it).
