@@ -407,25 +407,43 @@ class Verdicts:
             call.error, call.called = error, called
             for decided in call.on_decided:
                 decided(call)
-        observers = self._runner.observers
+        runner = self._runner
+        observers = runner.observers
         if observers:
             starts = self._starts
             began = None if starts is None else starts.get(id(delivery))
             seconds = None if began is None else time.perf_counter() - began
+            if (
+                runner.ack_counters
+                and called
+                and verdict.dead_letter is None
+                and verdict.outcome.kind is OutcomeKind.ACK
+            ):  # a plain ack: counted without a record where it can be
+                for count in runner.ack_counters:
+                    count(seconds)
+                observers = runner.ack_observers
+                if not observers:
+                    return
             record = HandledMessage(
-                self._runner.label, delivery, message, outcome, verdict, error, called, seconds
+                runner.label, delivery, message, outcome, verdict, error, called, seconds
             )
             for observer in observers:
                 observer(record)
 
     def observe_ack(self, delivery: Delivery, message: Any, began: float) -> None:
-        """The observers' record of an ack of the in-line path: its verdict needs no policy."""
-        record = HandledMessage(
-            self._runner.label, delivery, message, ACK, _ACK_VERDICT,
-            None, True, time.perf_counter() - began,
-        )  # fmt: skip
-        for observer in self._runner.observers:
-            observer(record)
+        """The observers' record of an ack of the in-line path: its verdict needs no policy;
+        the counters of plain acks get its seconds alone."""
+        runner = self._runner
+        seconds = time.perf_counter() - began
+        for count in runner.ack_counters:
+            count(seconds)
+        observers = runner.ack_observers
+        if observers:
+            record = HandledMessage(
+                runner.label, delivery, message, ACK, _ACK_VERDICT, None, True, seconds
+            )
+            for observer in observers:
+                observer(record)
 
 
 def handler_call(runner: SubscriptionRunner, delivery: Delivery) -> HandlerCall:
