@@ -8,12 +8,12 @@ every round, in an order that turns round by round so none always runs first:
 
 - ``bare`` — no middleware: the peer every other contender is divided by, in the same round;
 - ``metrics`` — ``PrometheusMiddleware`` (a registry of its own);
-- ``tracing, SDK`` — ``TracingMiddleware`` on the OpenTelemetry SDK: a ``TracerProvider``
+- ``tracing-sdk`` — ``TracingMiddleware`` on the OpenTelemetry SDK: a ``TracerProvider``
   whose ``BatchSpanProcessor`` exports to an exporter that drops the spans (every span is
   recorded, ended and handed to the export thread, as in production, without the network);
-- ``tracing, SDK 1% sampled`` — the same SDK with ``ParentBased(TraceIdRatioBased(0.01))``: the
+- ``tracing-sdk-1%`` — the same SDK with ``ParentBased(TraceIdRatioBased(0.01))``: the
   spans not sampled are non-recording;
-- ``tracing, no SDK`` — ``TracingMiddleware`` on the OpenTelemetry API alone (no SDK
+- ``tracing-no-sdk`` — ``TracingMiddleware`` on the OpenTelemetry API alone (no SDK
   configured: the global provider hands out no-op spans).
 
 Prints each contender's ratio to ``bare`` per round, then the medians, and the aim for
@@ -101,12 +101,13 @@ def tracing_api_only() -> list[Middleware]:
     return [TracingMiddleware()]  # the global provider: no SDK is configured in this process
 
 
+#: Each contender's name (``--only`` takes these) and how to make its middlewares.
 CONTENDERS: list[tuple[str, Callable[[], list[Middleware]]]] = [
     ("bare", no_middleware),
     ("metrics", metrics),
-    ("tracing, SDK", tracing_sdk),
-    ("tracing, SDK 1% sampled", tracing_sampled),
-    ("tracing, no SDK", tracing_api_only),
+    ("tracing-sdk", tracing_sdk),
+    ("tracing-sdk-1%", tracing_sampled),
+    ("tracing-no-sdk", tracing_api_only),
 ]
 
 
@@ -186,7 +187,7 @@ def main() -> None:
     cpu: dict[str, list[float]] = {name: [] for name, _ in contenders}
     print(f"{args.n:,} messages per run, {args.rounds} rounds; throughput ratio to bare of the "
           "same round (CPU-time ratio in brackets):")  # fmt: skip
-    print("round" + "".join(f"{name:>26}" for name, _ in contenders[1:]) + "   bare msgs/s")
+    print("round" + "".join(f"{name:>22}" for name, _ in contenders[1:]) + "   bare msgs/s")
     for number in range(args.rounds):
         shift = number % len(contenders)
         for name, make in contenders[shift:] + contenders[:shift]:
@@ -194,7 +195,7 @@ def main() -> None:
             wall[name].append(by_clock)
             cpu[name].append(by_cpu)
         cells = "".join(
-            f"{wall[name][-1] / wall['bare'][-1]:>17.3f} ({cpu[name][-1] / cpu['bare'][-1]:.3f})"
+            f"{wall[name][-1] / wall['bare'][-1]:>13.3f} ({cpu[name][-1] / cpu['bare'][-1]:.3f})"
             for name, _ in contenders[1:]
         )
         print(f"{number + 1:>5}{cells}   {wall['bare'][-1]:>12,.0f}")

@@ -403,10 +403,7 @@ class Verdicts:
         """Fill in the delivery's call record (middlewares) and tell the observers."""
         call = self._calls.get(id(delivery)) if self._calls else None
         if call is not None:
-            call.message, call.outcome, call.verdict = message, outcome, verdict
-            call.error, call.called = error, called
-            for decided in call.on_decided:
-                decided(call)
+            _decided(call, message, outcome, verdict, error, called)
         runner = self._runner
         observers = runner.observers
         if observers:
@@ -432,7 +429,11 @@ class Verdicts:
 
     def observe_ack(self, delivery: Delivery, message: Any, began: float) -> None:
         """The observers' record of an ack of the in-line path: its verdict needs no policy;
-        the counters of plain acks get its seconds alone."""
+        the counters of plain acks get its seconds alone, and the middlewares' call record
+        (in line inside their hooks) is filled as ``observe`` fills it."""
+        call = self._calls.get(id(delivery)) if self._calls else None
+        if call is not None:
+            _decided(call, message, ACK, _ACK_VERDICT, None, True)
         runner = self._runner
         seconds = time.perf_counter() - began
         for count in runner.ack_counters:
@@ -444,6 +445,21 @@ class Verdicts:
             )
             for observer in observers:
                 observer(record)
+
+
+def _decided(
+    call: HandlerCall,
+    message: Any,
+    outcome: Outcome,
+    verdict: Verdict,
+    error: BaseException | None,
+    called: bool,
+) -> None:
+    """Fill in ``call`` with what was decided, and run its ``on_decided`` hooks."""
+    call.message, call.outcome, call.verdict = message, outcome, verdict
+    call.error, call.called = error, called
+    for decided in call.on_decided:
+        decided(call)
 
 
 def handler_call(runner: SubscriptionRunner, delivery: Delivery) -> HandlerCall:
