@@ -111,6 +111,40 @@ CONTENDERS: list[tuple[str, Callable[[], list[Middleware]]]] = [
 ]
 
 
+def spans_alone(provider: object | None, n: int) -> float:
+    """Seconds of CPU time per span the OpenTelemetry library itself takes for what the
+    tracing middleware asks of it per delivery, with no framework around it: a ``CONSUMER``
+    span started with the same attributes, its message id set, made current and no longer,
+    its outcome set, ended. The part of a traced delivery's cost that is not the framework's."""
+    from opentelemetry import context as otel_context
+    from opentelemetry import trace
+    from opentelemetry.trace import SpanKind
+
+    tracer = trace.get_tracer("trio_streams", tracer_provider=provider)  # type: ignore[arg-type]
+    attributes = {
+        "messaging.system": "trio_streams.memory",
+        "messaging.operation.type": "process",
+        "messaging.operation.name": "process",
+        "messaging.destination.name": "bench",
+        "messaging.message.delivery_count": 1,
+        "trio_streams.subscription": "handle",
+    }
+    root = otel_context.Context()
+    start = time.process_time()
+    for number in range(n):
+        span = tracer.start_span(
+            "process bench", context=root, kind=SpanKind.CONSUMER, attributes=attributes
+        )
+        if span.is_recording():
+            span.set_attribute("messaging.message.id", f"bench:{number}")
+        token = otel_context.attach(trace.set_span_in_context(span))
+        otel_context.detach(token)
+        if span.is_recording():
+            span.set_attribute("trio_streams.outcome", "ack")
+        span.end()
+    return (time.process_time() - start) / n
+
+
 def replay(middlewares: list[Middleware], n: int) -> tuple[float, float]:
     """Messages per second through the app, ``n`` published then replayed to the handler: per
     second of the clock, and per second of the process's CPU time (every thread's: the SDK's
@@ -161,6 +195,31 @@ def report(what: str, rates: dict[str, list[float]]) -> list[float]:
     return [r / b for r, b in zip(rates.get("metrics", []), bares, strict=False)]
 
 
+def report_framework_share(
+    library: dict[str, list[float]], bares: list[float], cpu: dict[str, list[float]]
+) -> None:
+    """Each tracing contender's CPU time a message above bare, split into what the
+    OpenTelemetry library alone takes for the same span (measured in the same round) and the
+    rest: the framework's share."""
+    if not library:
+        return
+    print(
+        "\nthe framework's share of a traced delivery: its CPU time a message above bare, "
+        "less what the OpenTelemetry library alone takes for the same span (medians):"
+    )
+    bare = statistics.median(1 / b for b in bares)
+    for name, seconds in library.items():
+        extra = [1 / r - 1 / b for r, b in zip(cpu[name], bares, strict=True)]
+        own = statistics.median(seconds) * 1e6
+        added = statistics.median(extra) * 1e6
+        framework = statistics.median(e - o for e, o in zip(extra, seconds, strict=True)) * 1e6
+        print(
+            f"  {name:<16} {added:6.2f} us a message above bare: the library alone "
+            f"{own:6.2f} us a span, the framework {framework:6.2f} us "
+            f"({framework / (bare * 1e6):.0%} of a bare message, {bare * 1e6:.2f} us)"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("-n", type=int, default=100_000, help="messages per run")
@@ -183,6 +242,16 @@ def main() -> None:
             contenders.append((name, make))
     while _providers:
         _providers.pop().shutdown()  # type: ignore[attr-defined]
+    names = {name for name, _ in contenders}
+    alone: dict[str, Callable[[], object | None]] = {}
+    if "tracing-sdk" in names:
+        alone["tracing-sdk"] = lambda: _sdk_provider(None)
+    if "tracing-sdk-1%" in names:
+        alone["tracing-sdk-1%"] = lambda: _sdk_provider(0.01)
+    if "tracing-no-sdk" in names:
+        alone["tracing-no-sdk"] = lambda: None
+    #: Per tracing contender, the library's own CPU seconds a span, one figure per round.
+    library: dict[str, list[float]] = {name: [] for name in alone}
     wall: dict[str, list[float]] = {name: [] for name, _ in contenders}
     cpu: dict[str, list[float]] = {name: [] for name, _ in contenders}
     print(f"{args.n:,} messages per run, {args.rounds} rounds; throughput ratio to bare of the "
@@ -194,6 +263,10 @@ def main() -> None:
             by_clock, by_cpu = replay(make(), args.n)
             wall[name].append(by_clock)
             cpu[name].append(by_cpu)
+        for name, provider in alone.items():
+            library[name].append(spans_alone(provider(), args.n))
+            while _providers:
+                _providers.pop().shutdown()  # type: ignore[attr-defined]
         cells = "".join(
             f"{wall[name][-1] / wall['bare'][-1]:>13.3f} ({cpu[name][-1] / cpu['bare'][-1]:.3f})"
             for name, _ in contenders[1:]
@@ -202,6 +275,7 @@ def main() -> None:
 
     metrics_rounds = report("throughput (messages per second of the clock)", wall)
     report("CPU time (messages per second of the process's CPU time, all threads)", cpu)
+    report_framework_share(library, cpu["bare"], cpu)
     if metrics_rounds:
         worst = min(metrics_rounds)
         met = "met" if worst >= AIM_METRICS_RATIO else "NOT met"
