@@ -17,6 +17,8 @@ from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import trio
+import trio.testing
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -25,6 +27,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import NonRecordingSpan, Span, SpanKind
 from prometheus_client import CollectorRegistry
 
+from tests.support import serving
 from trio_streams import (
     App,
     Context,
@@ -136,6 +139,35 @@ async def test_a_plain_ack_reaches_the_ack_counter_instead_of_observe_with_the_s
     assert value(metrics, "dead_letters_total", subscription="bill") == 3
     assert value(metrics, "decode_failures_total", subscription="bill") == 1
     assert value(metrics, "handler_duration_seconds_count", subscription="bill") == 7
+
+
+async def test_metrics_alone_count_in_line_acks_with_their_seconds_outside_the_harness() -> None:
+    """Served without the test harness (whose observer needs a record), metrics are all there
+    is to tell of an in-line ack: it is counted with its seconds, and nothing else is built."""
+    metrics = CountingPrometheus()
+    app = App("svc", middlewares=[metrics])
+    broker = app.broker(MemoryBroker())
+    done = trio.Event()
+    seen: list[int] = []
+
+    @broker.subscriber(MemoryStream("orders"), name="bill")
+    async def bill(order: Order) -> None:
+        seen.append(order.id)
+        if len(seen) == 4:
+            done.set()
+
+    async with serving(app):
+        for n in range(4):
+            await broker.publish("orders", Order(n))
+        with trio.fail_after(10):
+            await done.wait()
+            # The last ack is counted after its handler returns: once every task waits.
+            await trio.testing.wait_all_tasks_blocked()
+    assert metrics.bound == ["bill"] and metrics.observed == []
+    assert value(metrics, "handled_total", subscription="bill", outcome="ack") == 4
+    assert value(metrics, "handler_duration_seconds_count", subscription="bill") == 4
+    total = value(metrics, "handler_duration_seconds_sum", subscription="bill")
+    assert total is not None and total > 0
 
 
 async def test_an_observe_hook_without_an_ack_counter_is_still_told_of_every_ack() -> None:

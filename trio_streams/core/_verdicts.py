@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -104,6 +105,14 @@ class Verdicts:
         self._unwatched = not runner.observers and not runner.handle_hooks
         #: Replies to request deliveries (:mod:`._answers`).
         self.answers = Answers(runner, runner.logger)
+        counters = runner.ack_counters
+        #: The observers' record of an ack of the in-line path (``_observe_ack``): where one
+        #: counter is all there is to tell, one call with its seconds.
+        self.observe_ack: Callable[[Delivery, Any, float], None] = (
+            _counting_acks(counters[0])
+            if len(counters) == 1 and not runner.ack_observers and not runner.handle_hooks
+            else self._observe_ack
+        )
 
     def for_another(self, delivery: Delivery) -> bool:
         """A retry copy another subscription of the stream asked for: passed over unhandled
@@ -427,7 +436,7 @@ class Verdicts:
             for observer in observers:
                 observer(record)
 
-    def observe_ack(self, delivery: Delivery, message: Any, began: float) -> None:
+    def _observe_ack(self, delivery: Delivery, message: Any, began: float) -> None:
         """The observers' record of an ack of the in-line path: its verdict needs no policy;
         the counters of plain acks get its seconds alone, and the middlewares' call record
         (in line inside their hooks) is filled as ``observe`` fills it."""
@@ -445,6 +454,19 @@ class Verdicts:
             )
             for observer in observers:
                 observer(record)
+
+
+def _counting_acks(
+    count: Callable[[float | None], None],
+) -> Callable[[Delivery, Any, float], None]:
+    """``Verdicts._observe_ack`` where one ack counter is all there is to tell (no call record,
+    no observer that needs one): the same count, without a lookup on the way."""
+    perf_counter = time.perf_counter
+
+    def observe_ack(delivery: Delivery, message: Any, began: float) -> None:
+        count(perf_counter() - began)
+
+    return observe_ack
 
 
 def _decided(

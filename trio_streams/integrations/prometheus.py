@@ -212,11 +212,13 @@ class PrometheusMiddleware(Middleware):
         common verdict costs two additions and a bucket's search, no record, no lookup."""
         counts = self._counts_of(subscription)
         bounds = self._bounds
+        buckets = counts.buckets
+        bucket = bisect_left
 
         def acked(seconds: float | None) -> None:
             counts.ack += 1
             if seconds is not None:
-                counts.buckets[bisect_left(bounds, seconds)] += 1
+                buckets[bucket(bounds, seconds)] += 1
                 counts.seconds += seconds
 
         return acked
