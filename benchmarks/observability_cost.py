@@ -3,8 +3,9 @@
 An in-process app (``MemoryBroker``, ``MemoryStream("bench").replay()``, one worker) replays
 messages published before it starts to ``async def handle(order: Order) -> None`` (JSON into a
 dataclass, nothing else), timed from ``serve`` to the app stopping by itself at the end of the
-replay: the handling alone, no publishing in the timed part. The contenders, run once each in
-every round, in an order that turns round by round so none always runs first:
+replay: the handling alone, no publishing in the timed part. The contenders, run twice each in
+every round (in an order, then in the reverse order, the order turning round by round so none
+always runs first; a round's figure is the two runs' rate together):
 
 - ``bare`` — no middleware: the peer every other contender is divided by, in the same round;
 - ``metrics`` — ``PrometheusMiddleware`` (a registry of its own);
@@ -259,10 +260,15 @@ def main() -> None:
     print("round" + "".join(f"{name:>22}" for name, _ in contenders[1:]) + "   bare msgs/s")
     for number in range(args.rounds):
         shift = number % len(contenders)
-        for name, make in contenders[shift:] + contenders[:shift]:
-            by_clock, by_cpu = replay(make(), args.n)
-            wall[name].append(by_clock)
-            cpu[name].append(by_cpu)
+        order = contenders[shift:] + contenders[:shift]
+        # Each contender twice, the order then the order reversed: a load that rises or
+        # falls through the round weighs on every contender alike.
+        runs: dict[str, list[tuple[float, float]]] = {name: [] for name, _ in contenders}
+        for name, make in order + order[::-1]:
+            runs[name].append(replay(make(), args.n))
+        for name, both in runs.items():
+            wall[name].append(len(both) / sum(1 / by_clock for by_clock, _ in both))
+            cpu[name].append(len(both) / sum(1 / by_cpu for _, by_cpu in both))
         for name, provider in alone.items():
             library[name].append(spans_alone(provider(), args.n))
             while _providers:
