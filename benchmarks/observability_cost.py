@@ -63,7 +63,7 @@ _providers: list[object] = []
 
 
 def _sdk_provider(ratio: float | None) -> object:
-    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
     from opentelemetry.sdk.trace.export import (
         BatchSpanProcessor,
         SpanExporter,
@@ -74,7 +74,7 @@ def _sdk_provider(ratio: float | None) -> object:
     class Dropping(SpanExporter):
         """Takes every batch and keeps nothing: the export without the network."""
 
-        def export(self, spans: Sequence[object]) -> SpanExportResult:  # type: ignore[override]
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
             return SpanExportResult.SUCCESS
 
     sampler = None if ratio is None else ParentBased(TraceIdRatioBased(ratio))
@@ -120,9 +120,10 @@ def spans_alone(provider: object | None, n: int) -> float:
     from opentelemetry import context as otel_context
     from opentelemetry import trace
     from opentelemetry.trace import SpanKind
+    from opentelemetry.util.types import AttributeValue
 
     tracer = trace.get_tracer("trio_streams", tracer_provider=provider)  # type: ignore[arg-type]
-    attributes = {
+    attributes: dict[str, AttributeValue] = {
         "messaging.system": "trio_streams.memory",
         "messaging.operation.type": "process",
         "messaging.operation.name": "process",
