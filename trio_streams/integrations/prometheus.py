@@ -133,6 +133,10 @@ class _Counts:
         }  # fmt: skip
 
 
+#: A destination's publish series: published, publish errors, publish duration.
+_PublishSeries = tuple[Counter, Counter, Histogram]
+
+
 class PrometheusMiddleware(Middleware):
     """Records the metrics of the module docstring into ``registry`` (the default one of
     ``prometheus-client`` unless given); ``namespace`` prefixes every name
@@ -151,6 +155,8 @@ class PrometheusMiddleware(Middleware):
         self._late = _LateReplies()
         self._bounds = sorted(b for b in buckets if b != float("inf"))
         self._counts: dict[str, _Counts] = {}
+        #: The label children of each (broker, destination) published to, bound once.
+        self._publish_series: dict[tuple[str, str], _PublishSeries] = {}
         ns = namespace
         where = ["broker", "destination"]
         try:
@@ -247,25 +253,41 @@ class PrometheusMiddleware(Middleware):
             counts.buckets[bisect_left(self._bounds, seconds)] += 1
             counts.seconds += seconds
 
+    def _publishing(self, broker: str, destination: str) -> _PublishSeries:
+        """The publish series of ``(broker, destination)``, their label children bound once
+        (``labels()`` takes a lock and a lookup) and then kept: destinations come from the
+        code, a reply's is one label for all."""
+        key = (broker, destination)
+        series = self._publish_series.get(key)
+        if series is None:
+            series = self._publish_series[key] = (
+                self._published.labels(broker, destination),
+                self._publish_errors.labels(broker, destination),
+                self._publish_duration.labels(broker, destination),
+            )
+        return series
+
     @asynccontextmanager
     async def publish(self, call: PublishCall) -> AsyncIterator[None]:
         reply = call.is_reply
-        labels = (call.broker, _REPLY_DESTINATION if reply else call.destination.name)
+        published, errors, duration = self._publishing(
+            call.broker, _REPLY_DESTINATION if reply else call.destination.name
+        )
         started = time.perf_counter()
         try:
             yield
         except trio.Cancelled:
             raise  # a publish given up by a stop is not an error of the publish
         except BaseException:
-            self._publish_errors.labels(*labels).inc()
+            errors.inc()
             raise
         else:
-            self._published.labels(*labels).inc()
+            published.inc()
             if reply:
                 outcome = "error" if call.is_error_reply else "value"
                 self._replies_sent.labels(call.broker, outcome).inc()
         finally:
-            self._publish_duration.labels(*labels).observe(time.perf_counter() - started)
+            duration.observe(time.perf_counter() - started)
 
     @asynccontextmanager
     async def request(self, call: RequestCall) -> AsyncIterator[None]:
