@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -104,6 +105,14 @@ class Verdicts:
         self._unwatched = not runner.observers and not runner.handle_hooks
         #: Replies to request deliveries (:mod:`._answers`).
         self.answers = Answers(runner, runner.logger)
+        counters = runner.ack_counters
+        #: The observers' record of an ack of the in-line path (``_observe_ack``): where one
+        #: counter is all there is to tell, one call with its seconds.
+        self.observe_ack: Callable[[Delivery, Any, float], None] = (
+            _counting_acks(counters[0])
+            if len(counters) == 1 and not runner.ack_observers and not runner.handle_hooks
+            else self._observe_ack
+        )
 
     def for_another(self, delivery: Delivery) -> bool:
         """A retry copy another subscription of the stream asked for: passed over unhandled
@@ -403,29 +412,76 @@ class Verdicts:
         """Fill in the delivery's call record (middlewares) and tell the observers."""
         call = self._calls.get(id(delivery)) if self._calls else None
         if call is not None:
-            call.message, call.outcome, call.verdict = message, outcome, verdict
-            call.error, call.called = error, called
-            for decided in call.on_decided:
-                decided(call)
-        observers = self._runner.observers
+            _decided(call, message, outcome, verdict, error, called)
+        runner = self._runner
+        observers = runner.observers
         if observers:
             starts = self._starts
             began = None if starts is None else starts.get(id(delivery))
             seconds = None if began is None else time.perf_counter() - began
+            if (
+                runner.ack_counters
+                and called
+                and verdict.dead_letter is None
+                and verdict.outcome.kind is OutcomeKind.ACK
+            ):  # a plain ack: counted without a record where it can be
+                for count in runner.ack_counters:
+                    count(seconds)
+                observers = runner.ack_observers
+                if not observers:
+                    return
             record = HandledMessage(
-                self._runner.label, delivery, message, outcome, verdict, error, called, seconds
+                runner.label, delivery, message, outcome, verdict, error, called, seconds
             )
             for observer in observers:
                 observer(record)
 
-    def observe_ack(self, delivery: Delivery, message: Any, began: float) -> None:
-        """The observers' record of an ack of the in-line path: its verdict needs no policy."""
-        record = HandledMessage(
-            self._runner.label, delivery, message, ACK, _ACK_VERDICT,
-            None, True, time.perf_counter() - began,
-        )  # fmt: skip
-        for observer in self._runner.observers:
-            observer(record)
+    def _observe_ack(self, delivery: Delivery, message: Any, began: float) -> None:
+        """The observers' record of an ack of the in-line path: its verdict needs no policy;
+        the counters of plain acks get its seconds alone, and the middlewares' call record
+        (in line inside their hooks) is filled as ``observe`` fills it."""
+        call = self._calls.get(id(delivery)) if self._calls else None
+        if call is not None:
+            _decided(call, message, ACK, _ACK_VERDICT, None, True)
+        runner = self._runner
+        seconds = time.perf_counter() - began
+        for count in runner.ack_counters:
+            count(seconds)
+        observers = runner.ack_observers
+        if observers:
+            record = HandledMessage(
+                runner.label, delivery, message, ACK, _ACK_VERDICT, None, True, seconds
+            )
+            for observer in observers:
+                observer(record)
+
+
+def _counting_acks(
+    count: Callable[[float | None], None],
+) -> Callable[[Delivery, Any, float], None]:
+    """``Verdicts._observe_ack`` where one ack counter is all there is to tell (no call record,
+    no observer that needs one): the same count, without a lookup on the way."""
+    perf_counter = time.perf_counter
+
+    def observe_ack(delivery: Delivery, message: Any, began: float) -> None:
+        count(perf_counter() - began)
+
+    return observe_ack
+
+
+def _decided(
+    call: HandlerCall,
+    message: Any,
+    outcome: Outcome,
+    verdict: Verdict,
+    error: BaseException | None,
+    called: bool,
+) -> None:
+    """Fill in ``call`` with what was decided, and run its ``on_decided`` hooks."""
+    call.message, call.outcome, call.verdict = message, outcome, verdict
+    call.error, call.called = error, called
+    for decided in call.on_decided:
+        decided(call)
 
 
 def handler_call(runner: SubscriptionRunner, delivery: Delivery) -> HandlerCall:

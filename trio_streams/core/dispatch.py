@@ -10,7 +10,8 @@ becomes of a delivery after its handler (failure policy, attempts cap, dead lett
 A handler that takes the payload alone (no other parameter, outside an ordered lane) is handled
 in line: decode, call, and for the common outcome (``None``: ack) the settle, which is skipped
 altogether where the source says an ack settles nothing (``SubscriptionSource.acks_are_noops``).
-Everything else goes the general way.
+With middlewares that wrap each delivery, the same in line inside their hooks. Everything else
+goes the general way.
 """
 
 from __future__ import annotations
@@ -106,11 +107,12 @@ class Dispatcher:
         self._gate = RunGate() if concurrent and source.counts_runs else None
         #: Plain dependencies (no generator in the tree), solved in line without a scope.
         self._plain = None if handler.dependencies is None else handler.dependencies.plain
-        #: The handler takes the payload alone, or the payload and plain dependencies that need
-        #: no ``Context``: its deliveries are handled in line (unless a middleware wraps each
-        #: one, or its consumer can die mid-handler).
         #: What a plain dependency raised that is no ``Exception``, on its way out.
         self._dependency_raised: BaseException | None = None
+        #: The handler takes the payload alone, or the payload and plain dependencies that need
+        #: no ``Context``: its deliveries are handled in line (unless a middleware wraps each
+        #: one: then a payload-only handler's are handled in line inside it,
+        #: ``_handle_payload``; or its consumer can die mid-handler).
         self._payload_only = (
             (handler.dependencies is None or self._plain is not None)
             and not handler.extractors
@@ -118,6 +120,17 @@ class Dispatcher:
             and not self._hooks
             and not self._mortal
             and not self._ordered
+        )
+        #: Inside the middlewares' hooks, a handler that takes the payload alone has its
+        #: deliveries handled as the in-line path would (:meth:`_handle_payload`).
+        self._wrapped = (
+            self._handle_payload
+            if handler.dependencies is None
+            and not handler.extractors
+            and not handler.needs_context
+            and not self._mortal
+            and not self._ordered
+            else self._process_plain
         )
         #: One delivery's handling, outside the in-line path.
         self._handle_plain = self._process_wrapped if self._hooks else self._process_plain
@@ -453,14 +466,70 @@ class Dispatcher:
         call = handler_call(self._runner, delivery)
         calls = self._calls
         calls[id(delivery)] = call
+        hooks = self._hooks
         try:
-            async with AsyncExitStack() as stack:
-                for hook in self._hooks:
-                    await stack.enter_async_context(hook.handle(call))
-                await self._process_plain(delivery, message)
-                call.settled = call.verdict is not None
+            if len(hooks) == 1:  # the common case, without a stack
+                async with hooks[0].handle(call):
+                    await self._wrapped(delivery, message)
+                    call.settled = call.verdict is not None
+            else:
+                async with AsyncExitStack() as stack:
+                    for hook in hooks:
+                        await stack.enter_async_context(hook.handle(call))
+                    await self._wrapped(delivery, message)
+                    call.settled = call.verdict is not None
         finally:
             calls.pop(id(delivery), None)
+
+    async def _handle_payload(self, delivery: Delivery, message: Any = _UNDECODED) -> None:
+        """Inside the middlewares' hooks, one delivery of a handler that takes the payload
+        alone, as :meth:`_payload_worker` handles it: the common case (current, first attempt,
+        no gate, decoded, the handler returns None, an ack that settles nothing or that the
+        source settled at once) decided and ended in line, its call record filled as the
+        general way fills it (``Verdicts.observe_ack``); everything else the general way, with
+        the same outcome for every delivery as :meth:`_process_plain`.
+
+        Cancelled, the delivery is reported abandoned."""
+        channel = self._channel
+        if (
+            message is not _UNDECODED
+            or self._gate is not None
+            or delivery.attempt != 1
+            or not channel.is_current(delivery)
+        ):
+            await self._process_plain(delivery, message)
+            return
+        runner = self._runner
+        source = runner.source
+        began = time.perf_counter()
+        try:
+            try:
+                message = self._handler.decode(delivery.payload)
+                if source.counts_runs and not source.record_run(delivery):
+                    await source.attempt_started(delivery)
+                result = await self._handler.fn(message)
+            except BaseException as exc:  # noqa: BLE001 - see _payload_raised
+                await self._payload_raised(delivery, message, exc, began)
+                return
+            if (
+                result is None
+                and not is_request(delivery)
+                and (
+                    source.acks_are_noops or (source.acks_in_line and source.ack_in_line(delivery))
+                )
+            ):
+                self._verdicts.observe_ack(delivery, message, began)
+                runner.ended_by_noop_ack(delivery)
+                channel.finished(delivery)
+                return
+            with self._timed(delivery, began):
+                next_ = await self._verdicts.result(delivery, message, result)
+        except BaseException:
+            # Cancelled (or failed) before it was settled: it never will be.
+            runner.unsettled(delivery, Unsettled.ABANDONED)
+            channel.finished(delivery)
+            raise
+        self._finish(delivery, next_)
 
     async def _process_plain(self, delivery: Delivery, message: Any = _UNDECODED) -> None:
         """One delivery's handling: passed over if stale or another subscription's retry

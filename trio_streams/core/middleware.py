@@ -24,6 +24,12 @@ A middleware is an object with up to four hooks; three are async context manager
 - ``observe(handled)`` is told, synchronously, of each delivery's verdict (a
   :class:`~trio_streams.core.dispatch.HandledMessage`, with ``seconds`` its handling took): the
   cheap hook for counting, which keeps the common path in line (metrics use it).
+- ``ack_counter(subscription)``, beside ``observe``: asked once per subscription as it starts,
+  it returns a function told of each plain ack of that subscription (the handler was called
+  and acknowledged, nothing dead-lettered) with the seconds its handling took (None where it is
+  not timed). Those acks then reach it instead of ``observe``, with no record built for them:
+  the cheapest hook, for counting the commonest verdict into counters bound to the
+  subscription once (metrics use it). Every other verdict still goes to ``observe``.
 
 Middlewares are given per app (``App(middlewares=...)``), per broker or router
 (``RedisBroker(..., middlewares=...)``, ``Router(middlewares=...)``) and per subscriber
@@ -68,9 +74,11 @@ __all__ = [
     "Middleware",
     "PublishCall",
     "RequestCall",
+    "ack_counters",
     "handle_hooks",
     "observe_hooks",
     "publish_hooks",
+    "record_observers",
     "request_hooks",
     "request_outcome",
     "run_request",
@@ -107,6 +115,13 @@ class Middleware:
         settle), with how long its handling took: the cheap hook for counting. No context
         manager is entered and the common path stays in line, so it costs a function call;
         it must not block or raise."""
+        raise NotImplementedError  # only overridden hooks are called
+
+    def ack_counter(self, subscription: str) -> Callable[[float | None], None]:
+        """The function that counts a plain ack of ``subscription`` (handler called, acked,
+        not dead-lettered), given the seconds its handling took (None where it is not timed);
+        asked once per subscription as it starts. Overridden beside ``observe``: such acks
+        are then told to it instead, without a record. It must not block or raise."""
         raise NotImplementedError  # only overridden hooks are called
 
 
@@ -299,6 +314,29 @@ def observe_hooks(
     return tuple(m.observe for m in middlewares if _overrides(m, "observe"))
 
 
+def ack_counters(
+    middlewares: Sequence[Middleware], subscription: str
+) -> tuple[Callable[[float | None], None], ...]:
+    """The ``ack_counter`` of each middleware that has one and an ``observe`` hook, outermost
+    first, bound to ``subscription``: asked once, as it starts."""
+    return tuple(
+        m.ack_counter(subscription)
+        for m in middlewares
+        if _overrides(m, "observe") and _overrides(m, "ack_counter")
+    )
+
+
+def record_observers(
+    observers: Sequence[Callable[[HandledMessage], None]], middlewares: Sequence[Middleware]
+) -> tuple[Callable[[HandledMessage], None], ...]:
+    """``observers`` but the ``observe`` hooks of the middlewares that count acks themselves
+    (``ack_counter``): those a plain ack must still be told of, with a record."""
+    counting = [
+        m.observe for m in middlewares if _overrides(m, "observe") and _overrides(m, "ack_counter")
+    ]
+    return tuple(o for o in observers if o not in counting)
+
+
 def check_middlewares(value: object, *, where: str) -> tuple[Middleware, ...]:
     """``middlewares=`` checked: a sequence of :class:`Middleware`."""
     from .errors import ConfigurationError
@@ -311,7 +349,7 @@ def check_middlewares(value: object, *, where: str) -> tuple[Middleware, ...]:
         if not isinstance(item, Middleware):
             raise ConfigurationError(
                 f"{where}: {item!r} is not a Middleware (subclass trio_streams.Middleware and "
-                "override its hooks: handle, publish, request, observe)"
+                "override its hooks: handle, publish, request, observe, ack_counter)"
             )
     return tuple(value)
 

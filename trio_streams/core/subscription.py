@@ -29,7 +29,7 @@ from .delivery import Delivery
 from .dispatch import Dispatcher, HandledMessage
 from .driver import Seeker, SubscriptionDriver
 from .host import Fault, SubscriptionHost
-from .middleware import Middleware, handle_hooks
+from .middleware import Middleware, ack_counters, handle_hooks, record_observers
 from .outcome import Outcome, OutcomeKind, drop, retry
 from .pipeline import Pipeline
 from .routing import Subscription
@@ -111,6 +111,10 @@ class SubscriptionRunner:
         self.app_state = app_state
         self.logger = logger
         self.observers = observers
+        #: A plain ack is counted by these, bound to this subscription once, and told to the
+        #: observers that need a record (the other observers count it themselves).
+        self.ack_counters = ack_counters(middlewares, subscription.name)
+        self.ack_observers = record_observers(observers, middlewares)
         self._on_change = on_change
         self._on_fault = on_fault
         #: The source's view of this subscription; set when ``run`` opens the source.
