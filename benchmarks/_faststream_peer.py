@@ -8,8 +8,10 @@ documented ``Redis`` annotation (``redis_window.py``). FastStream acknowledges e
 with its own ``XACK`` after the handler returns.
 
 Run by those scripts with ``--faststream-python PATH``, an interpreter that has
-``faststream[redis]`` installed: ``python _faststream_peer.py URL KEY ENTRIES MODE`` prints
-the msgs/s it reached (until the handler has run for every entry).
+``faststream[redis]`` 0.7.0 and ``hiredis`` installed (redis-py parses replies with hiredis
+when it can; the peer refuses to run without it, see ``_redis_peers.py``):
+``python _faststream_peer.py URL KEY ENTRIES MODE`` prints the msgs/s it reached (until the
+handler has run for every one of the ``ENTRIES`` entries, all that the script prefilled).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import asyncio
 import sys
 import time
 from typing import Any
+
+from _redis_peers import require_hiredis
 
 
 async def main(url: str, key: str, entries: int, mode: str) -> None:
@@ -58,5 +62,6 @@ async def main(url: str, key: str, entries: int, mode: str) -> None:
 
 
 if __name__ == "__main__":
+    require_hiredis()
     url, key, entries, mode = sys.argv[1:5]
     asyncio.run(main(url, key, int(entries), mode))
