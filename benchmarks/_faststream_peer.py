@@ -32,7 +32,11 @@ async def main(url: str, key: str, entries: int, mode: str) -> None:
     done = asyncio.Event()
     handled = 0
     batch = mode == "batch"
-    source = StreamSub(key, group="g", consumer="c", max_records=100, batch=batch, last_id="0")
+    # The group is created at the stream's start by the script (as the framework's is): with
+    # its default ``last_id=">"`` FastStream reads new entries (its ``XGROUP CREATE ... $`` then
+    # finds the group there). ``last_id="0"`` would read this consumer's own pending entries,
+    # none, for ever.
+    source = StreamSub(key, group="g", consumer="c", max_records=100, batch=batch)
 
     if mode == "incr":
 

@@ -106,6 +106,8 @@ async def framework(url: str, key: str, entries: int) -> float:
 async def faststream(python: str, url: str, key: str, entries: int, mode: str) -> float:
     async with connect(url) as redis:
         await prefill(redis, key, entries)
+        # Its group starts at the stream's start, as the framework's does (the peer reads ">").
+        await redis.execute("XGROUP", "CREATE", key, "g", "0")
     peer = str(Path(__file__).with_name("_faststream_peer.py"))
     done = await trio.run_process([python, peer, url, key, str(entries), mode], capture_stdout=True)
     return float(done.stdout.decode().split()[-1])
