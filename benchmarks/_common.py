@@ -63,24 +63,27 @@ def parse_args(description: str | None) -> argparse.Namespace:
 
 
 def redis_drain_args(description: str | None) -> argparse.Namespace:
-    """The options of the Redis drain benchmarks: entries per run, runs, the server, and the
-    FastStream peer (an interpreter that has ``faststream[redis]``, and how many entries it
-    drains).
+    """The options of the Redis drain benchmarks: entries per run (every contender, the
+    FastStream peer included, drains that many), runs, the server, and the FastStream peer's
+    interpreter (``faststream[redis]`` 0.7.0 and ``hiredis``, checked before anything runs:
+    see ``_redis_peers.py``).
 
     ``--server NAME|PATH`` chooses the server binary as the tests do (it sets
     ``TRIO_STREAMS_REDIS_SERVER``: a path, or a server of the matrix, ``redis-8.2``, installed
     by ``python -m tests.server_matrix install``); by default the one that variable names, else
     the ``redis-server`` on ``PATH``."""
+    from _redis_peers import checked_faststream_python
+
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--entries", type=int, default=50_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--server", metavar="NAME|PATH", default=None)
     parser.add_argument("--faststream-python", metavar="PATH", default=None)
-    parser.add_argument("--peer-entries", type=int, default=5_000)
     args = parser.parse_args()
     if args.server is not None:
         os.environ[SERVER_ENV] = args.server
     print(f"server: {server_build().label}")
+    args.faststream_python = checked_faststream_python(args.faststream_python)
     return args
 
 

@@ -5,8 +5,10 @@ handler per message); ``batch`` — its batch list subscriber (``LPOP ... COUNT 
 handler per batch). Both are at-most-once: an entry popped by a process that dies is gone.
 
 Run by that script with ``--faststream-python PATH``, an interpreter that has
-``faststream[redis]`` installed: ``python _faststream_list_peer.py URL KEY ENTRIES MODE`` prints
-the msgs/s it reached (until the handler has run for every entry).
+``faststream[redis]`` 0.7.0 and ``hiredis`` installed (redis-py parses replies with hiredis
+when it can; the peer refuses to run without it, see ``_redis_peers.py``):
+``python _faststream_list_peer.py URL KEY ENTRIES MODE`` prints the msgs/s it reached (until
+the handler has run for every one of the ``ENTRIES`` entries, all that the script prefilled).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import asyncio
 import sys
 import time
 from typing import Any
+
+from _redis_peers import require_hiredis
 
 
 async def main(url: str, key: str, entries: int, mode: str) -> None:
@@ -42,5 +46,6 @@ async def main(url: str, key: str, entries: int, mode: str) -> None:
 
 
 if __name__ == "__main__":
+    require_hiredis()
     url, key, entries, mode = sys.argv[1:5]
     asyncio.run(main(url, key, int(entries), mode))

@@ -8,8 +8,10 @@ documented ``Redis`` annotation (``redis_window.py``). FastStream acknowledges e
 with its own ``XACK`` after the handler returns.
 
 Run by those scripts with ``--faststream-python PATH``, an interpreter that has
-``faststream[redis]`` installed: ``python _faststream_peer.py URL KEY ENTRIES MODE`` prints
-the msgs/s it reached (until the handler has run for every entry).
+``faststream[redis]`` 0.7.0 and ``hiredis`` installed (redis-py parses replies with hiredis
+when it can; the peer refuses to run without it, see ``_redis_peers.py``):
+``python _faststream_peer.py URL KEY ENTRIES MODE`` prints the msgs/s it reached (until the
+handler has run for every one of the ``ENTRIES`` entries, all that the script prefilled).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import asyncio
 import sys
 import time
 from typing import Any
+
+from _redis_peers import require_hiredis
 
 
 async def main(url: str, key: str, entries: int, mode: str) -> None:
@@ -28,7 +32,11 @@ async def main(url: str, key: str, entries: int, mode: str) -> None:
     done = asyncio.Event()
     handled = 0
     batch = mode == "batch"
-    source = StreamSub(key, group="g", consumer="c", max_records=100, batch=batch, last_id="0")
+    # The group is created at the stream's start by the script (as the framework's is): with
+    # its default ``last_id=">"`` FastStream reads new entries (its ``XGROUP CREATE ... $`` then
+    # finds the group there). ``last_id="0"`` would read this consumer's own pending entries,
+    # none, for ever.
+    source = StreamSub(key, group="g", consumer="c", max_records=100, batch=batch)
 
     if mode == "incr":
 
@@ -58,5 +66,6 @@ async def main(url: str, key: str, entries: int, mode: str) -> None:
 
 
 if __name__ == "__main__":
+    require_hiredis()
     url, key, entries, mode = sys.argv[1:5]
     asyncio.run(main(url, key, int(entries), mode))

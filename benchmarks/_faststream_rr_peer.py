@@ -7,7 +7,9 @@ documented way to ask (FastStream subscribes to a fresh reply channel for each r
 the request with it as ``reply_to``, and the subscriber publishes the handler's return value
 there). Its per-message logging is off: the fairest figure.
 
-Run by ``request_reply.py`` with an interpreter that has ``faststream[redis]`` installed:
+Run by ``request_reply.py`` with an interpreter that has ``faststream[redis]`` 0.7.0 and
+``hiredis`` installed (redis-py parses with hiredis when it can; the peer refuses to run
+without it, see ``_redis_peers.py``):
 ``python _faststream_rr_peer.py URL KEY IN_FLIGHT REQUESTS WARMUP`` answers ``WARMUP`` requests,
 then (timed) ``REQUESTS``, each time from ``IN_FLIGHT`` callers at once, each caller checking
 its reply and sending its next request when it has it, and prints one JSON line: the
@@ -23,6 +25,8 @@ import sys
 import time
 from importlib.metadata import version
 from typing import Any
+
+from _redis_peers import require_hiredis
 
 
 async def main(url: str, key: str, in_flight: int, requests: int, warmup: int) -> None:
@@ -65,5 +69,6 @@ async def main(url: str, key: str, in_flight: int, requests: int, warmup: int) -
 
 
 if __name__ == "__main__":
+    require_hiredis()
     url, key, in_flight, requests, warmup = sys.argv[1:6]
     asyncio.run(main(url, key, int(in_flight), int(requests), int(warmup)))

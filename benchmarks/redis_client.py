@@ -10,9 +10,12 @@ One run starts a fresh ``redis-server`` (no persistence, loopback) and measures,
 - PING round-trip latency, p50 of sequential PINGs.
 
 Each figure is the median of several runs, this client and coredis alternating run by run (so
-a disturbance hits both); the script prints the medians and the ratios of this client to
-coredis (through its anyio support, under ``trio.run``) and to redis-benchmark (C, one
-connection, ``-P 100``). It also prints each client's own CPU time per operation, which other
+a disturbance hits both), each doing the same number of operations; the script prints the
+medians and the ratios of this client to coredis (through its anyio support, under
+``trio.run``, with ``COREDIS_OPTIMIZED=1``, its documented switch that drops its runtime
+validation: see ``_redis_peers.py``) and to redis-benchmark (C, one connection, ``-P 100``),
+and for the consume figures the ratio of each round (the aim, >= 3x coredis, holds in every
+round or not at all). It also prints each client's own CPU time per operation, which other
 work on the machine barely moves, and the server's CPU per consumed entry (from ``INFO
 commandstats``), the floor no client can beat. The machine has 2 cores shared with other work:
 the server, the client and redis-benchmark compete for them, so compare ratios.
@@ -39,11 +42,20 @@ import trio
 # The test servers' launcher lives with the tests (it is not part of the package).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from _redis_peers import import_optimized_coredis
+
 from tests.redis_servers import RedisServer, redis_binary, redis_server
 from trio_streams.redis.client import RedisClient, connect
 
 PIPELINE = 100
 VALUE = b"xxx"  # redis-benchmark's default 3-byte payload
+#: Operations per run of each figure, the same for both clients.
+WRITES = 200_000
+CONSUMED = 100_000
+PINGS = 5000
+#: The aim for every figure: this client at least this many times coredis, in every round
+#: for the consume figures.
+AIM_VS_COREDIS = 3.0
 
 #: A figure and the client's own CPU time per operation (µs) while producing it.
 Result = tuple[float, float]
@@ -289,9 +301,12 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="profile this client's runs")
     args = parser.parse_args()
 
-    import coredis
+    coredis = import_optimized_coredis()
+    print(f"coredis {coredis.__version__}, COREDIS_OPTIMIZED=1 (Config.optimized: True)")
 
     results: dict[str, dict[str, float]] = {}
+    #: Per round, this client's figure over coredis's (for "every round").
+    round_ratios: dict[str, list[float]] = {}
 
     with redis_server() as server:
 
@@ -302,26 +317,26 @@ def main() -> None:
                     figures: list[
                         tuple[str, Callable[[], Awaitable[Result]], Callable[[], Awaitable[Result]]]
                     ] = [
-                        ("SET/s", lambda: ours_set(ours, 200_000), lambda: coredis_set(cd, 50_000)),
+                        ("SET/s", lambda: ours_set(ours, WRITES), lambda: coredis_set(cd, WRITES)),
                         (
                             "XADD/s",
-                            lambda: ours_xadd(ours, 200_000),
-                            lambda: coredis_xadd(cd, 50_000),
+                            lambda: ours_xadd(ours, WRITES),
+                            lambda: coredis_xadd(cd, WRITES),
                         ),
                         (
                             "consumed/s",
-                            lambda: ours_consume(ours, 100_000),
-                            lambda: coredis_consume(cd, ours, 30_000),
+                            lambda: ours_consume(ours, CONSUMED),
+                            lambda: coredis_consume(cd, ours, CONSUMED),
                         ),
                         (
                             "consumed/s 1RT",
-                            lambda: ours_consume_window(ours, 100_000),
-                            lambda: coredis_consume_window(cd, ours, 30_000),
+                            lambda: ours_consume_window(ours, CONSUMED),
+                            lambda: coredis_consume_window(cd, ours, CONSUMED),
                         ),
                         (
                             "PING p50 µs",
-                            lambda: ours_ping(ours, 5000),
-                            lambda: coredis_ping(cd, 5000),
+                            lambda: ours_ping(ours, PINGS),
+                            lambda: coredis_ping(cd, PINGS),
                         ),
                     ]
                     await ours_ping(ours, 500)  # warm up connections and code paths
@@ -335,6 +350,10 @@ def main() -> None:
                             if run:
                                 mine_runs.append(mine_value)
                                 theirs_runs.append(theirs_value)
+                        round_ratios[name] = [
+                            (t[0] / m[0]) if "µs" in name else (m[0] / t[0])
+                            for m, t in zip(mine_runs, theirs_runs, strict=True)
+                        ]
                         results[name] = {
                             "ours": statistics.median(r[0] for r in mine_runs),
                             "coredis": statistics.median(r[0] for r in theirs_runs),
@@ -346,7 +365,7 @@ def main() -> None:
 
         async def server_side() -> float:
             async with connect(server.url) as ours:
-                return await server_time_per_entry(ours, 100_000)
+                return await server_time_per_entry(ours, CONSUMED)
 
         server_usec = statistics.median(trio.run(server_side) for _ in range(args.runs))
         server.command("FLUSHALL")
@@ -395,11 +414,19 @@ def main() -> None:
         if aim is not None:
             met = "met" if (ours <= aim if lower_is_better else ours >= aim) else "MISSED"
             met = f"{'≤' if lower_is_better else '≥'}{aim:,} {met}"
-        met += f"; ≥3x coredis {'met' if vs_coredis >= 3 else 'MISSED'}"
+        rounds = round_ratios[name]
+        if name.startswith("consumed"):  # the aim holds in every round
+            held = min(rounds) >= AIM_VS_COREDIS
+            met += f"; ≥3x coredis every round {'met' if held else 'MISSED'}"
+        else:
+            met += f"; ≥3x coredis {'met' if vs_coredis >= AIM_VS_COREDIS else 'MISSED'}"
         print(
             f"{name:<16}{ours:>12,.1f}{peer:>12,.1f}{'' if bench is None else f'{bench:,.1f}':>14}"
             f"{vs_coredis:>11.2f}x{vs_bench:>12}  {met}"
         )
+    for name, rounds in round_ratios.items():
+        by_round = ", ".join(f"{r:.2f}x" for r in rounds)
+        print(f"{name:<16} this client / coredis by round: {by_round}")
     print(
         f"server CPU per consumed entry (XREADGROUP+XACK, commandstats): {server_usec:.2f} µs, "
         f"so the server alone caps consumption near {1e6 / server_usec:,.0f}/s"

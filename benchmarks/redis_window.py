@@ -12,11 +12,13 @@ entry's counter per message:
 - **awaited**: no window; the handler awaits ``INCR`` on the broker's own client (the pooled
   client the broker settles with: what a handler has without opening a second client) before
   it returns; the read's ``XACK`` still goes as one command;
-- with ``--faststream-python PATH`` (an interpreter with ``faststream[redis]`` installed, kept
-  out of this project's environment): **FastStream** under asyncio in a subprocess
-  (``_faststream_peer.py incr``), a ``StreamSub`` of the same group shape, ``max_records=100``,
-  its per-message logging off, the handler awaiting ``INCR`` on its broker's connection (the
-  ``Redis`` annotation); FastStream sends one ``XACK`` per message. ``--peer-entries`` each.
+- with ``--faststream-python PATH`` (an interpreter with ``faststream[redis]`` 0.7.0 and
+  ``hiredis`` installed, which redis-py then parses with; kept out of this project's
+  environment and checked before anything runs, see ``_redis_peers.py``): **FastStream**
+  under asyncio in a subprocess (``_faststream_peer.py incr``), a ``StreamSub`` of the same
+  group shape, ``max_records=100``, its per-message logging off, the handler awaiting ``INCR``
+  on its broker's connection (the ``Redis`` annotation); FastStream sends one ``XACK`` per
+  message. It drains as many entries as the others.
 
 Each figure is the median of ``--runs`` rounds, the contenders alternating (so a disturbance
 hits all of them). A contender's clock runs from starting its app until its handler has run for
@@ -39,7 +41,7 @@ written on its own.
 The machine has 2 cores shared by the server and the clients: compare the ratios.
 
 Run: ``python benchmarks/redis_window.py [--entries N] [--runs N] [--server NAME|PATH]
-[--faststream-python PATH] [--peer-entries N]`` (``--server``: the server binary, as the tests
+[--faststream-python PATH]`` (``--server``: the server binary, as the tests
 choose it; see ``redis_drain_args``).
 """
 
@@ -270,6 +272,9 @@ async def trio_streams_app(url: str, key: str, entries: int, mode: str) -> float
 
 
 async def faststream(python: str, url: str, key: str, entries: int) -> float:
+    async with connect(url) as redis:
+        # Its group starts at the stream's start, as the others' do (the peer reads ">").
+        await redis.execute("XGROUP", "CREATE", key, "g", "0")
     peer = str(Path(__file__).with_name("_faststream_peer.py"))
     command = [python, peer, url, key, str(entries), "incr"]
     done = await trio.run_process(command, capture_stdout=True)
@@ -323,7 +328,7 @@ def aim(ratio: float, target: float) -> str:
     return f"{ratio:.1f}x (aim >= {target:.0f}x: {'met' if ratio >= target else 'NOT met'})"
 
 
-async def main(entries: int, runs: int, peer_python: str | None, peer_entries: int) -> None:
+async def main(entries: int, runs: int, peer_python: str | None) -> None:
     results: dict[str, list[Round]] = {"window": [], "atomic": [], "awaited": []}
     with redis_server() as server, counting_writes():
         url = server.url
@@ -339,9 +344,9 @@ async def main(entries: int, runs: int, peer_python: str | None, peer_entries: i
                 key = f"fs-{run}"
 
                 async def peer(key: str = key, python: str = peer_python) -> float:
-                    return await faststream(python, url, key, peer_entries)
+                    return await faststream(python, url, key, entries)
 
-                got = await measured(url, key, peer_entries, "FastStream", peer, counted=False)
+                got = await measured(url, key, entries, "FastStream", peer, counted=False)
                 results.setdefault("faststream", []).append(got)
         version = await peer_version(peer_python) if peer_python is not None else ""
     rates = {name: _median(rounds, lambda r: r.rate) for name, rounds in results.items()}
@@ -354,7 +359,7 @@ async def main(entries: int, runs: int, peer_python: str | None, peer_entries: i
     if "faststream" in rates:
         print(
             f"FastStream {version} awaited INCR:      {rates['faststream']:10.0f} msgs/s"
-            f"   ({peer_entries} entries per run)"
+            f"   ({entries} entries per run)"
         )
     print(f"window / awaited:    {aim(window / rates['awaited'], AIM_VS_AWAITED)}")
     if "faststream" in rates:
@@ -369,4 +374,4 @@ async def main(entries: int, runs: int, peer_python: str | None, peer_entries: i
 
 if __name__ == "__main__":
     args = redis_drain_args(__doc__.splitlines()[0])
-    trio.run(main, args.entries, args.runs, args.faststream_python, args.peer_entries)
+    trio.run(main, args.entries, args.runs, args.faststream_python)

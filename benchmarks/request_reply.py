@@ -24,8 +24,9 @@ request names; the caller checks every reply against its own request.
   shape returning the doubled number, and callers awaiting ``broker.request(n, stream=KEY)``
   (FastStream subscribes to a reply channel of its own for each request). It runs on
   asyncio, in its own process, with the interpreter ``--faststream-python`` names, by default
-  this one (the ``bench`` extra installs ``faststream[redis]`` 0.7.0). An interpreter without
-  it: the script says so in one line and measures the other two.
+  this one (the ``bench`` extra installs ``faststream[redis]`` 0.7.0 and ``hiredis``, which
+  redis-py parses with: the peer is refused without it, see ``_redis_peers.py``). Without
+  FastStream: the script says so in one line and measures the other two.
 
 **Fair shape.** Every contender runs in a fresh process of its own (this script again, or the
 FastStream peer), holding both its responder and its callers on one event loop: the same
@@ -75,6 +76,8 @@ import trio
 
 # The test servers' launcher lives with the tests (it is not part of the package).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _redis_peers import FASTSTREAM_SETUP, checked_faststream_python
 
 from tests.redis_servers import RedisServer, redis_server
 from trio_streams import App
@@ -294,19 +297,14 @@ def measure(
 
 
 def faststream_python(chosen: str | None) -> str | None:
-    """The interpreter the FastStream peer runs with, or None (said in one line) if none has it."""
+    """The interpreter the FastStream peer runs with (checked: faststream[redis] and hiredis),
+    or None (said in one line) if none has FastStream."""
     if chosen is None:
-        if importlib.util.find_spec("faststream") is not None:
-            return sys.executable
-        print(
-            f"FastStream: not measured: {sys.executable} has no faststream[redis] "
-            "(pip install 'faststream[redis]==0.7.0', or --faststream-python PATH)"
-        )
-        return None
-    probe = subprocess.run([chosen, "-c", "import faststream.redis"], capture_output=True)
-    if probe.returncode != 0:
-        raise SystemExit(f"--faststream-python {chosen}: no faststream[redis] there")
-    return chosen
+        if importlib.util.find_spec("faststream") is None:
+            print(f"FastStream: not measured: {sys.executable} has none ({FASTSTREAM_SETUP})")
+            return None
+        chosen = sys.executable
+    return checked_faststream_python(chosen)
 
 
 def aim(ratio: float, target: float, *, at_most: bool) -> str:

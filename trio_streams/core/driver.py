@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import cast
 
 import trio
 
@@ -30,6 +31,8 @@ _SEEK_QUEUE = 16
 #: reads keep failing, so a failing source is retried promptly but never in a busy loop.
 _FAULT_PAUSE_FIRST = 0.001
 _FAULT_PAUSE_MAX = 1.0
+#: What ``SubscriptionDriver._reads`` returns when the subscription ends.
+_ENDED = object()
 
 
 class _SeekRequest:
@@ -165,38 +168,67 @@ class SubscriptionDriver:
             self._seek_receive.close()
 
     async def _read_loop(self) -> None:
+        # One cancel scope serves every read until a seek request cancels one: entering and
+        # leaving a scope per read costs as much as the rest of a read at a live tip. Only a
+        # read is ever cancelled through it (``_read_scope`` is set only around ``read``).
+        while True:
+            outcome: object = None
+            with trio.CancelScope() as scope:
+                outcome = await self._reads(scope)
+            if scope.cancelled_caught:
+                continue  # woken by a seek request: serve it at the top
+            if outcome is _ENDED:
+                return
+            # A seek request came while the read was returning: what it returned goes on,
+            # outside the cancelled scope, as if the read had used a scope of its own.
+            if isinstance(outcome, SourceFault):
+                await self._read_failed(outcome)
+            elif not await self._took(cast("Sequence[Delivery] | None", outcome)):
+                return
+
+    async def _reads(self, scope: trio.CancelScope) -> object:
+        """Read and queue inside ``scope`` until the subscription ends (``_ENDED``) or a seek
+        request cancels ``scope`` during a read: then what that read returned (its batch or
+        the ``SourceFault`` it raised), or the read's cancellation propagates to ``scope``."""
         source = self.source
         channel = self.channel
         while True:
             if channel.interrupted and not await self._serve_seeks():
-                return
+                return _ENDED
             try:
                 batch: Sequence[Delivery] | None = source.poll()
                 if not batch:
-                    with trio.CancelScope() as scope:
-                        self._read_scope = scope
-                        try:
-                            batch = await source.read()
-                        finally:
-                            self._read_scope = None
-                    if scope.cancelled_caught:
-                        continue  # woken by a seek request: serve it at the top
+                    self._read_scope = scope
+                    try:
+                        batch = await source.read()
+                    finally:
+                        self._read_scope = None
             except SourceFault as fault:
+                if scope.cancel_called:
+                    return fault
                 await self._read_failed(fault)
                 continue
-            if self._read_faults:
-                self._read_recovered()
-            if batch is None:
-                if channel.outstanding or channel.interrupted:
-                    await channel.wait_idle_or_interrupt()
-                    continue  # a seek or a retry may give the source more to read
-                # Ended, and no handler is left that could seek or retry. Poll once more,
-                # synchronously: a retry settled while ``read`` was returning is not lost.
-                batch = source.poll()
-                if not batch:
-                    return
-            if not await self._queue(batch):
-                return
+            if scope.cancel_called:
+                return batch
+            if not await self._took(batch):
+                return _ENDED
+
+    async def _took(self, batch: Sequence[Delivery] | None) -> bool:
+        """What a read returned goes to the channel (None: the source ended, and the driver
+        waits for what is in flight). False if the subscription must end."""
+        if self._read_faults:
+            self._read_recovered()
+        if batch is None:
+            channel = self.channel
+            if channel.outstanding or channel.interrupted:
+                await channel.wait_idle_or_interrupt()
+                return True  # a seek or a retry may give the source more to read
+            # Ended, and no handler is left that could seek or retry. Poll once more,
+            # synchronously: a retry settled while ``read`` was returning is not lost.
+            batch = self.source.poll()
+            if not batch:
+                return False
+        return await self._queue(batch)
 
     async def _queue(self, batch: Sequence[Delivery]) -> bool:
         """Queue the deliveries of one read into the channel, serving the seeks requested

@@ -72,6 +72,9 @@ class ReliableListSubscription(ListSubscriptionBase):
 
     #: Handler runs are counted (the journal and the attempt ledger).
     counts_runs = True
+    #: An ack that leaves its read incomplete joins the read's removals in memory
+    #: (:meth:`ack_in_line`); the one that completes it is awaited, as it sends the flush.
+    acks_in_line = True
 
     def __init__(
         self,
@@ -153,6 +156,11 @@ class ReliableListSubscription(ListSubscriptionBase):
 
     def pipeline(self, delivery: Delivery) -> Pipeline | None:
         return self._shell.pipeline(delivery)
+
+    def ack_in_line(self, delivery: Delivery) -> bool:
+        """``settle(delivery, ack())`` where it holds the ack for the read's flush and sends
+        nothing (no segment, the read not complete yet): done now, True; else False."""
+        return self._shell.consumed_in_line(delivery)
 
     def deferred(self, delivery: Delivery, outcome: Outcome) -> None:
         del outcome  # held for a retry: the handler's outcome discards its segment now

@@ -178,6 +178,22 @@ class Window(Generic[Token]):
             self._slot(token).read.consumed.append(token)
         return self._close(token)
 
+    def consumed_in_read(self, token: Token) -> bool:
+        """``consumed(token)`` where that is all it does: the slot has no segment, its read
+        has other undecided slots and no flush is due, so the token joins its read's settle
+        and the slot closes (True). Otherwise nothing is done (False): ``consumed`` decides
+        what else the outcome means (a segment, a read it completes)."""
+        if self._complete:
+            return False
+        slot = self._slots.get(token)
+        if slot is None or slot.segment is not None or slot.read.open == 1:
+            return False
+        del self._slots[token]
+        read = slot.read
+        read.consumed.append(token)
+        read.open -= 1
+        return True
+
     def settled_alone(self, token: Token) -> bool:
         """Settled on its own (a retry copy, a delayed retry, a dead letter): the segment is
         discarded and the slot closes. True when a flush is due."""

@@ -118,6 +118,15 @@ class WindowShell(Generic[Token]):
             self.finished(delivery)
         return self.window.consumed(delivery.handle, keep=keep)
 
+    def consumed_in_line(self, delivery: Delivery) -> bool:
+        """``ack`` settled at once, where :meth:`consumed` would make no flush due and the
+        delivery has no segment: what ``consumed(delivery, keep=True)`` does then, and True.
+        False, nothing done, where it would do more: the caller settles the general way."""
+        if self.windowed or not self.window.consumed_in_read(delivery.handle):
+            return False
+        self.finished(delivery)
+        return True
+
     def consumed_later(self, delivery: Delivery) -> None:
         """``drop`` decided where a settle cannot wait (``unsettled``): the flush settles it;
         one that became due goes to the flush task."""
