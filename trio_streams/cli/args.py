@@ -31,6 +31,7 @@ __all__ = [
     "beacon_interval",
     "checked_by",
     "command_path",
+    "deferred",
     "error_line",
     "error_notes",
     "file_group",
@@ -174,9 +175,10 @@ def guarded(handler: Callable[[argparse.Namespace], Any]) -> Callable[[argparse.
     """``handler`` (a subcommand's, synchronous) with its errors as the command's status: a
     trio-streams error is one ``error:`` line, its notes and its hint below it, status 1; a
     ``ValueError`` is one line, status 2 (a bad value the parser could not judge)."""
-    from ..core.errors import TrioStreamsError
 
     def run(args: argparse.Namespace) -> int:
+        from ..core.errors import TrioStreamsError  # when the command runs, not when parsed
+
         try:
             return int(handler(args))
         except TrioStreamsError as exc:
@@ -188,6 +190,20 @@ def guarded(handler: Callable[[argparse.Namespace], Any]) -> Callable[[argparse.
         except ValueError as exc:
             sys.stderr.write(error_line(str(exc)) + "\n")
             return 2
+
+    return run
+
+
+def deferred(module: str, name: str) -> Callable[[argparse.Namespace], int]:
+    """The handler ``name`` of ``module`` (``trio_streams.cli.file_decode``), imported when the
+    command runs: a parser names its handler without importing it, so building the parser, and
+    ``--help``, import nothing of the transports, and each command imports only what it uses."""
+
+    def run(args: argparse.Namespace) -> int:
+        from importlib import import_module
+
+        handler: Callable[[argparse.Namespace], Any] = getattr(import_module(module), name)
+        return int(handler(args))
 
     return run
 
