@@ -13,7 +13,9 @@ import argparse
 import base64
 import json
 import sys
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
+from json.encoder import encode_basestring_ascii as _json_string
 from typing import Any, TextIO
 
 from ..core.positions import Position, PositionKind
@@ -24,7 +26,19 @@ from ..file.positions import format_position, parse_position
 from ..file.reader import FileReader
 from .args import bad_command_line
 
-__all__ = ["decode", "format_log", "header_to_json", "message_to_json", "one_key", "printer"]
+__all__ = [
+    "decode",
+    "format_log",
+    "header_to_json",
+    "message_to_json",
+    "ndjson_lines",
+    "one_key",
+    "printer",
+]
+
+#: Messages read, and their lines written, at a time: the batch the reader's own iteration
+#: reads, so decoding holds no more messages than iterating the reader would.
+_BATCH = 4096
 
 
 def message_to_json(message: Message) -> dict[str, Any]:
@@ -74,10 +88,53 @@ def format_log(message: Message) -> str:
     )
 
 
-def printer(fmt: str, out: TextIO) -> Any:
+def printer(fmt: str, out: TextIO) -> Callable[[Message], object]:
+    """Print one message in ``fmt`` (``log`` or ``ndjson``) on ``out``: ``file tail``'s printer,
+    a line at a time as messages come."""
     if fmt == "ndjson":
-        return lambda m: out.write(json.dumps(message_to_json(m)) + "\n")
-    return lambda m: out.write(format_log(m) + "\n")
+        quoted: dict[str, str] = {}
+        return lambda message: out.write(ndjson_lines((message,), quoted))
+    return lambda message: out.write(format_log(message) + "\n")
+
+
+def ndjson_lines(messages: Iterable[Message], quoted_keys: dict[str, str]) -> str:
+    """The ndjson lines of ``messages``: byte for byte ``json.dumps(message_to_json(m)) + "\n"``
+    for each (the same separators, the same ASCII escapes: a string goes through the very
+    function ``json.dumps`` uses, an int is its ``repr`` as there), without a dict or an encoder
+    call per line. ``quoted_keys`` keeps each stream key as a JSON string, made once."""
+    lines: list[str] = []
+    append = lines.append
+    for key, shard, seq, timestamp_ms, payload, _ in messages:
+        key_text = quoted_keys.get(key)
+        if key_text is None:
+            key_text = quoted_keys[key] = _json_string(key)
+        try:
+            text, encoding = _json_string(payload.decode("utf-8")), "utf8"
+        except UnicodeDecodeError:  # base64 is ASCII that JSON leaves as it is
+            text, encoding = f'"{base64.b64encode(payload).decode("ascii")}"', "base64"
+        append(
+            f'{{"stream_key": {key_text}, "shard": {shard}, "seq": {seq}, '
+            f'"timestamp_ms": {timestamp_ms}, "payload": {text}, "encoding": "{encoding}"}}\n'
+        )
+    return "".join(lines)
+
+
+def _log_lines(messages: Iterable[Message]) -> str:
+    return "".join([format_log(message) + "\n" for message in messages])
+
+
+def _batches(reader: FileReader) -> Iterator[list[Message]]:
+    """The messages iterating ``reader`` gives, in the lists it reads them in: its own loop
+    (``FileReader.__iter__``) a list at a time, so the same messages come, then the same end
+    or the same error, after the messages before it."""
+    while True:
+        batch = reader.read_messages(_BATCH)
+        if not batch:
+            if reader.eos is None and not reader.at_eof:
+                continue
+            reader.check_finished()
+            return
+        yield batch
 
 
 def one_key(keys: list[str] | None, position: Position) -> str | None:
@@ -91,18 +148,24 @@ def one_key(keys: list[str] | None, position: Position) -> str | None:
 def decode(args: argparse.Namespace) -> int:
     position = parse_position(args.start)
     key = one_key(args.key, position)
-    emit = printer(args.format, sys.stdout)
+    out = sys.stdout
+    quoted: dict[str, str] = {}
+    lines: Callable[[list[Message]], str] = (
+        (lambda batch: ndjson_lines(batch, quoted)) if args.format == "ndjson" else _log_lines
+    )
     # Internal messages are printed unless other keys were asked for; the end-of-stream message
     # decoding stops at always is (the last line), so `decode | write` gives the file back.
     internal = args.key is None or INTERNAL_KEY in args.key
     check_file_keys(args.file, args.key)
     with FileReader(args.file, keys=args.key, internal=internal) as reader:
         if args.format == "ndjson" and args.header:
-            sys.stdout.write(json.dumps(header_to_json(reader.header)) + "\n")
+            out.write(json.dumps(header_to_json(reader.header)) + "\n")
         if position != Position.beginning():
             reader.seek(position, key=key)
-        for message in reader:
-            emit(message)
+        # A batch's lines in one write: what the reader decoded before an error it raises is
+        # printed before the error is, as when each line was written on its own.
+        for batch in _batches(reader):
+            out.write(lines(batch))
         if reader.eos is not None:
-            emit(reader.eos)
+            out.write(lines([reader.eos]))
     return 0
