@@ -61,10 +61,10 @@ class Command:
 
     def __call__(self, commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         """Add this command to ``commands`` with all its arguments."""
-        from importlib import import_module
-
         parser = self.listed(commands)
-        import_module(f"{__package__}.parsers.{self.parser_module}").register(parser)
+        # __import__, not importlib.import_module: python -X importtime reports what it imports
+        module = __import__(f"{__package__}.parsers.{self.parser_module}", fromlist=["register"])
+        module.register(parser)
 
     def listed(
         self, commands: argparse._SubParsersAction[argparse.ArgumentParser]
