@@ -11,7 +11,6 @@ type needs of the transports is imported when it runs, so building the parser st
 from __future__ import annotations
 
 import argparse
-import difflib
 import math
 import re
 import sys
@@ -118,6 +117,8 @@ class CommandLineParser(argparse.ArgumentParser):
         """``unrecognized arguments: ...``: the unknown options (their values left out), each
         with the closest option of this parser when one is close; every argument if none is
         an option."""
+        import difflib  # here: only a refused command line needs it
+
         options = [extra for extra in extras if extra.startswith("-") and extra != "-"]
         known = list(self._option_string_actions)
         named = []
