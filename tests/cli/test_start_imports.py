@@ -10,10 +10,14 @@ back anywhere on a command's path fails the test that runs that command.
 
 from __future__ import annotations
 
+import argparse
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from trio_streams.cli.commands import COMMANDS, build_parser
 
 from .support import run_command, stream_file
 
@@ -106,3 +110,33 @@ def test_the_check_sees_a_command_that_imports_trio(tmp_path: Path) -> None:
     path = stream_file(tmp_path / "in.ss", 3)
     assert "trio" in heavy_among(imported_by("file", "stat", str(path)))
     assert heavy_among({"triopoly", "trio_streams.redisx"}) == []
+
+
+def _parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _parsers(sub)
+
+
+def _helps(parser: argparse.ArgumentParser, command: str) -> dict[str, str]:
+    """The help of the top-level parser and of ``command``'s parsers, by their prog."""
+    return {
+        p.prog: p.format_help()
+        for p in _parsers(parser)
+        if p.prog == "trio-streams" or p.prog.split()[1] == command
+    }
+
+
+@pytest.mark.parametrize("command", [command.name for command in COMMANDS])
+def test_a_command_lines_parser_of_its_command_alone_is_the_whole_parsers(command: str) -> None:
+    """``main`` builds only the parser of the command it runs: that parser, its subcommands'
+    and the listing of every command are those of the parser with every command built."""
+    alone = _helps(build_parser(only=command), command)
+    assert len(alone) > 1
+    assert alone == _helps(build_parser(), command)
+
+
+def test_a_command_line_without_a_command_lists_every_command_as_the_whole_parser() -> None:
+    assert build_parser(only="").format_help() == build_parser().format_help()

@@ -196,7 +196,7 @@ def guarded(handler: Callable[[argparse.Namespace], Any]) -> Callable[[argparse.
 
 
 def deferred(module: str, name: str) -> Callable[[argparse.Namespace], int]:
-    """The handler ``name`` of ``module`` (``trio_streams.cli.file_decode``), imported when the
+    """The handler ``name`` of ``module`` (``trio_streams.cli.file_stat``), imported when the
     command runs: a parser names its handler without importing it, so building the parser, and
     ``--help``, import nothing of the transports, and each command imports only what it uses."""
 
