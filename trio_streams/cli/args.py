@@ -11,7 +11,6 @@ type needs of the transports is imported when it runs, so building the parser st
 from __future__ import annotations
 
 import argparse
-import difflib
 import math
 import re
 import sys
@@ -31,6 +30,7 @@ __all__ = [
     "beacon_interval",
     "checked_by",
     "command_path",
+    "deferred",
     "error_line",
     "error_notes",
     "file_group",
@@ -117,6 +117,8 @@ class CommandLineParser(argparse.ArgumentParser):
         """``unrecognized arguments: ...``: the unknown options (their values left out), each
         with the closest option of this parser when one is close; every argument if none is
         an option."""
+        import difflib  # here: only a refused command line needs it
+
         options = [extra for extra in extras if extra.startswith("-") and extra != "-"]
         known = list(self._option_string_actions)
         named = []
@@ -174,9 +176,10 @@ def guarded(handler: Callable[[argparse.Namespace], Any]) -> Callable[[argparse.
     """``handler`` (a subcommand's, synchronous) with its errors as the command's status: a
     trio-streams error is one ``error:`` line, its notes and its hint below it, status 1; a
     ``ValueError`` is one line, status 2 (a bad value the parser could not judge)."""
-    from ..core.errors import TrioStreamsError
 
     def run(args: argparse.Namespace) -> int:
+        from ..core.errors import TrioStreamsError  # when the command runs, not when parsed
+
         try:
             return int(handler(args))
         except TrioStreamsError as exc:
@@ -188,6 +191,21 @@ def guarded(handler: Callable[[argparse.Namespace], Any]) -> Callable[[argparse.
         except ValueError as exc:
             sys.stderr.write(error_line(str(exc)) + "\n")
             return 2
+
+    return run
+
+
+def deferred(module: str, name: str) -> Callable[[argparse.Namespace], int]:
+    """The handler ``name`` of ``module`` (``trio_streams.cli.file_stat``), imported when the
+    command runs: a parser names its handler without importing it, so building the parser, and
+    ``--help``, import nothing of the transports, and each command imports only what it uses."""
+
+    def run(args: argparse.Namespace) -> int:
+        # __import__, not importlib.import_module: python -X importtime reports what it imports
+        handler: Callable[[argparse.Namespace], Any] = getattr(
+            __import__(module, fromlist=[name]), name
+        )
+        return int(handler(args))
 
     return run
 

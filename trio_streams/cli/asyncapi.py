@@ -11,12 +11,13 @@ from ..core.errors import ConfigurationError
 from ..integrations.asyncapi import asyncapi_document
 from .run import AppImportFailed, AppNotFound, load_app
 
-__all__ = ["register"]
+__all__ = ["write_document"]
 
 _PROG = "trio-streams asyncapi"
 
 
-def _asyncapi(args: argparse.Namespace) -> int:
+def write_document(args: argparse.Namespace) -> int:
+    """Write the AsyncAPI document of the app the command line names; the exit status."""
     try:
         app = load_app(args.app, factory=args.factory)
     except AppNotFound as exc:
@@ -40,31 +41,3 @@ def _asyncapi(args: argparse.Namespace) -> int:
         print(f"{_PROG}: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
         return 1
     return 0
-
-
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = commands.add_parser(
-        "asyncapi",
-        help="write an app's AsyncAPI 3.0 document (JSON)",
-        description="Import MODULE:ATTRIBUTE (without running it) and write the AsyncAPI 3.0 "
-        "document of the App: a server per broker, a channel per stream, list or Pub/Sub "
-        "channel its subscriptions read and its publishers write, the operations, and each "
-        "message's payload schema from the handlers' annotations.",
-    )
-    parser.add_argument("app", metavar="MODULE:ATTRIBUTE", help="where the App is, e.g. svc:app")
-    parser.add_argument(
-        "--factory", action="store_true", help="ATTRIBUTE is a function that returns the App"
-    )
-    parser.add_argument(
-        "-o", "--output", metavar="FILE", default=None, help="write here (default: stdout)"
-    )
-    parser.add_argument(
-        "--app-version",
-        default="0.1.0",
-        metavar="VERSION",
-        help="the document's info.version: the app's API version (default: 0.1.0)",
-    )
-    parser.add_argument(
-        "--description", default=None, help="the document's info.description (default: none)"
-    )
-    parser.set_defaults(handler=_asyncapi)

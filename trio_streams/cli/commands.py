@@ -1,7 +1,10 @@
 """The ``trio-streams`` command line.
 
-Subcommands are registered by the modules that own them, so the CLI stays one small dispatcher.
-What every subcommand shares is here: Ctrl-C exits with status 130 and no traceback, and a
+Each command is listed here (:data:`COMMANDS`) and its parser built by its module of
+:mod:`.parsers`, so the CLI stays one small dispatcher; a command line builds the parser of its
+own command only, and imports the code of its handler only when it runs: ``--help`` imports none
+of the transports, ``publish`` to a file the file's writer, ``file decode`` the reader. What
+every subcommand shares is here: Ctrl-C exits with status 130 and no traceback, and a
 reader that went away (``trio-streams file decode big.ss | head``) ends the command quietly with
 status 141, as the coreutils do (they die of SIGPIPE, which a shell reports as 128 + 13).
 
@@ -26,7 +29,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
     import argparse
 
-__all__ = ["build_parser", "main"]
+__all__ = ["COMMANDS", "Command", "build_parser", "main"]
 
 #: Functions that add a subcommand to the top-level parser; each owns its own module.
 Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
@@ -40,27 +43,66 @@ EXIT_USAGE = 2
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 
 
+class Command:
+    """A command of ``trio-streams``: its name, its line in ``trio-streams --help``, and the
+    module of :mod:`.parsers` whose ``register`` gives its parser the rest (its description,
+    arguments and handler), imported only when that parser is built. (A plain class: a
+    dataclass would import ``inspect``, a cost every command would pay at start.)"""
+
+    __slots__ = ("help", "name", "parser_module")
+
+    def __init__(self, name: str, help: str, parser_module: str) -> None:
+        self.name = name
+        self.help = help
+        self.parser_module = parser_module
+
+    def __repr__(self) -> str:
+        return f"Command({self.name!r}, {self.help!r}, {self.parser_module!r})"
+
+    def __call__(self, commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+        """Add this command to ``commands`` with all its arguments."""
+        parser = self.listed(commands)
+        # __import__, not importlib.import_module: python -X importtime reports what it imports
+        module = __import__(f"{__package__}.parsers.{self.parser_module}", fromlist=["register"])
+        module.register(parser)
+
+    def listed(
+        self, commands: argparse._SubParsersAction[argparse.ArgumentParser]
+    ) -> argparse.ArgumentParser:
+        """Add this command to ``commands`` as ``--help`` lists it, without its arguments."""
+        return commands.add_parser(self.name, help=self.help)
+
+
+#: The commands, in the order ``trio-streams --help`` lists them.
+COMMANDS = (
+    Command("run", "run an app until SIGINT/SIGTERM", "run"),
+    Command(
+        "publish",
+        "publish messages to a stream file (while apps write it too) or to Redis",
+        "publish",
+    ),
+    Command("file", "inspect and write SeaStreamer stream files (.ss)", "file"),
+    Command("record", "copy a Redis stream, list or channel into a stream file", "record"),
+    Command("replay", "publish a recording back to Redis", "replay"),
+    Command(
+        "top",
+        "a live view of a Redis deployment's streams, a stream file, or a running app",
+        "top",
+    ),
+    Command("group", "manage Redis consumer groups (set-position)", "group"),
+    Command("asyncapi", "write an app's AsyncAPI 3.0 document (JSON)", "asyncapi"),
+)
+
+
 def _registrars() -> list[Registrar]:
-    from . import asyncapi as cli_asyncapi
-    from . import publish as cli_publish
-    from . import run as cli_run
-    from .file import register as register_file
-    from .group import register as register_group
-    from .record import register as register_record
-    from .top import register as register_top
-
-    return [
-        cli_run.register,
-        cli_publish.register,
-        register_file,
-        register_record,
-        register_top,
-        register_group,
-        cli_asyncapi.register,
-    ]
+    return list(COMMANDS)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The ``trio-streams`` parser. Every command is listed; with ``only``, only the command of
+    that name gets its arguments (none does if no command has it), so running one command
+    builds, and imports, the parser of that command alone: ``main`` passes the command line's
+    command."""
     from typing import cast
 
     from .args import CommandLineParser
@@ -76,8 +118,17 @@ def build_parser() -> argparse.ArgumentParser:
         parser.add_subparsers(dest="command", metavar="COMMAND"),
     )
     for register in _registrars():
-        register(commands)
+        if isinstance(register, Command) and only is not None and register.name != only:
+            register.listed(commands)
+        else:
+            register(commands)
     return parser
+
+
+def _named_command(argv: list[str]) -> str:
+    """The command ``argv`` runs: its first argument that is not an option (the top-level
+    parser has only options that take no value), or "" if there is none."""
+    return next((argument for argument in argv if not argument.startswith("-")), "")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -106,14 +157,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
-    from ..core.extras import MissingExtra
-    from ..core.groups import leaves
     from .args import command_path, set_command
 
     command = "trio-streams"
     set_command(command)  # until the arguments say which command this is
     try:
-        parser = build_parser()
+        parser = build_parser(only=_named_command(argv))
         args = parser.parse_args(argv)
         command = command_path(parser, args)
         set_command(command)
@@ -130,10 +179,10 @@ def _main(argv: list[str]) -> int:
     except KeyboardInterrupt:
         _discard_stdout()  # output still buffered for a reader that may be gone
         return EXIT_INTERRUPTED
-    except MissingExtra as missing:  # the command needs an extra: one line, as for bad usage
-        print(f"{command}: {missing}", file=sys.stderr)
-        return EXIT_USAGE
-    except BaseExceptionGroup as group:  # the same, raised inside a command's nursery
+    except BaseExceptionGroup as group:  # raised inside a command's nursery
+        from ..core.extras import MissingExtra
+        from ..core.groups import leaves
+
         if all(isinstance(leaf, BrokenPipeError) for leaf in leaves(group)):
             _discard_stdout()
             return EXIT_BROKEN_PIPE
@@ -148,6 +197,11 @@ def _main(argv: list[str]) -> int:
             raise
         return _unexpected(command, group, "; ".join(map(_described, leaves(group))))
     except Exception as error:  # noqa: BLE001 - the last resort: one line, not a traceback
+        from ..core.extras import MissingExtra  # here: a command that runs does not pay for it
+
+        if isinstance(error, MissingExtra):  # the command needs an extra: one line, as usage
+            print(f"{command}: {error}", file=sys.stderr)
+            return EXIT_USAGE
         return _unexpected(command, error, _described(error))
 
 

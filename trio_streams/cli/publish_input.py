@@ -22,8 +22,6 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from ..file.envelope import open_envelope
-from ..file.ndjson_input import InputError, read_publish_input
 from .args import bad_command_line, error_line
 
 __all__ = ["Outgoing", "read_messages"]
@@ -60,6 +58,9 @@ def read_messages(args: argparse.Namespace, check_key: Callable[[str], object]) 
 def _ndjson_messages(
     args: argparse.Namespace, common: Mapping[str, str], check_key: Callable[[str], object]
 ) -> list[Outgoing]:
+    from ..file.envelope import open_envelope  # only --ndjson payloads are opened here
+    from ..file.ndjson_input import InputError, read_publish_input
+
     if args.payload is not None:
         bad_command_line("--ndjson reads the messages from stdin or --file, not PAYLOAD")
     if args.file is not None:

@@ -38,16 +38,9 @@ from ..record.resume import KeyNotRecorded, id_after, recorded_key
 from ..redis.client import RedisClient, connect, redact_url
 from ..redis.wire import split_id, text
 from ..top.redis_sample import scan_keys
-from .args import (
-    error_line,
-    error_notes,
-    file_position,
-    positive,
-    record_bound,
-    redis_url,
-)
+from .args import error_line, error_notes
 
-__all__ = ["register"]
+__all__ = ["record", "replay"]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -302,115 +295,7 @@ def _guarded(main: Callable[[argparse.Namespace], Awaitable[int]]) -> Callable[.
     return run
 
 
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``record`` and ``replay`` to the ``trio-streams`` parser."""
-    record = commands.add_parser(
-        "record",
-        help="copy a Redis stream, list or channel into a stream file",
-        description="Copy the entries of a Redis stream (XRANGE pages, then XREAD BLOCK with "
-        "--follow; never a consumer group), a list (one LRANGE snapshot, nothing taken) or a "
-        "channel (SUBSCRIBE, until stopped) into a stream file. Payloads and headers are kept "
-        "(the file's rs1/rs2 envelope), each entry's time is the message's timestamp and its id "
-        f"the header {ID_HEADER}. SIGINT/SIGTERM stop it cleanly: the file is flushed and "
-        "closed, and a summary line is printed.",
-    )
-    record.add_argument(
-        "url", metavar="URL", type=redis_url, help="the deployment, e.g. redis://host:6379/0"
-    )
-    record.add_argument("source", metavar="KEY", help="the stream, list or channel to record")
-    record.add_argument("--to", required=True, metavar="FILE", help="the stream file (.ss)")
-    record.add_argument(
-        "--key", default=None, help="the file's stream key (default: the Redis key's name)"
-    )
-    record.add_argument(
-        "--from", dest="start", type=record_bound("--from"), default=None, metavar="ID|ts:MS|end",
-        help="first entry: an id (inclusive), ts:MS (strictly later), or end (only new "
-        "entries; with --follow); default: the beginning",
-    )  # fmt: skip
-    until = record.add_mutually_exclusive_group()
-    until.add_argument(
-        "--until", type=record_bound("--until"), default=None, metavar="ID|ts:MS",
-        help="last entry: an id or ts:MS (inclusive); default: the last one when recording began",
-    )  # fmt: skip
-    until.add_argument(
-        "--follow", action="store_true", help="after the backlog, record new entries until stopped"
-    )
-    kind = record.add_mutually_exclusive_group()
-    kind.add_argument("--channel", action="store_true", help="KEY is a Pub/Sub channel")
-    kind.add_argument("--pattern", action="store_true", help="KEY is a Pub/Sub pattern")
-    record.add_argument(
-        "--limit", type=positive(int), default=None, metavar="N", help="stop after N entries"
-    )
-    record.add_argument(
-        "--append", action="store_true",
-        help="record into a file key that also holds messages not recorded from Redis (refused "
-        "otherwise)",
-    )  # fmt: skip
-    record.add_argument(
-        "--id-header", default=ID_HEADER, metavar="NAME",
-        help=f"the header that keeps each entry's id (default {ID_HEADER}; '' for none)",
-    )  # fmt: skip
-    record.add_argument(
-        "--progress", choices=("auto", "bar", "plain", "none"), default="auto",
-        help="auto: a bar on a terminal (with the tui extra), plain lines on stderr otherwise",
-    )  # fmt: skip
-    record.set_defaults(handler=_guarded(_record_main))
-
-    replay = commands.add_parser(
-        "replay",
-        help="publish a recording back to Redis",
-        description="Publish the messages of a stream file to Redis with their payloads and "
-        "headers (without the headers the recording added), as stream entries (XADD, new ids), "
-        "list elements (RPUSH) or channel messages (PUBLISH, on the channel each was recorded "
-        "from); unpaced, at a rate, or as recorded.",
-    )
-    replay.add_argument("file", metavar="FILE", help="the stream file (.ss)")
-    replay.add_argument(
-        "--to", required=True, type=redis_url, metavar="URL", help="the deployment to write to"
-    )
-    replay.add_argument(
-        "--stream", default=None, metavar="KEY",
-        help="write every message to KEY (a stream, a list with --as list, a channel with --as "
-        "channel); default: each message's stream key, or with --as channel the channel it was "
-        "recorded from",
-    )  # fmt: skip
-    replay.add_argument("--key", action="append", help="only this stream key (repeatable)")
-    replay.add_argument(
-        "--as", dest="as_", choices=("stream", "list", "channel"), default=None,
-        help="every message as a stream entry, a list element, or a channel message (each on "
-        "the channel it was recorded from); default: each as what it was recorded from (a "
-        "channel's message as a channel message, a list's element as a list element, else a "
-        "stream entry)",
-    )  # fmt: skip
-    replay.add_argument(
-        "--from", dest="start", type=file_position, default=None, metavar="POS",
-        help="beginning, seq:N or ts:MS (the last two need one --key)",
-    )  # fmt: skip
-    pace = replay.add_mutually_exclusive_group()
-    pace.add_argument(
-        "--rate", type=positive(float), default=None, metavar="N", help="N messages a second"
-    )
-    pace.add_argument(
-        "--as-recorded", action="store_true", help="keep the recorded gaps between messages"
-    )
-    pace.add_argument(
-        "--speed", type=positive(float), default=None, metavar="X",
-        help="as recorded, X times faster (0.5: twice as slow)",
-    )  # fmt: skip
-    replay.add_argument(
-        "--keep-header", action="append", default=[], metavar="NAME",
-        help=f"send a recording header anyway (e.g. {ID_HEADER})",
-    )  # fmt: skip
-    replay.add_argument(
-        "--id-header", default=ID_HEADER, metavar="NAME",
-        help=f"the header the recording kept entry ids in (default {ID_HEADER}): not sent",
-    )  # fmt: skip
-    replay.add_argument(
-        "--limit", type=positive(int), default=None, metavar="N", help="stop after N messages"
-    )
-    replay.add_argument(
-        "--keep-retries", action="store_true",
-        help="send the retry copies the recording holds too (left out by default: each is a "
-        "copy of a message in the recording, carrying x-ruststream-retry-count)",
-    )  # fmt: skip
-    replay.set_defaults(handler=_guarded(_replay_main))
+#: ``trio-streams record``: copy a Redis stream, list or channel into a stream file.
+record = _guarded(_record_main)
+#: ``trio-streams replay``: publish a recording back to Redis.
+replay = _guarded(_replay_main)

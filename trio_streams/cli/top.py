@@ -29,11 +29,11 @@ from ..redis.wire import text
 from ..top.file_sample import FileSampler
 from ..top.live import LIVE_VIEW
 from ..top.redis_sample import scan_streams
-from ..top.render import SORTS, as_text
+from ..top.render import as_text
 from ..top.view import FileWatch, RedisWatch, Screen, Watch
-from .args import REDIS_SCHEMES, error_line, error_notes, seconds, top_target
+from .args import REDIS_SCHEMES, error_line, error_notes
 
-__all__ = ["register", "screen_text"]
+__all__ = ["screen_text", "show"]
 
 #: ``HOST:PORT`` (``[::1]:PORT`` too): a Redis address given without its ``redis://``.
 _HOST_PORT = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):\d{1,5}")
@@ -118,7 +118,9 @@ async def _check_streams(client: RedisClient, streams: Sequence[str], url: str) 
         check_names("stream", streams, there | set(found), url)
 
 
-def _run(args: argparse.Namespace) -> int:
+def show(args: argparse.Namespace) -> int:
+    """Watch the target the command line names: one snapshot with ``--once``, else the live
+    view until it is quit; the exit status."""
     try:
         return int(trio.run(_top, args))
     except TrioStreamsError as exc:
@@ -126,51 +128,3 @@ def _run(args: argparse.Namespace) -> int:
         for note in error_notes(exc):
             sys.stderr.write(f"  {note}\n")
         return 1
-
-
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``top`` to the ``trio-streams`` parser."""
-    top = commands.add_parser(
-        "top",
-        help="a live view of a Redis deployment's streams, a stream file, or a running app",
-        description="Per stream and group: length, entries added/s, delivered/s, acked/s, "
-        "pending, lag, consumers and their idle times (stuck ones marked), delayed retries and "
-        "how many are due, dead-letter streams. Per key of a stream file: messages, messages/s, "
-        "sequence range, bytes behind the writer; per consumer group of the file: position, "
-        "lag, members, held messages, delayed retries. Per subscription of an app run with --http "
-        "(http://HOST:PORT): received/s, handled/s, outcomes, retries, in flight, queued, lag, "
-        "faults, degraded (with --workers: the app's line, then one per worker). Read-only: it "
-        "joins no group. Keys in the live view: s sort, / filter, p pause, q quit.",
-    )
-    top.add_argument(
-        "target",
-        type=top_target,
-        metavar="URL|FILE",
-        help="a Redis URL, a stream file (.ss), or http://HOST:PORT of an app's --http",
-    )
-    top.add_argument(
-        "--once", action="store_true",
-        help="print one snapshot as text (two samples --interval apart) and exit",
-    )  # fmt: skip
-    top.add_argument(
-        "--interval", type=seconds(minimum=0.01), default=1.0, metavar="SECONDS",
-        help="time between snapshots (default 1)",
-    )  # fmt: skip
-    top.add_argument(
-        "--stream", action="append", default=[], metavar="KEY",
-        help="watch this stream, or this key of a stream file (repeatable; default: every "
-        "stream SCAN finds, every key of the file)",
-    )  # fmt: skip
-    top.add_argument("--match", default="*", metavar="GLOB", help="SCAN only keys matching GLOB")
-    top.add_argument(
-        "--dead-letter", action="append", default=[], metavar="GLOB",
-        help="streams matching GLOB are dead-letter streams (trio-streams' own are found "
-        "by their headers)",
-    )  # fmt: skip
-    top.add_argument(
-        "--stuck-after", type=seconds(minimum=0.0), default=30.0, metavar="SECONDS",
-        help="a consumer with pending entries idle this long is stuck (default 30)",
-    )  # fmt: skip
-    top.add_argument("--sort", choices=list(SORTS), default="name", help="the first sort order")
-    top.add_argument("--filter", default="", metavar="TEXT", help="only streams matching TEXT")
-    top.set_defaults(handler=_run)

@@ -16,11 +16,12 @@ from __future__ import annotations
 import os
 from collections.abc import Collection
 
+from ..core.errors import ConfigurationError
 from ..core.names import check_names
-from .format import INTERNAL_KEY, markers_per_beacon
+from .format import INTERNAL_KEY, WILDCARD_KEY, key_is_valid, markers_per_beacon
 from .reader import FileReader
 
-__all__ = ["check_file_keys"]
+__all__ = ["check_file_keys", "check_stream_key"]
 
 #: Messages decoded per read while looking.
 _BATCH = 8192
@@ -60,3 +61,21 @@ def _named_by_beacons(reader: FileReader, wanted: set[str]) -> set[str]:
         if wanted <= seen:
             break
     return seen
+
+
+def check_stream_key(key: str) -> None:
+    """Refuse, with ``ConfigurationError``, a key the format cannot hold or reserves.
+
+    An empty key is refused too: the format would store it, but no subscription can name it.
+    """
+    if not key:
+        raise ConfigurationError(
+            "stream key '' is empty: a stream key is 1 to 249 characters of [A-Za-z0-9._-]"
+        )
+    if key in (INTERNAL_KEY, WILDCARD_KEY):
+        raise ConfigurationError(f"stream key {key!r} is reserved by the stream-file format")
+    if not key.isascii() or not key_is_valid(key.encode("ascii")):
+        raise ConfigurationError(
+            f"stream key {key!r} is not valid in a stream file: at most 249 characters of "
+            "[A-Za-z0-9._-]"
+        )

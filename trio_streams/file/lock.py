@@ -21,8 +21,6 @@ import fcntl
 import os
 import threading
 
-import trio
-
 from .errors import WriterLockedError
 
 __all__ = ["EXCLUSIVE_WAIT", "FileLock", "hold_exclusively"]
@@ -121,6 +119,8 @@ class FileLock:
         Cancellable: a cancelled call holds nothing (the abandoned thread lets go of the lock
         as soon as it gets it).
         """
+        import trio  # here: the tools that only read EXCLUSIVE_WAIT start without Trio
+
         await trio.lowlevel.checkpoint_if_cancelled()
         if self.try_acquire():
             return

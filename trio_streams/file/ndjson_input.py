@@ -31,7 +31,7 @@ from .format import (
     Header,
     encode_header,
 )
-from .sources import check_stream_key
+from .keys import check_stream_key
 
 __all__ = [
     "InputError",
@@ -264,7 +264,7 @@ def read_publish_input(
     optional.
 
     ``check_key`` refuses a key the target cannot take by raising ``ValueError``: by default a
-    stream file's rules (:func:`~.sources.check_stream_key`); a Redis key has its own.
+    stream file's rules (:func:`~.keys.check_stream_key`); a Redis key has its own.
     """
     rows: list[PublishRow] = []
     for number, line in enumerate(lines, 1):

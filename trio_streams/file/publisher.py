@@ -27,7 +27,7 @@ from .durability import DEFAULT_DURABILITY, Durability, check_durability
 from .envelope import seal
 from .errors import StreamFileNotFoundError, WriterClosedError
 from .format import DEFAULT_BEACON_INTERVAL
-from .sources import check_stream_key
+from .keys import check_stream_key
 from .writer import Receipt, WriterHandle, WriterRegistry, writers
 
 __all__ = ["FilePublisher", "open_publisher"]

@@ -12,8 +12,8 @@ from ..core.sources import NamedSource
 from ..core.transport import Sharing, check_source_args
 from ..memory.sources import MemoryStream
 from .durable import check_consumer_name
-from .format import INTERNAL_KEY, WILDCARD_KEY, key_is_valid
 from .group_store import check_group_name
+from .keys import check_stream_key
 
 __all__ = ["DEFAULT_CLAIM", "DEFAULT_LEASE", "FileStream", "check_stream_key"]
 
@@ -196,21 +196,3 @@ def _check_group(
         raise ConfigurationError(f"lease takes 1 to 86400 seconds, not {lease!r}")
     if isinstance(claim, bool) or not isinstance(claim, int) or not 1 <= claim <= 100_000:
         raise ConfigurationError(f"claim takes 1 to 100000 messages, not {claim!r}")
-
-
-def check_stream_key(key: str) -> None:
-    """Refuse, with ``ConfigurationError``, a key the format cannot hold or reserves.
-
-    An empty key is refused too: the format would store it, but no subscription can name it.
-    """
-    if not key:
-        raise ConfigurationError(
-            "stream key '' is empty: a stream key is 1 to 249 characters of [A-Za-z0-9._-]"
-        )
-    if key in (INTERNAL_KEY, WILDCARD_KEY):
-        raise ConfigurationError(f"stream key {key!r} is reserved by the stream-file format")
-    if not key.isascii() or not key_is_valid(key.encode("ascii")):
-        raise ConfigurationError(
-            f"stream key {key!r} is not valid in a stream file: at most 249 characters of "
-            "[A-Za-z0-9._-]"
-        )

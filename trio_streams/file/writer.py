@@ -51,9 +51,7 @@ import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, final
-
-import trio
+from typing import TYPE_CHECKING, Any, NamedTuple, final
 
 from ..core.positions import Position
 from .catchup import catch_up
@@ -86,6 +84,24 @@ from .format import (
     is_header_prefix,
 )
 from .lock import FileLock, hold_exclusively
+
+
+class _TrioOnFirstUse:
+    """Trio, imported when the writer's async side first uses it: a script or a command that
+    only appends (``trio-streams publish``) starts without importing Trio. The first attribute
+    read puts the module itself in this module's globals, so later reads are plain globals."""
+
+    def __getattr__(self, name: str) -> Any:
+        import trio as module
+
+        globals()["trio"] = module
+        return getattr(module, name)
+
+
+if TYPE_CHECKING:
+    import trio
+else:
+    trio = _TrioOnFirstUse()
 
 #: Buffered bytes that trigger a write without an explicit flush (as upstream: 1 MiB).
 AUTO_FLUSH_BYTES = 1 << 20
@@ -739,8 +755,9 @@ class StreamWriter:
         self.close()
 
 
-class WriterHandle(trio.abc.AsyncResource):
-    """One publisher's share of a :class:`StreamWriter`; close it once when done.
+class WriterHandle:
+    """One publisher's share of a :class:`StreamWriter`; close it once when done (``with``,
+    ``async with``, :meth:`close` or :meth:`aclose`).
 
     For a hot loop, call :attr:`writer`'s methods directly; the handle only adds reference
     counting.
@@ -806,6 +823,12 @@ class WriterHandle(trio.abc.AsyncResource):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    async def __aenter__(self) -> WriterHandle:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
 
 @dataclass
