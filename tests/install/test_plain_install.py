@@ -171,6 +171,7 @@ def _refused(result: subprocess.CompletedProcess[str], command: str, extra: str)
     return line
 
 
+@pytest.mark.slow
 def test_a_plain_install_brings_no_extra(plain: PlainInstall) -> None:
     modules = [module for extra in EXTRAS.values() for module in extra.modules]
     result = plain.python(
