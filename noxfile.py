@@ -1,13 +1,18 @@
-"""nox sessions: tests (the README test command), redis-matrix, soak, chaos, lint, docs, bench,
-demo.
+"""nox sessions: tests (the README test command), slow, redis-matrix, soak, chaos, lint, docs,
+bench, demo.
 
 ``nox -s tests`` is the one command that proves main works: it installs the package with its test
 dependencies into a fresh virtualenv, makes sure every server binary the tests start is present
-(installing Debian's package when it is missing), and runs the suite. Long soak and kill tests are
-kept out of it and run with ``nox -s soak``; ``nox -s chaos`` runs the fault campaign
-(docs/guides/reliability.md). ``nox -s redis-matrix`` runs the Redis suites on every Redis and
-Valkey server of the matrix (``tests/server_matrix.py``; docs/guides/operations.md, "Which
-servers"); ``nox -s redis-matrix-ci`` is the part of it CI runs.
+(installing Debian's package when it is missing), and runs the suite but its slow and soak tests
+(``-m "not soak and not slow"``, about 3,600 tests). ``nox -s slow`` runs the slow ones (``-m
+"slow and not soak"``, about 250): each takes more than a few seconds on an idle 2-core machine —
+kill campaigns with real processes, supervisors and their workers, the docs' pages run as written,
+fresh installs, the CLI's table of mistakes (a process each), large sizes. The two together are
+everything but the soak, and CI runs both (``.ci/run``). Long soak and kill tests run with ``nox
+-s soak``; ``nox -s chaos`` runs the fault campaign (docs/guides/reliability.md). ``nox -s
+redis-matrix`` runs the Redis suites on every Redis and Valkey server of the matrix
+(``tests/server_matrix.py``; docs/guides/operations.md, "Which servers"); ``nox -s
+redis-matrix-ci`` is the part of it CI runs.
 """
 
 from __future__ import annotations
@@ -51,16 +56,28 @@ def ensure_servers(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """The whole test suite, against real servers the fixtures start (README's test command)."""
+    """The test suite but its slow and soak tests, against real servers the fixtures start
+    (README's test command)."""
     ensure_servers(session)
     session.install("-e", ".[test]")
-    session.run("pytest", *WORKERS, "-m", "not soak", *session.posargs)
+    session.run("pytest", *WORKERS, "-m", "not soak and not slow", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def slow(session: nox.Session) -> None:
+    """The slow tests (the ``slow`` mark: each more than a few seconds on an idle 2-core
+    machine); with ``tests`` it makes everything but the soak."""
+    ensure_servers(session)
+    session.install("-e", ".[test]")
+    session.run("pytest", *WORKERS, "-m", "slow and not soak", *session.posargs)
 
 
 #: The suite runs on two pytest-xdist workers: its tests wait on servers and subprocesses as
 #: much as they compute, so two keep a 2-core machine busy without starving either (each
-#: worker starts its own servers on free ports, and its own cluster).
-WORKERS = ("-n", "2")
+#: worker starts its own servers on free ports, and its own cluster). A worker that runs out
+#: of tests steals from the other (``worksteal``), so one long test at the end of a worker's
+#: share no longer leaves the other idle.
+WORKERS = ("-n", "2", "--dist", "worksteal")
 #: The servers of the matrix, by name (tests/server_matrix.py says where each comes from).
 MATRIX = ("redis-7.0", "redis-8.2", "valkey-9.1", "valkey-8.0")
 #: What runs on each server: every Redis test but the long soak, and the conformance suite's

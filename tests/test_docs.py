@@ -19,6 +19,7 @@ _INFO = re.compile(r"\d{4}-\d\d-\d\d [\d:,]+ (DEBUG|INFO) ")
 _WHOLE_OUTPUT = frozenset({"docs/tutorial.md"})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", sorted(PAGES))
 def test_every_runnable_block_of_the_page_runs_as_written(page: str, tmp_path: Path) -> None:
     steps = steps_of(PAGES[page])

@@ -263,6 +263,7 @@ def _private_imports() -> set[tuple[str, str]]:
     return found
 
 
+@pytest.mark.slow
 def test_no_module_imports_another_modules_private_name() -> None:
     """A ``_name`` is its module's own: what another module needs has a public name (private
     modules are the import contracts' business: pyproject.toml)."""

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from .campaign import campaign
 from .history import table
 
@@ -24,6 +26,7 @@ ONLY = (
 )
 
 
+@pytest.mark.slow
 async def test_a_small_seeded_campaign_loses_nothing_and_settles_nothing_without_a_run(
     tmp_path: Path,
 ) -> None:

@@ -290,6 +290,7 @@ MISTAKES: list[tuple[list[str], int, str]] = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("argv", "status", "says"), MISTAKES, ids=[" ".join(argv) for argv, _, _ in MISTAKES]
 )

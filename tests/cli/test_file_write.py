@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from trio_streams.file.reader import FileReader
 
 from .support import cli, stderr_lines, stream_file
@@ -130,6 +132,7 @@ def test_streams_and_shards_each_have_their_own_sequence(tmp_path: Path) -> None
     assert payloads(target) == [b"1", b"1", b"1", b"d", b"a", b"shard 1", b"e"]
 
 
+@pytest.mark.slow
 def test_what_the_format_cannot_hold_is_refused_before_anything_is_written(
     tmp_path: Path,
 ) -> None:

@@ -6,6 +6,8 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from .support import cli, stderr_lines, stream_file
 
 
@@ -181,6 +183,7 @@ def test_under_workers_each_line_names_the_worker_or_the_supervisor_that_wrote_i
     assert all(" [worker " in line or " [supervisor] " in line for line in lines), result.stderr
 
 
+@pytest.mark.slow
 def test_under_workers_each_json_record_names_its_process(tmp_path: Path) -> None:
     result = run_flaky(
         tmp_path, "--workers", "2", "--allow-broadcast", "--log-format", "json", fails=0

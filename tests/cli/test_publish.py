@@ -28,6 +28,7 @@ def _messages(path: Path) -> list[tuple[str, int, bytes, Mapping[str, str]]]:
         return [(m.stream_key, m.seq, *open_envelope(m.payload)) for m in reader]
 
 
+@pytest.mark.slow
 def test_publish_a_payload_argument_prints_its_receipt(tmp_path: Path) -> None:
     path = stream_file(tmp_path / "orders.ss", 2)
     result = cli("publish", str(path), "orders", '{"id": 7}')
@@ -38,6 +39,7 @@ def test_publish_a_payload_argument_prints_its_receipt(tmp_path: Path) -> None:
     assert _messages(path)[-1] == ("orders", 3, b'{"id": 7}', {})
 
 
+@pytest.mark.slow
 def test_publish_reads_the_payload_from_stdin_or_a_file_as_bytes(tmp_path: Path) -> None:
     path = tmp_path / "new.ss"
     assert cli("publish", str(path), "k", stdin="from stdin\n").returncode == 0
@@ -54,6 +56,7 @@ def test_publish_headers_reach_the_handlers_envelope(tmp_path: Path) -> None:
     assert _messages(path) == [("k", 1, b"x", {"source": "import", "trace": "a=b"})]
 
 
+@pytest.mark.slow
 def test_publish_ndjson_takes_the_file_write_schema_and_prints_a_receipt_a_line(
     tmp_path: Path,
 ) -> None:
@@ -127,6 +130,7 @@ async def _publish(path: Path, orders: list[tuple[int, int]], *, ndjson: bool) -
         assert result.stdout.startswith(b"orders seq:")
 
 
+@pytest.mark.slow
 async def test_a_service_consumes_with_retries_and_a_dead_letter_while_scripts_publish(
     tmp_path: Path,
 ) -> None:
@@ -186,6 +190,7 @@ async def test_a_service_consumes_with_retries_and_a_dead_letter_while_scripts_p
     assert path.read_bytes() == reencoded(path)
 
 
+@pytest.mark.slow
 def test_decoded_messages_published_again_keep_their_payloads_and_headers(tmp_path: Path) -> None:
     first, second = tmp_path / "a.ss", tmp_path / "b.ss"
     assert cli("publish", str(first), "orders", "x", "-H", "trace=t1").returncode == 0
@@ -198,6 +203,7 @@ def test_decoded_messages_published_again_keep_their_payloads_and_headers(tmp_pa
     ]
 
 
+@pytest.mark.slow
 def test_an_ndjson_payload_that_is_not_a_string_is_refused_and_nothing_published(
     tmp_path: Path,
 ) -> None:
@@ -223,6 +229,7 @@ def test_an_empty_payload_from_stdin_is_refused_with_exit_2_and_nothing_publishe
     assert not path.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source", ["argument", "file"])
 def test_an_empty_payload_argument_or_file_is_refused_too(tmp_path: Path, source: str) -> None:
     empty = tmp_path / "empty"
@@ -232,6 +239,7 @@ def test_an_empty_payload_argument_or_file_is_refused_too(tmp_path: Path, source
     assert result.returncode == 2 and "--allow-empty" in result.stderr
 
 
+@pytest.mark.slow
 def test_an_empty_payload_is_published_with_allow_empty(tmp_path: Path) -> None:
     path = tmp_path / "k.ss"
     result = cli("publish", str(path), "k", "--allow-empty", stdin="")

@@ -62,6 +62,7 @@ def run_in(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_a_module_that_raises_while_importing_is_one_line_naming_it_and_exit_1(
     tmp_path: Path,
 ) -> None:
@@ -74,6 +75,7 @@ def test_a_module_that_raises_while_importing_is_one_line_naming_it_and_exit_1(
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("source", "cause"),
     [
@@ -91,6 +93,7 @@ def test_a_module_with_a_syntax_error_or_a_missing_dependency_is_a_runtime_error
     assert line.startswith(f"{PREFIX}importing 'svc' failed: {cause}"), line
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("target", "says"),
     [
@@ -109,6 +112,7 @@ def test_only_a_wrong_target_is_a_usage_error(tmp_path: Path, target: str, says:
     assert line.startswith(f"{PREFIX}{says}"), line
 
 
+@pytest.mark.slow
 async def test_under_workers_a_module_that_raises_while_importing_is_restarted_as_a_crash(
     tmp_path: Path,
 ) -> None:
@@ -132,6 +136,7 @@ async def test_under_workers_a_module_that_raises_while_importing_is_restarted_a
     assert "command line or target is wrong" not in text
 
 
+@pytest.mark.slow
 async def test_reload_keeps_watching_when_a_file_is_saved_with_a_syntax_error(
     tmp_path: Path,
 ) -> None:
@@ -156,6 +161,7 @@ async def test_reload_keeps_watching_when_a_file_is_saved_with_a_syntax_error(
     assert not any("giving up" in line for line in running.lines)
 
 
+@pytest.mark.slow
 def test_a_durable_file_consumer_is_refused_with_workers_even_with_allow_broadcast(
     tmp_path: Path,
 ) -> None:
@@ -210,6 +216,7 @@ def test_check_workers_accepts_a_file_group_and_still_refuses_the_file_read_whol
     assert problem.startswith("subscription 'read' (FileStream('orders'))"), problem
 
 
+@pytest.mark.slow
 def test_a_file_group_runs_in_workers_each_message_handled_once(tmp_path: Path) -> None:
     messages = 200
     with StreamWriter(tmp_path / "orders.ss") as writer:

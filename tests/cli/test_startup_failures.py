@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from trio_streams.file.durable import DurableStore
 
 from .support import cli, run_command, stderr_lines, stream_file
@@ -35,6 +37,7 @@ def test_a_missing_file_is_one_line_that_names_it_and_what_to_do(tmp_path: Path)
     assert "leave existing_only out" in line
 
 
+@pytest.mark.slow
 def test_a_replay_of_a_mistyped_path_exits_1_with_one_line_naming_it(tmp_path: Path) -> None:
     path = tmp_path / "ordres.ss"
     line = the_one_line(run("typo", path))
@@ -44,6 +47,7 @@ def test_a_replay_of_a_mistyped_path_exits_1_with_one_line_naming_it(tmp_path: P
     assert not path.exists()
 
 
+@pytest.mark.slow
 def test_a_second_instance_of_a_durable_consumer_is_one_line_asking_to_stop_the_other(
     tmp_path: Path,
 ) -> None:

@@ -13,6 +13,7 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
 import trio
 
 from .support import assert_stopped_starting, run_process, signal_lines
@@ -77,6 +78,7 @@ async def test_sigint_while_trio_streams_itself_is_imported_stops_a_background_p
     assert_stopped_starting(status, output, name="SIGINT")
 
 
+@pytest.mark.slow
 async def test_sigint_while_the_app_is_imported_stops_a_background_process(
     tmp_path: Path,
 ) -> None:
@@ -108,6 +110,7 @@ async def test_ctrl_c_in_an_on_startup_hook_stops_at_once_without_a_traceback() 
     assert "starting: SIGINT received while starting" in signal_lines(output)[0]
 
 
+@pytest.mark.slow
 async def test_sigint_in_an_on_startup_hook_stops_a_background_process() -> None:
     async with run_process(APP, stage="hook", in_background=True) as process:
         with trio.fail_after(20):
@@ -144,6 +147,7 @@ async def test_sigint_once_running_still_drains_in_a_background_process() -> Non
     assert len(lines) == 1 and "SIGINT received, shutting down gracefully" in lines[0], output
 
 
+@pytest.mark.slow
 async def test_workers_signalled_in_their_on_startup_hooks_stop_at_once() -> None:
     async with run_process(APP, "--workers", "2", stage="hook", in_background=True) as process:
         with trio.fail_after(30):

@@ -7,6 +7,8 @@ import subprocess
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from .support import cli, one_error_line
 
 PREFIX = "trio-streams run: "
@@ -66,6 +68,7 @@ def test_a_stream_file_dead_letter_its_own_subscription_reads_is_refused_in_one_
     assert not (tmp_path / "orders.ss").exists()  # nothing started
 
 
+@pytest.mark.slow
 def test_a_module_level_app_run_is_refused_with_the_main_guard_hint_before_anything_starts(
     tmp_path: Path,
 ) -> None:
@@ -97,6 +100,7 @@ def test_a_module_level_app_run_is_refused_with_the_main_guard_hint_before_anyth
     assert not marker.exists()  # the app never started
 
 
+@pytest.mark.slow
 def test_app_run_under_the_main_guard_is_left_alone(tmp_path: Path) -> None:
     # Imported by the CLI, the guard keeps app.run() from running: the CLI runs the app (it
     # has nothing to read, so it stops at once by itself).
@@ -120,6 +124,7 @@ def test_app_run_under_the_main_guard_is_left_alone(tmp_path: Path) -> None:
     assert "guarded: running" in result.stderr
 
 
+@pytest.mark.slow
 def test_a_broker_with_subscribers_that_is_not_registered_is_refused_naming_it(
     tmp_path: Path,
 ) -> None:
@@ -143,6 +148,7 @@ def test_a_broker_with_subscribers_that_is_not_registered_is_refused_naming_it(
     assert line.endswith("add app.broker(log)"), line
 
 
+@pytest.mark.slow
 def test_a_broker_without_subscribers_that_is_not_registered_is_left_alone(
     tmp_path: Path,
 ) -> None:

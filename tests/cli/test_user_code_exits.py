@@ -7,6 +7,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from .support import cli, stderr_lines, stream_file
 
 PREFIX = "trio-streams run: "
@@ -25,6 +27,7 @@ def the_failure(result: subprocess.CompletedProcess[str]) -> str:
     return line
 
 
+@pytest.mark.slow
 def test_a_handler_that_calls_sys_exit_is_one_line_naming_the_handler_and_exit_1(
     tmp_path: Path,
 ) -> None:
@@ -34,6 +37,7 @@ def test_a_handler_that_calls_sys_exit_is_one_line_naming_the_handler_and_exit_1
     assert "handler h of subscription 'orders' raised SystemExit(3)" in line, result.stderr
 
 
+@pytest.mark.slow
 def test_a_handler_that_calls_sys_exit_stops_the_app_as_a_failure_does(tmp_path: Path) -> None:
     path = stream_file(tmp_path / "orders.ss", 3)
     result = run("handler_exits", path)
@@ -42,6 +46,7 @@ def test_a_handler_that_calls_sys_exit_stops_the_app_as_a_failure_does(tmp_path:
     assert "app 'exits' stopped" in result.stderr, result.stderr
 
 
+@pytest.mark.slow
 def test_the_message_the_handler_exited_on_is_not_lost(tmp_path: Path) -> None:
     path = stream_file(tmp_path / "orders.ss", 3)
     run("handler_exits", path)

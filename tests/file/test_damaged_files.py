@@ -233,6 +233,7 @@ def _stream_fields(path: Path) -> set[int]:
     }
 
 
+@pytest.mark.slow
 def test_every_single_bit_flip_of_a_small_file_is_detected_harmless_or_timestamp_only(
     tmp_path: Path,
 ) -> None:
@@ -324,6 +325,7 @@ def _frame_size(message: Message) -> int:
 # ---- the tools exit non-zero on damage ----------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["decode", "stat"])
 def test_file_decode_and_stat_exit_1_on_a_flipped_sequence_number_naming_the_offset(
     tmp_path: Path, command: str
@@ -503,6 +505,7 @@ def test_the_next_writer_completes_a_file_cut_inside_its_header_and_goes_on(
         assert [int(m.payload) for m in reader] == [1, 2, 3]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("at", "value"), [(0, 0x54), (2, 2), (3, 200), (12, 0xFF), (30, 1), (63, 1)], ids=str
 )

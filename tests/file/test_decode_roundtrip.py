@@ -82,6 +82,7 @@ def test_decode_then_write_gives_every_vector_back_byte_for_byte(
     assert target.read_bytes() == vector.read_bytes()[: end_of_first_eos(vector)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("vector", [ONE_KEY, VECTORS / "sample-1.ss"], ids=lambda p: p.name)
 def test_decode_piped_into_write_in_real_processes_gives_the_file_back(
     vector: Path, tmp_path: Path

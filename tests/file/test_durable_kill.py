@@ -77,6 +77,7 @@ async def kill_again_and_again(
     assert total < 2 * messages  # redelivery is bounded by how often the position is stored
 
 
+@pytest.mark.slow
 async def test_kill_9_of_a_durable_consumer_mid_stream_loses_nothing(tmp_path: Path) -> None:
     await kill_again_and_again(
         tmp_path / "orders.ss", messages=3_000, kills=4, per_run=500, deadline=120

@@ -468,6 +468,7 @@ async def test_retry_after_survives_a_restart_of_all_members(tmp_path: Path) -> 
     assert {r.id for r in later} == retried  # nothing else ran again
 
 
+@pytest.mark.slow
 async def test_max_attempts_dead_letters_after_n_handler_runs_and_kills_never_charge_an_attempt(
     tmp_path: Path,
 ) -> None:
@@ -525,6 +526,7 @@ async def _group_that_ran(tmp_path: Path) -> Group:
     return group
 
 
+@pytest.mark.slow
 async def test_a_corrupt_or_cut_state_the_member_refuses_to_start_naming_it(
     tmp_path: Path,
 ) -> None:
@@ -580,6 +582,7 @@ async def test_a_state_whose_newer_slot_is_cut_resumes_from_the_other_never_rese
     assert set(report.duplicates) == left & before
 
 
+@pytest.mark.slow
 async def test_a_restart_of_the_whole_group_resumes_where_it_stopped(tmp_path: Path) -> None:
     # The whole group is stopped (SIGTERM), restarted, killed -9 (every member at once),
     # restarted as replay members, which end once the group is done.

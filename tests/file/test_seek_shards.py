@@ -218,6 +218,7 @@ def two_shards(count: int) -> list[Row]:
     return rows
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("interval", [128, 4096])
 def test_a_key_in_two_shards_lands_exactly_when_every_beacon_has_room_for_every_stream(
     tmp_path: Path, interval: int
@@ -257,6 +258,7 @@ def test_a_key_in_two_shards_with_rotating_markers_lands_on_a_later_message_neve
 # ---- interval 128: no marker fits, 20k messages, random targets against the oracle ----------
 
 
+@pytest.mark.slow
 def test_every_seek_in_a_20k_message_file_at_interval_128_lands_where_a_linear_scan_says(
     tmp_path: Path,
 ) -> None:

@@ -34,6 +34,7 @@ def test_decodes_to_its_ndjson(vector: Vector) -> None:
             assert reader.eos.stream_key == INTERNAL_KEY
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ALL_SS, ids=lambda p: p.name)
 @pytest.mark.parametrize("chunk", [1, 7, 1000])
 def test_decoding_does_not_depend_on_how_bytes_arrive(path: Path, chunk: int) -> None:
@@ -106,6 +107,7 @@ def _cli(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("vector", DESCRIBED, ids=lambda v: v.name)
 def test_cli_write_and_decode_round_trip(vector: Vector, tmp_path: Path) -> None:
     target = tmp_path / vector.path.name

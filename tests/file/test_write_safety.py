@@ -339,6 +339,7 @@ def test_a_corrupt_frame_inside_the_file_reaches_the_writer_with_the_repair_hint
     assert path.read_bytes() == data
 
 
+@pytest.mark.slow
 def test_the_cli_write_command_refuses_an_unproven_tail_in_a_real_process(tmp_path: Path) -> None:
     path = make(tmp_path, "no-beacons")
     last = frames_of(path)[-1]
@@ -380,6 +381,7 @@ async def test_an_app_publishing_through_file_broker_gets_the_typed_error(tmp_pa
     assert path.read_bytes() == data
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", list(KINDS))
 async def test_a_tail_cut_at_every_byte_of_the_last_frame_is_cut_away_and_nothing_is_lost(
     tmp_path: Path, kind: str

@@ -97,6 +97,7 @@ def _four_writers_and_a_follower(tmp_path: Path, count: int) -> None:
     assert path.read_bytes() == reencoded(path)
 
 
+@pytest.mark.slow
 def test_four_writer_processes_and_a_live_follower(tmp_path: Path) -> None:
     _four_writers_and_a_follower(tmp_path, 3000)
 
@@ -178,6 +179,7 @@ async def _kills(tmp_path: Path, count: int, kills: int) -> None:
     assert path.read_bytes() == reencoded(path)
 
 
+@pytest.mark.slow
 async def test_writers_killed_mid_burst_leave_a_file_the_others_continue(tmp_path: Path) -> None:
     await _kills(tmp_path, 3000, 6)
 

@@ -23,6 +23,9 @@ from trio_streams.core.extras import EXTRAS
 from ..cli.support import cli, stderr_lines
 from .support import run_in
 
+#: A fresh virtual environment and a pip install from the package index: slow (``nox -s slow``).
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 VECTOR = ROOT / "tests" / "data" / "vectors" / "one-key-1024.ss"
 

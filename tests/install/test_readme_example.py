@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.docs_blocks import ROOT, steps_of
 
 from .support import run_in
@@ -12,6 +14,7 @@ from .support import run_in
 README = ROOT / "README.md"
 
 
+@pytest.mark.slow
 def test_the_readme_test_passes_in_a_fresh_directory_with_the_files_the_readme_shows(
     tmp_path: Path,
 ) -> None:

@@ -104,6 +104,7 @@ async def test_healthz_is_alive_and_readyz_says_ready_only_while_running() -> No
         nursery.cancel_scope.cancel()
 
 
+@pytest.mark.slow
 async def test_top_once_shows_a_running_apps_subscriptions_from_its_http_endpoint() -> None:
     registry = CollectorRegistry()
     app = App("shop", middlewares=[PrometheusMiddleware(registry=registry)])
@@ -144,6 +145,7 @@ async def test_top_once_shows_a_running_apps_subscriptions_from_its_http_endpoin
     assert row["RECEIVED/S"] == "0.0"  # nothing arrived between the two samples
 
 
+@pytest.mark.slow
 async def test_top_names_an_endpoint_that_does_not_answer() -> None:
     result = await trio.run_process(
         [sys.executable, "-m", "trio_streams", "top", "http://127.0.0.1:1", "--once"],

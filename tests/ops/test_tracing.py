@@ -96,6 +96,7 @@ def assert_one_trace_across(produced: list[dict[str, Any]], consumed: list[dict[
     assert process["parent"] == send["span_id"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transport", ["file", "redis"])
 def test_a_trace_crosses_two_processes_through_the_transport(
     transport: str, tmp_path: Path

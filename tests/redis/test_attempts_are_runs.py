@@ -59,6 +59,7 @@ async def settled(redis: RedisClient, ledger: KeyLedger, *, within: float = 30) 
 # neighbours are not charged."
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["stream", "list"])
 @pytest.mark.parametrize(
     ("behaviour", "workers"),
@@ -111,6 +112,7 @@ async def test_a_poison_that_exits_its_process_is_dead_lettered_after_exactly_ma
 # ... handed back with its count as it was ... so the next consumer handles it at once."
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["stream", "list"])
 async def test_ten_graceful_stops_in_a_row_during_a_backlog_charge_no_attempt(
     redis_server: RedisServer, redis: RedisClient, tmp_path: Path, kind: str
@@ -151,6 +153,7 @@ async def test_ten_graceful_stops_in_a_row_during_a_backlog_charge_no_attempt(
     print(f"first handled after a restart within (s): {[round(w, 2) for w in waits]}")
 
 
+@pytest.mark.slow
 async def test_what_a_graceful_stop_hands_back_another_live_consumer_takes_at_once(
     redis_server: RedisServer, redis: RedisClient, tmp_path: Path
 ) -> None:
@@ -192,6 +195,7 @@ async def test_what_a_graceful_stop_hands_back_another_live_consumer_takes_at_on
 # of a backlog charges only the runs under way.
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["stream", "list"])
 async def test_repeated_kill_9_of_two_consumers_settle_nothing_without_a_run(
     redis_server: RedisServer, redis: RedisClient, tmp_path: Path, kind: str

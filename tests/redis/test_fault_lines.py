@@ -128,6 +128,7 @@ async def _run_until_faults_logged(server: RedisServer, *args: str) -> list[str]
     return output
 
 
+@pytest.mark.slow
 async def test_a_run_whose_server_stops_writes_no_traceback_at_the_default_level(
     redis_server: RedisServer,
 ) -> None:
@@ -137,6 +138,7 @@ async def test_a_run_whose_server_stops_writes_no_traceback_at_the_default_level
     assert "cause: ConnectionRefusedError" in text, text
 
 
+@pytest.mark.slow
 async def test_a_run_whose_server_stops_writes_the_tracebacks_with_log_level_debug(
     redis_server: RedisServer,
 ) -> None:

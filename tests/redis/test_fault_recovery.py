@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
+import pytest
 import trio
 
 from tests.redis_servers import RedisServer
@@ -67,6 +68,7 @@ async def recovered(running: RunningApp) -> None:
     assert running.stats()["sub"].degraded == ()
 
 
+@pytest.mark.slow
 async def test_a_group_members_flush_and_lease_faults_clear_once_a_paused_server_answers(
     redis_server: RedisServer,
 ) -> None:

@@ -726,6 +726,7 @@ async def many_requests(server: RedisServer, count: int) -> None:
     assert answers == {n: Quote(f"item{n}", 2.5 * n) for n in range(count)}
 
 
+@pytest.mark.slow
 async def test_ten_thousand_concurrent_requests_each_get_their_own_reply(
     redis_server: RedisServer,
 ) -> None:

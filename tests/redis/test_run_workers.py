@@ -47,6 +47,7 @@ async def wait_running(process: Consumer, app: str, count: int) -> None:
     await eventually(started, within=30, what=f"{count} run(s) of {app} started")
 
 
+@pytest.mark.slow
 async def test_three_workers_share_a_group_and_a_killed_one_is_restarted_and_nothing_is_lost(
     redis_server: RedisServer, redis: RedisClient
 ) -> None:
@@ -95,6 +96,7 @@ async def test_three_workers_share_a_group_and_a_killed_one_is_restarted_and_not
     assert any("draining the workers" in line for line in running.lines)
 
 
+@pytest.mark.slow
 async def test_the_first_signal_drains_every_worker_and_the_supervisor_exits_0(
     redis_server: RedisServer,
 ) -> None:
@@ -109,6 +111,7 @@ async def test_the_first_signal_drains_every_worker_and_the_supervisor_exits_0(
     assert len(stopped) == 2  # each worker drained and stopped; none was killed
 
 
+@pytest.mark.slow
 async def test_a_worker_that_keeps_crashing_makes_the_supervisor_give_up_and_exit_1(
     redis_server: RedisServer,
 ) -> None:
@@ -130,6 +133,7 @@ async def test_a_worker_that_keeps_crashing_makes_the_supervisor_give_up_and_exi
     assert any("database unreachable" in line for line in running.lines)
 
 
+@pytest.mark.slow
 def test_a_subscription_every_worker_would_read_whole_is_refused_at_start(tmp_path: Path) -> None:
     env = {"TS_TEST_FILE": str(tmp_path / "orders.ss")}
     result = cli("run", "tests.cli.worker_apps:broadcast", "--workers", "2", env=env)
@@ -147,6 +151,7 @@ def test_a_consumer_name_fixed_in_the_code_is_refused_with_workers() -> None:
     assert "names the consumer 'c1': 2 workers would be that one consumer" in line
 
 
+@pytest.mark.slow
 async def test_allow_broadcast_runs_every_worker_on_the_whole_file(tmp_path: Path) -> None:
 
     path = stream_file(tmp_path / "orders.ss", 3)
@@ -163,6 +168,7 @@ async def test_allow_broadcast_runs_every_worker_on_the_whole_file(tmp_path: Pat
     assert len(finished) == 2
 
 
+@pytest.mark.slow
 async def test_a_worker_whose_supervisor_is_killed_drains_and_stops(
     redis_server: RedisServer,
 ) -> None:
@@ -187,6 +193,7 @@ async def test_a_worker_whose_supervisor_is_killed_drains_and_stops(
     await eventually(worker_gone, within=30, what="the orphaned worker to stop")
 
 
+@pytest.mark.slow
 async def test_reload_restarts_the_app_with_the_edited_code_after_a_clean_drain(
     tmp_path: Path,
 ) -> None:
@@ -218,6 +225,7 @@ async def test_reload_restarts_the_app_with_the_edited_code_after_a_clean_drain(
     assert any("edited: stopped" in line for line in running.lines)  # drained, not killed
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [["--reload", "--workers", "2"], ["--workers", "0"]])
 def test_bad_process_options_are_a_usage_error(args: list[str]) -> None:
     result = cli("run", "tests.cli.worker_apps:group", *args)

@@ -65,6 +65,7 @@ async def scrape(url: str) -> Series:
     return series(body)
 
 
+@pytest.mark.slow
 async def test_metrics_serve_every_workers_series_with_a_worker_label_and_exact_app_totals(
     redis_server: RedisServer, redis: RedisClient
 ) -> None:
@@ -96,6 +97,7 @@ async def test_metrics_serve_every_workers_series_with_a_worker_label_and_exact_
             assert counters(after).get(key, 0.0) >= value, f"{key} went back: {value} ->"
 
 
+@pytest.mark.slow
 async def test_readyz_is_ready_only_when_every_worker_is_and_healthz_answers_for_them_all(
     redis_server: RedisServer,
 ) -> None:
@@ -124,6 +126,7 @@ async def test_readyz_is_ready_only_when_every_worker_is_and_healthz_answers_for
         assert (await get(url, "/healthz"))[0] == 200
 
 
+@pytest.mark.slow
 async def test_a_restarted_workers_counters_never_take_the_app_total_backwards(
     redis_server: RedisServer, redis: RedisClient
 ) -> None:
@@ -163,6 +166,7 @@ async def test_a_restarted_workers_counters_never_take_the_app_total_backwards(
         assert sum(received(before, str(k)) for k in range(3)) == entries + more
 
 
+@pytest.mark.slow
 async def test_workers_print_no_warning_about_the_workers_setting_of_the_http_server(
     redis_server: RedisServer,
 ) -> None:
@@ -172,6 +176,7 @@ async def test_workers_print_no_warning_about_the_workers_setting_of_the_http_se
     assert "has no affect" not in output and "Warning" not in output, output
 
 
+@pytest.mark.slow
 async def test_top_shows_the_app_and_a_row_per_worker_from_the_supervisors_endpoint(
     redis_server: RedisServer, redis: RedisClient
 ) -> None:
@@ -228,6 +233,7 @@ def test_an_http_address_in_use_stops_the_supervisor_before_any_worker_with_one_
     assert "started" not in result.stdout
 
 
+@pytest.mark.slow
 async def test_the_supervisors_endpoint_answers_only_get_and_its_three_paths(
     redis_server: RedisServer,
 ) -> None:
@@ -244,6 +250,7 @@ async def test_the_supervisors_endpoint_answers_only_get_and_its_three_paths(
         assert answer.startswith(b"HTTP/1.1 405")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("any_port", [False, True], ids=["given-port", "port-0"])
 @pytest.mark.parametrize("workers", [[], ["--workers", "2"]], ids=["one-process", "supervisor"])
 async def test_one_info_line_says_where_the_http_endpoint_listens_once_it_does(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import signal
 
+import pytest
 import trio
 
 from tests.cli.support import assert_stopped_starting, run_process, signal_lines
@@ -36,6 +37,7 @@ async def test_sigint_while_connecting_to_a_hung_server_stops_at_once(
     assert "slow: SIGINT received while starting" in signal_lines(output)[0]
 
 
+@pytest.mark.slow
 async def test_workers_connecting_to_a_hung_server_stop_on_sigterm(
     redis_server: RedisServer,
 ) -> None:

@@ -58,6 +58,7 @@ def test_top_refusing_a_missing_stream_masks_the_password(locked_server: RedisSe
     assert masked_url(locked_server) in result.stderr, result.stderr
 
 
+@pytest.mark.slow
 def test_record_of_a_key_that_is_nothing_names_the_url_with_its_password_masked(
     locked_server: RedisServer, tmp_path: Path
 ) -> None:
@@ -67,6 +68,7 @@ def test_record_of_a_key_that_is_nothing_names_the_url_with_its_password_masked(
     assert f"'no-such-key' at {masked_url(locked_server)} is nothing" in result.stderr
 
 
+@pytest.mark.slow
 async def test_a_recording_and_its_summary_hold_nothing_of_the_password(
     locked_server: RedisServer, tmp_path: Path
 ) -> None:

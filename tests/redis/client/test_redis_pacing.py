@@ -131,6 +131,7 @@ async def test_max_clients_is_a_retryable_handshake_error_and_retries_are_paced(
             await eventually(served, within=10, what="the freed client slot to be usable")
 
 
+@pytest.mark.slow
 async def test_a_server_loading_its_dataset_is_a_retryable_handshake_error() -> None:
     with redis_server("--enable-debug-command", "yes") as server:
         # About two seconds of loading: 20000 keys, 100us each, events served every 1 KiB.

@@ -138,6 +138,7 @@ def parse_all(data: bytes, cuts: list[int], *, settle: bool = False) -> list[Any
     return out
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(
     replies=st.lists(st.one_of(values, st.lists(scalars, max_size=3).map(Push)), max_size=12),
@@ -193,6 +194,7 @@ attributed_values = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(
     replies=st.lists(attributed_values, max_size=10),
@@ -315,6 +317,7 @@ items = st.lists(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(items=items, cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=6))
 def test_pipeline_with_transaction_blocks_folds_one_reply_per_item(

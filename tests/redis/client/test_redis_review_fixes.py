@@ -38,6 +38,7 @@ def key_on(cluster: RedisClusterServers, node: RedisServer) -> str:
     raise AssertionError("no key hashes to that node")
 
 
+@pytest.mark.slow
 async def test_a_slot_whose_primary_failed_is_paced_and_served_again_once_the_node_is_back(
     cluster_without_replicas: RedisClusterServers,
 ) -> None:

@@ -104,6 +104,7 @@ async def test_failover_is_followed_without_resending(
     await trio.to_thread.run_sync(old.start)
 
 
+@pytest.mark.slow
 async def test_after_a_manual_failover_writes_reach_the_new_primary_once_it_is_announced(
     redis_sentinel: RedisSentinelServers,
 ) -> None:

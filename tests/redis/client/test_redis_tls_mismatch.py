@@ -86,6 +86,7 @@ async def test_a_tls_server_still_connects_over_tls(tls_redis_server: RedisServe
         assert await client.execute("PING") == b"PONG"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("scheme", "fixture", "says"),
     [

@@ -43,6 +43,7 @@ def _consumer(url: str, form: str, name: str, behaviour: str, **options: Any) ->
 MID_BATCH = KillPoint.after_deliveries(200)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("restart", ["same-name", "another-consumer"])
 async def test_kill_9_of_a_reliable_consumer_mid_batch_loses_nothing(
     redis_server: RedisServer, redis: RedisClient, restart: str
@@ -73,6 +74,7 @@ async def test_kill_9_of_a_reliable_consumer_mid_batch_loses_nothing(
     assert duplicates <= held
 
 
+@pytest.mark.slow
 async def test_kill_9_of_a_simple_consumer_mid_batch_loses_what_it_had_popped(
     redis_server: RedisServer, redis: RedisClient
 ) -> None:
@@ -96,6 +98,7 @@ async def test_kill_9_of_a_simple_consumer_mid_batch_loses_what_it_had_popped(
     assert lost > 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("restart", ["same-name", "another-consumer"])
 async def test_an_entry_that_kills_every_consumer_is_dead_lettered_after_max_attempts(
     redis_server: RedisServer, redis: RedisClient, restart: str

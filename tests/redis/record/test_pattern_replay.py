@@ -108,6 +108,7 @@ async def run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[bytes]:
 # ---- the guide's example, as written ----------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_the_guides_pattern_example_replays_each_message_to_its_own_channel(
     redis_server: RedisServer, redis: RedisClient, tmp_path: Path
 ) -> None:
@@ -131,6 +132,7 @@ async def test_the_guides_pattern_example_replays_each_message_to_its_own_channe
 # ---- the command line --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_pattern_recording_with_a_key_replays_to_the_recorded_channels_by_default(
     redis_server: RedisServer, redis: RedisClient, tmp_path: Path
 ) -> None:
@@ -146,6 +148,7 @@ async def test_a_pattern_recording_with_a_key_replays_to_the_recorded_channels_b
         assert await heard() == PUBLISHED
 
 
+@pytest.mark.slow
 async def test_an_explicit_target_sends_every_message_of_a_pattern_recording_to_one_channel(
     redis_server: RedisServer, redis: RedisClient, tmp_path: Path
 ) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import trio
 
 from tests.cli.support import cli
@@ -34,6 +35,7 @@ def _ids(path: Path) -> list[str]:
     return [m[4]["x-redis-id"] for m in recorded(path)]
 
 
+@pytest.mark.slow
 async def test_recording_twice_resumes_after_the_last_recorded_id(
     redis_server: RedisServer, redis: RedisClient, tmp_path: Path
 ) -> None:
@@ -61,6 +63,7 @@ async def _until_then_from(
     return out, _ids(path)
 
 
+@pytest.mark.slow
 async def test_an_explicit_from_skips_the_ids_already_in_the_file(
     redis_server: RedisServer, redis: RedisClient, tmp_path: Path
 ) -> None:
@@ -71,6 +74,7 @@ async def test_an_explicit_from_skips_the_ids_already_in_the_file(
     assert ids == ["1000-0", "2000-0", "3000-0", "4000-0"]
 
 
+@pytest.mark.slow
 async def test_an_explicit_from_after_the_recorded_ids_says_nothing_was_skipped(
     redis_server: RedisServer, redis: RedisClient, tmp_path: Path
 ) -> None:
@@ -81,6 +85,7 @@ async def test_an_explicit_from_after_the_recorded_ids_says_nothing_was_skipped(
     assert ids == ["1000-0", "3000-0", "4000-0"]
 
 
+@pytest.mark.slow
 async def test_recording_into_a_key_holding_messages_not_recorded_is_refused(
     redis_server: RedisServer, redis: RedisClient, tmp_path: Path
 ) -> None:
@@ -103,6 +108,7 @@ async def test_recording_into_a_key_holding_messages_not_recorded_is_refused(
     assert messages[0][3] == b"app's own" and len(messages) == 3
 
 
+@pytest.mark.slow
 async def test_another_key_of_the_same_file_is_recorded_whole(
     redis_server: RedisServer, redis: RedisClient, tmp_path: Path
 ) -> None:

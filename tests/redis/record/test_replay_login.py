@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import trio
 
 from tests.cli.support import cli
@@ -72,6 +73,7 @@ async def test_the_summary_of_nothing_replayed_names_the_stream_given(
     assert out.startswith(f"replayed 0 messages of {path} to 'copy' ("), out
 
 
+@pytest.mark.slow
 async def test_a_login_error_names_the_command_it_stopped(
     acl_redis_server: RedisServer, tmp_path: Path
 ) -> None:

@@ -8,6 +8,7 @@ import os
 from collections import Counter
 from pathlib import Path
 
+import pytest
 import trio
 
 from tests.cli.support import cli, stderr_lines
@@ -75,6 +76,7 @@ async def _recording_with_retries(
     return path
 
 
+@pytest.mark.slow
 async def test_replay_leaves_out_retry_copies_and_says_how_many_so_a_group_runs_each_as_it_did(
     redis_server: RedisServer, redis: RedisClient, tmp_path: Path
 ) -> None:
@@ -91,6 +93,7 @@ async def test_replay_leaves_out_retry_copies_and_says_how_many_so_a_group_runs_
     assert runs == Counter({1: 1, 2: 3, 3: 1})  # as in production: not 6 runs of message 2
 
 
+@pytest.mark.slow
 async def test_keep_retries_sends_the_retry_copies_as_recorded(
     redis_server: RedisServer, redis: RedisClient, tmp_path: Path
 ) -> None:

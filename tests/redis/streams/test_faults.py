@@ -140,6 +140,7 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+@pytest.mark.slow
 async def test_flushall_under_a_running_subscription_costs_under_5_percent_cpu_while_missing(
     redis_server: RedisServer, redis: RedisClient
 ) -> None:

@@ -199,6 +199,7 @@ async def test_a_dry_run_says_what_it_would_skip_and_changes_nothing(
 # showing what it would skip or replay)" -----------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_the_cli_moves_a_group_and_its_dry_run_shows_what_it_would_skip_or_replay(
     redis: RedisClient, redis_server: RedisServer
 ) -> None:

@@ -243,6 +243,7 @@ async def test_entries_deleted_while_pending_are_acknowledged_and_counted_never_
     assert seen == [1, 3]
 
 
+@pytest.mark.slow
 async def test_kill_9_mid_handler_its_own_restart_handles_the_entries_and_the_pel_empties(
     redis_server: RedisServer, redis: RedisClient
 ) -> None:
@@ -263,6 +264,7 @@ async def test_kill_9_mid_handler_its_own_restart_handles_the_entries_and_the_pe
     assert await redis.execute("XLEN", "s.dead") == 0
 
 
+@pytest.mark.slow
 async def test_a_message_that_crashes_its_worker_is_dead_lettered_after_max_attempts(
     redis_server: RedisServer, redis: RedisClient
 ) -> None:

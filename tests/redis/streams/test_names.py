@@ -68,6 +68,7 @@ async def test_a_worker_slot_names_the_consumer(
 # ---- "Two live processes never share a name (refused, as lists already do)."
 
 
+@pytest.mark.slow
 async def test_a_second_live_process_under_a_given_name_is_refused(
     redis_server: RedisServer, redis: RedisClient
 ) -> None:

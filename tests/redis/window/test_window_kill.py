@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
 import trio
 
 from tests.redis.client.redis_waits import blocked_clients, eventually
@@ -252,6 +253,7 @@ async def kill_repeatedly_then_drain(
     )
 
 
+@pytest.mark.slow
 async def test_atomic_window_killed_between_and_inside_flushes_applies_each_entrys_side_effects_and_ack_together_or_neither(  # noqa: E501
     redis_server: RedisServer, redis: RedisClient
 ) -> None:
@@ -260,6 +262,7 @@ async def test_atomic_window_killed_between_and_inside_flushes_applies_each_entr
     assert (run.unacked, run.doubled) == (0, 0)
 
 
+@pytest.mark.slow
 async def test_window_without_atomic_killed_loses_no_side_effect_and_applies_again_only_what_a_kill_left_without_its_ack(  # noqa: E501
     redis_server: RedisServer, redis: RedisClient
 ) -> None:

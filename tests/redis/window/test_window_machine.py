@@ -227,6 +227,7 @@ class _Run:
 _ACTIONS = st.sampled_from(["ack", "ack-empty", "drop", "retry", "lane-retry-then-ack", "let-go"])
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(
     reads=st.lists(st.integers(min_value=1, max_value=6), min_size=1, max_size=8),
