@@ -86,9 +86,13 @@ from .format import (
     is_header_prefix,
 )
 from .lock import FileLock, hold_exclusively
+from .tip import TipFile, remove_tip
 
 #: Buffered bytes that trigger a write without an explicit flush (as upstream: 1 MiB).
 AUTO_FLUSH_BYTES = 1 << 20
+#: A writer alone records the tip (:mod:`.tip`) once it appended this much since the last
+#: record (and at close), so a writer that comes later decodes at most this much.
+TIP_EVERY_BYTES = 64 << 10
 
 #: A message to publish: (stream key, payload, timestamp in ms or None for now).
 Item = tuple[str, bytes, int | None]
@@ -178,6 +182,16 @@ class StreamWriter:
             ) from exc
         self._closed = False
         self._lock = FileLock(self._fd, self.path)
+        #: The tip record beside the file (:mod:`.tip`), once the header is known.
+        self._tip: TipFile | None = None
+        #: Bytes this writer appended since it last recorded the tip.
+        self._untipped = 0
+        #: The flush under way is the last (:meth:`close`): it records the tip.
+        self._closing = False
+        #: Messages this writer decoded to catch up with the file (at open and after others'
+        #: appends), and the catch-ups a tip record spared it (for tests and benchmarks).
+        self.decoded_to_catch_up = 0
+        self.tips_adopted = 0
         #: The descriptor an exclusive writer holds the lock on for its lifetime.
         self._exclusive: int | None = None
         #: Where a trailing end-of-stream message starts that the next write overwrites.
@@ -211,6 +225,7 @@ class StreamWriter:
                     os.ftruncate(self._fd, 0)
                     size = 0
                 if size == 0:
+                    remove_tip(self.path)  # a record left beside a file of this name is not its
                     self.header = Header(
                         os.path.basename(self.path) if file_name is None else file_name,
                         now_ms() if created_at_ms is None else created_at_ms,
@@ -219,10 +234,13 @@ class StreamWriter:
                     self._write_at(encode_header(self.header), 0)
                     self._created = self._unsynced = True
                     self._encoder = FrameEncoder(beacon_interval, HEADER_SIZE, path=self.path)
+                    self._tip = TipFile(self._fd, self.path)
                 else:
                     self.header = decode_header(os.pread(self._fd, HEADER_SIZE, 0), self.path)
                     self._encoder = self._new_encoder()
-                    self._sync(size)
+                    self._tip = TipFile(self._fd, self.path)
+                    self._sync(size, opening=True)
+                    self._record_tip(os.fstat(self._fd).st_size)  # spare the others a decode
             finally:
                 self._lock.release()
         except BaseException:
@@ -234,7 +252,8 @@ class StreamWriter:
         try:
             self.header = decode_header(os.pread(self._fd, HEADER_SIZE, 0), self.path)
             self._encoder = self._new_encoder()
-            catch_up(self._fd, self._encoder, size, path=self.path, settled=True)
+            self._tip = TipFile(self._fd, self.path)
+            self._catch_up_settled(size, opening=True)
         except BaseException:
             self._release()
             raise
@@ -498,9 +517,21 @@ class StreamWriter:
             # Buffer unencoded from now on (what is buffered already stays before it).
             self._others_appended = True
             self._use(contended=True)
-            catch_up(self._fd, encoder, size, path=self.path, settled=True)
+            self._catch_up_settled(size)
             self._flushed = encoder.committed_offset
             encoder.beacon_now()
+
+    def _catch_up_settled(self, size: int, *, opening: bool = False) -> None:
+        """Without the lock: adopt the tip record if it describes the file at ``size`` bytes,
+        else count what other writers finished appending (no batch held). Opening always
+        decodes: it checks the whole file once."""
+        tip = None if self._tip is None or opening else self._tip.read(size)
+        if tip is not None:
+            self._encoder.adopt(tip)  # the position precedes what a next append overwrites
+            self.tips_adopted += 1
+            return
+        done = catch_up(self._fd, self._encoder, size, path=self.path, settled=True)
+        self.decoded_to_catch_up += done.messages
 
     def _publish_locked(self, items: list[tuple[str, bytes, int]]) -> list[Receipt]:
         self._sync(self._stat())
@@ -511,15 +542,34 @@ class StreamWriter:
         for key, payload, ts in items:
             seq, offset = append(key, payload, ts)
             receipts.append(Receipt(key, seq, ts, offset))
-        self._write_out()
-        self._settle_mode()
+        self._written(self._write_out())
         return receipts
 
     def _flush_locked(self) -> None:
         self._sync(self._stat())
         self._encode_pending()
-        self._write_out()
+        self._written(self._write_out())
+
+    def _written(self, written: int) -> None:
+        """After a write-out (lock held): record the tip if others append (they will read it),
+        if much was written since the last record, or at close; then settle the mode."""
+        if written:
+            self._untipped += written
+            if self._others_appended or self._closing or self._untipped >= TIP_EVERY_BYTES:
+                self._record_tip(self._encoder.committed_offset)
         self._settle_mode()
+
+    def _record_tip(self, size: int) -> None:
+        """Record the tip of the file, ``size`` bytes long, all of it counted (lock held)."""
+        encoder, tip_file = self._encoder, self._tip
+        if tip_file is None or not tip_file.enabled or encoder.buffered:
+            return  # (a beacon due where the file ends waits in the encoder: not the tip yet)
+        if size != encoder.committed_offset and self._overwrite_at != encoder.committed_offset:
+            return  # the encoder does not stand at the file's end: nothing to tell
+        tip = encoder.tip(size)
+        if tip is not None:
+            tip_file.write(tip)
+            self._untipped = 0
 
     def _settle_mode(self) -> None:
         """After a write: encode on append again if nobody else appended during this flush.
@@ -536,8 +586,10 @@ class StreamWriter:
             raise FileRemovedError("stream file was removed from disk", path=self.path)
         return st.st_size
 
-    def _sync(self, size: int) -> None:
-        """Catch up with what other writers appended since this one last wrote (lock held)."""
+    def _sync(self, size: int, *, opening: bool = False) -> None:
+        """Catch up with what other writers appended since this one last wrote (lock held):
+        adopt the tip record if it describes the file, else decode. Opening always decodes:
+        it checks the whole file once."""
         encoder = self._encoder
         if size == encoder.committed_offset:
             return
@@ -545,20 +597,29 @@ class StreamWriter:
         self._use(contended=True)
         batch = encoder.rollback()
         try:
+            tip = None if self._tip is None or opening else self._tip.read(size)
+            if tip is not None:
+                encoder.adopt(tip)
+                self._overwrite_at = tip.overwrite_at
+                self.tips_adopted += 1
+                return
             if size < encoder.committed_offset:
                 # The file was cut shorter (a repair): count it again from the start.
                 self._encoder = encoder = self._new_encoder()
-            self._overwrite_at = catch_up(self._fd, encoder, size, path=self.path).overwrite_at
+            done = catch_up(self._fd, encoder, size, path=self.path)
+            self._overwrite_at = done.overwrite_at
+            self.decoded_to_catch_up += done.messages
         finally:
             self._flushed = encoder.committed_offset
             self._use(contended=True)  # the encoder may be a new one
             encoder.replay(batch)
 
-    def _write_out(self) -> None:
+    def _write_out(self) -> int:
+        """Write the encoded batch; returns how many bytes."""
         encoder = self._encoder
         data = encoder.take()
         if not data:
-            return
+            return 0
         try:
             if self._overwrite_at is not None:
                 os.ftruncate(self._fd, self._overwrite_at)
@@ -570,6 +631,7 @@ class StreamWriter:
             raise
         encoder.commit()
         self._flushed = encoder.committed_offset
+        return len(data)
 
     def _write_at(self, data: bytes, offset: int) -> None:
         view = memoryview(data)
@@ -699,6 +761,7 @@ class StreamWriter:
             if eos:
                 self.write_eos(eos_timestamp_ms)
             if self.buffered:
+                self._closing = True  # the last write-out records the tip for later writers
                 self.flush()
             if self._unsynced:
                 self.fsync()
@@ -716,6 +779,7 @@ class StreamWriter:
                 if eos:
                     self.write_eos(eos_timestamp_ms)
                 if self.buffered:
+                    self._closing = True  # the last write-out records the tip
                     await self.aflush()
                 if self._unsynced:
                     await self.afsync()
@@ -725,6 +789,8 @@ class StreamWriter:
     def _release(self) -> None:
         self._closed = True
         self._lock.release()
+        if self._tip is not None:
+            self._tip.close()
         exclusive, self._exclusive = self._exclusive, None
         if exclusive is not None:
             os.close(exclusive)
