@@ -49,6 +49,7 @@ from .tip import Tip
 
 _pack_fixed = FRAME_FIXED.pack
 _pack_tail = struct.Struct(">HB").pack
+_pack_seq_into = struct.Struct(">Q").pack_into
 _INTERNAL = INTERNAL_KEY.encode()
 
 
@@ -380,6 +381,50 @@ class FrameEncoder:
         else:
             self._splice(frame)
         return seq, offset
+
+    def append_frames(self, messages: list[tuple[str, int, int, bytes]]) -> None:
+        """Encode shard-0 messages whose frames were built ahead (by a writer, outside the
+        file's lock) with provisional sequence numbers: each is numbered here, its seq field
+        rewritten where it differs, and the frames go out with the beacons due among them —
+        the bytes :meth:`append` would have made for the same messages.
+
+        ``messages`` holds, in order: (key, the seq its frame holds, timestamp ms, frame). Keys,
+        timestamps and sizes were checked when the frames were built."""
+        frames = bytearray(b"".join([m[3] for m in messages]))
+        view = memoryview(frames)
+        shard0 = self._shard0
+        patch = _pack_seq_into
+        out = self._out
+        offset = self.offset
+        next_beacon = self._next_beacon
+        done = 0  # frames[:done] went out
+        at = 0  # where the current frame starts in ``frames``
+        for key, written, timestamp_ms, frame in messages:
+            state = shard0.get(key)
+            if state is None:
+                state = self.stream(key, 0)
+            seq = state.seq + 1
+            state.seq = seq
+            if seq != written:
+                patch(frames, at + frame[0] + 9, seq)  # after the key and the shard
+            if timestamp_ms > state.ts:
+                state.ts = timestamp_ms
+            state.crcs.append((frame[-3] << 8) | frame[-2])
+            size = len(frame)
+            end = offset + size
+            if end >= next_beacon:  # the frame reaches a boundary: beacons due, counting it
+                if at > done:
+                    out.append(bytes(view[done:at]))
+                self.offset = offset
+                self._splice(bytes(view[at : at + size]))
+                offset, next_beacon = self.offset, self._next_beacon
+                done = at + size
+            else:
+                offset = end
+            at += size
+        if at > done:
+            out.append(bytes(view[done:at]))
+        self.offset = offset
 
     def write(self, key: str, shard: int, seq: int, timestamp_ms: int, payload: bytes) -> int:
         """Encode a message with the given shard and seq (low-level sink); returns its offset."""

@@ -48,6 +48,7 @@ counts references and closes the file when the last :class:`WriterHandle` is clo
 from __future__ import annotations
 
 import os
+import struct
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -76,10 +77,12 @@ from .errors import (
 )
 from .format import (
     DEFAULT_BEACON_INTERVAL,
+    FRAME_FIXED,
     HEADER_SIZE,
     MAX_PAYLOAD_BYTES,
     MAX_TIMESTAMP_MS,
     Header,
+    crc16,
     decode_header,
     encode_header,
     encode_key,
@@ -91,8 +94,15 @@ from .tip import TipFile, remove_tip
 #: Buffered bytes that trigger a write without an explicit flush (as upstream: 1 MiB).
 AUTO_FLUSH_BYTES = 1 << 20
 #: A writer alone records the tip (:mod:`.tip`) once it appended this much since the last
-#: record (and at close), so a writer that comes later decodes at most this much.
-TIP_EVERY_BYTES = 64 << 10
+#: record (and at close), so a writer that comes later decodes at most this much, and a
+#: record costs a small share of the appending.
+TIP_EVERY_BYTES = 16 << 10
+#: Seconds after it last found others' appends that a writer records the tip at every
+#: write-out (they take turns with it: each reads the record instead of decoding).
+TIP_WINDOW = 5.0
+
+_pack_fixed = FRAME_FIXED.pack
+_pack_tail = struct.Struct(">HB").pack
 
 #: A message to publish: (stream key, payload, timestamp in ms or None for now).
 Item = tuple[str, bytes, int | None]
@@ -188,6 +198,9 @@ class StreamWriter:
         self._untipped = 0
         #: The flush under way is the last (:meth:`close`): it records the tip.
         self._closing = False
+        #: Until when (``time.monotonic``) every write-out records the tip: others appended
+        #: lately, and are likely to take the lock next.
+        self._tip_always_until = 0.0
         #: Messages this writer decoded to catch up with the file (at open and after others'
         #: appends), and the catch-ups a tip record spared it (for tests and benchmarks).
         self.decoded_to_catch_up = 0
@@ -203,8 +216,11 @@ class StreamWriter:
         #: Whether the flush under way found others' appends.
         self._others_appended = False
         #: Messages buffered unencoded, and what numbers and bytes they will take (provisional).
-        self._pending: list[tuple[str, bytes, int]] = []
-        self._pending_seqs: dict[str, int] = {}
+        #: Their frames, built with provisional sequence numbers (:meth:`_defer`), each as
+        #: (key, that seq, timestamp, frame).
+        self._pending: list[tuple[str, int, int, bytes]] = []
+        #: The last provisional seq of each key buffered, and the key's bytes in a frame.
+        self._pending_seqs: dict[str, list[Any]] = {}
         self._pending_bytes = 0
         try:
             if exclusive:
@@ -318,26 +334,31 @@ class StreamWriter:
         self._encode = self._defer if contended else self._encoder.append
 
     def _defer(self, key: str, payload: bytes, timestamp_ms: int) -> tuple[int, int]:
-        """Buffer a message unencoded; its provisional numbers (the offset leaves beacons out)."""
+        """Buffer a message's frame with a provisional seq, to be numbered under the lock (see
+        :meth:`FrameEncoder.append_frames`); its provisional numbers (the offset leaves beacons
+        out). The frame is built here, outside the lock: what the lock then holds for is little
+        more than the numbering."""
         if not 0 <= timestamp_ms <= MAX_TIMESTAMP_MS:
             raise TimestampRangeError(
                 f"timestamp {timestamp_ms} ms outside 0..{MAX_TIMESTAMP_MS}", path=self.path
             )
-        if len(payload) > MAX_PAYLOAD_BYTES:
-            raise StreamFormatError(
-                f"payload of {len(payload)} bytes exceeds 4 GiB", path=self.path
-            )
-        seqs = self._pending_seqs
-        seq = seqs.get(key)
-        if seq is None:
+        size = len(payload)
+        if size > MAX_PAYLOAD_BYTES:
+            raise StreamFormatError(f"payload of {size} bytes exceeds 4 GiB", path=self.path)
+        last = self._pending_seqs.get(key)
+        if last is None:
             state = self._encoder.current(key)
             if state is None:
-                encode_key(key)  # a new key: refuse it now, not in the middle of the flush
-            seq = 0 if state is None else state.seq
-        seqs[key] = seq = seq + 1
+                # A new key: refuse it now, not in the middle of the flush.
+                last = self._pending_seqs[key] = [0, encode_key(key)]
+            else:
+                last = self._pending_seqs[key] = [state.seq, state.prefix]
+        seq = last[0] = last[0] + 1
+        frame = b"".join((last[1], _pack_fixed(0, seq, timestamp_ms, size), payload,
+                          _pack_tail(crc16(payload), 13)))  # fmt: skip
+        self._pending.append((key, seq, timestamp_ms, frame))
         offset = self._encoder.offset + self._pending_bytes
-        self._pending.append((key, payload, timestamp_ms))
-        self._pending_bytes += len(key) + len(payload) + 32
+        self._pending_bytes += len(frame)
         if self._pending_bytes >= AUTO_FLUSH_BYTES:
             self.flush()
         return seq, offset
@@ -350,9 +371,7 @@ class StreamWriter:
         self._pending, self._pending_seqs, self._pending_bytes = [], {}, 0
         encoder = self._encoder
         encoder.beacon_now()
-        append = encoder.append
-        for key, payload, ts in pending:
-            append(key, payload, ts)
+        encoder.append_frames(pending)
 
     def write_message(
         self, key: str, shard: int, seq: int, timestamp_ms: int, payload: bytes
@@ -551,11 +570,19 @@ class StreamWriter:
         self._written(self._write_out())
 
     def _written(self, written: int) -> None:
-        """After a write-out (lock held): record the tip if others append (they will read it),
-        if much was written since the last record, or at close; then settle the mode."""
+        """After a write-out (lock held): record the tip if others appended lately (they will
+        read it), if much was written since the last record, or at close; then settle the
+        mode."""
         if written:
             self._untipped += written
-            if self._others_appended or self._closing or self._untipped >= TIP_EVERY_BYTES:
+            if self._others_appended:
+                self._tip_always_until = time.monotonic() + TIP_WINDOW
+                self._record_tip(self._encoder.committed_offset)
+            elif (
+                self._closing
+                or self._untipped >= TIP_EVERY_BYTES
+                or (self._tip_always_until and time.monotonic() < self._tip_always_until)
+            ):
                 self._record_tip(self._encoder.committed_offset)
         self._settle_mode()
 
