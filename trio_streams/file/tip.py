@@ -25,6 +25,13 @@ writer then decodes, as without it):
 - its size is the file's size now, and the digest of the file's last bytes (up to 4 KiB) is the
   file's digest now.
 
+**A record of a shorter file** (a writer alone records only every 16 KiB, and one killed
+after its data leaves the previous record) still spares the decode of what it describes: if the
+file still ends those bytes as the record says (the digest), and the record leaves nothing to
+overwrite, the writer adopts it and decodes only what follows. The file never changes below
+such a record's size: writers only append after it, overwrite an end-of-stream message or cut a
+torn tail that both lie after it, and a repair removes the record first.
+
 **Crash safety.** The record is written only by the lock holder, after its data, in one
 ``pwrite``: a writer killed before the record leaves the previous one, whose size is no longer
 the file's (ignored: the next writer decodes the appended bytes, and cuts away a torn tail as
@@ -117,35 +124,54 @@ class TipFile:
     def __init__(self, fd: int, path: str) -> None:
         self._data = fd
         self.path = tip_path(path)
-        self._fd = -1
+        #: The record's descriptor, opened at the first use (-1: not yet; None: disabled).
+        self._fd: int | None = -1
         #: What names the file: (boot, device, inode, header CRC).
         self._identity: tuple[bytes, int, int, int] = (b"", 0, 0, 0)
-        if _BOOT is None:
-            return
         try:
             st = os.fstat(fd)
             header = os.pread(fd, HEADER_SIZE, 0)
-            if len(header) < HEADER_SIZE:
-                return
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError:
+            header = b""
+        if _BOOT is None or len(header) < HEADER_SIZE:
+            self._fd = None
             return
         self._identity = (_BOOT, st.st_dev, st.st_ino, zlib.crc32(header))
 
+    def _open(self, *, create: bool) -> int | None:
+        """The record's descriptor, opening it (created if ``create``); None if it cannot be."""
+        fd = self._fd
+        if fd is None or fd >= 0:
+            return fd
+        flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+        try:
+            self._fd = fd = os.open(self.path, flags, 0o644)
+        except FileNotFoundError:
+            return None  # none yet: a writer creates it
+        except OSError:
+            self._fd = None  # cannot be had (a read-only directory): disabled
+            return None
+        return fd
+
     @property
     def enabled(self) -> bool:
-        return self._fd >= 0
+        return self._fd is not None
 
     def _tail_crc(self, size: int) -> int:
         start = max(HEADER_SIZE, size - TAIL_BYTES)
         return zlib.crc32(os.pread(self._data, size - start, start))
 
-    def read(self, size: int) -> Tip | None:
-        """The record, if it describes the file as it is at ``size`` bytes; else None."""
-        if self._fd < 0:
+    def read(self, size: int, *, known: int | None = None) -> Tip | None:
+        """The record, if it describes the file as it is at ``size`` bytes; else None.
+
+        With ``known`` (how far the caller counted the file already), a record of a shorter
+        file beyond ``known`` is returned too, if the file still holds the bytes it describes
+        and it leaves nothing to overwrite: the caller decodes only what follows it."""
+        fd = self._open(create=False)
+        if fd is None:
             return None
         try:
-            head = os.pread(self._fd, _HEAD.size + _FIXED.size, 0)
+            head = os.pread(fd, _HEAD.size + _FIXED.size, 0)
             if len(head) < _HEAD.size + _FIXED.size:
                 return None
             magic, length = _HEAD.unpack_from(head)
@@ -154,13 +180,17 @@ class TipFile:
             boot, dev, ino, header_crc, recorded, position, markers, tail_crc, count = (
                 _FIXED.unpack_from(head, _HEAD.size)
             )
-            if recorded != size or (boot, dev, ino, header_crc) != self._identity:
+            if (boot, dev, ino, header_crc) != self._identity:
                 return None
-            if not HEADER_SIZE <= position <= size:
+            if recorded != size and (
+                known is None or not known < recorded < size or position != recorded
+            ):
                 return None
-            if tail_crc != self._tail_crc(size):
+            if not HEADER_SIZE <= position <= recorded:
                 return None
-            record = os.pread(self._fd, _HEAD.size + length + _CRC.size, 0)
+            if tail_crc != self._tail_crc(recorded):
+                return None
+            record = os.pread(fd, _HEAD.size + length + _CRC.size, 0)
         except OSError:
             return None
         if len(record) != _HEAD.size + length + _CRC.size:
@@ -169,12 +199,13 @@ class TipFile:
         if zlib.crc32(body) != _CRC.unpack_from(record, _HEAD.size + length)[0]:
             return None
         streams = _decode_streams(body, _FIXED.size, count)
-        return None if streams is None else Tip(size, position, markers, streams)
+        return None if streams is None else Tip(recorded, position, markers, streams)
 
     def write(self, tip: Tip) -> None:
         """Record ``tip`` (the lock held, the file ``tip.size`` bytes long, all of it written
         by this writer or counted by it); a record that cannot be written is left out."""
-        if self._fd < 0:
+        fd = self._open(create=True)
+        if fd is None:
             return
         streams = tip.streams
         fixed = _FIXED.pack(
@@ -192,11 +223,11 @@ class TipFile:
         body = b"".join(parts)
         record = b"".join((_HEAD.pack(_MAGIC, len(body)), body, _CRC.pack(zlib.crc32(body))))
         with contextlib.suppress(OSError):
-            os.pwrite(self._fd, record, 0)
+            os.pwrite(fd, record, 0)
 
     def close(self) -> None:
-        fd, self._fd = self._fd, -1
-        if fd >= 0:
+        fd, self._fd = self._fd, None
+        if fd is not None and fd >= 0:
             os.close(fd)
 
 

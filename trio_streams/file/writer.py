@@ -544,12 +544,15 @@ class StreamWriter:
         """Without the lock: adopt the tip record if it describes the file at ``size`` bytes,
         else count what other writers finished appending (no batch held). Opening always
         decodes: it checks the whole file once."""
-        tip = None if self._tip is None or opening else self._tip.read(size)
-        if tip is not None:
-            self._encoder.adopt(tip)  # the position precedes what a next append overwrites
-            self.tips_adopted += 1
-            return
-        done = catch_up(self._fd, self._encoder, size, path=self.path, settled=True)
+        encoder = self._encoder
+        if self._tip is not None and not opening:
+            tip = self._tip.read(size, known=encoder.committed_offset)
+            if tip is not None:
+                encoder.adopt(tip)  # the position precedes what a next append overwrites
+                self.tips_adopted += 1
+                if tip.size == size:
+                    return
+        done = catch_up(self._fd, encoder, size, path=self.path, settled=True)
         self.decoded_to_catch_up += done.messages
 
     def _publish_locked(self, items: list[tuple[str, bytes, int]]) -> list[Receipt]:
@@ -624,13 +627,16 @@ class StreamWriter:
         self._use(contended=True)
         batch = encoder.rollback()
         try:
-            tip = None if self._tip is None or opening else self._tip.read(size)
+            known = encoder.committed_offset
+            tip = None if self._tip is None or opening else self._tip.read(size, known=known)
             if tip is not None:
                 encoder.adopt(tip)
-                self._overwrite_at = tip.overwrite_at
                 self.tips_adopted += 1
-                return
-            if size < encoder.committed_offset:
+                if tip.size == size:
+                    self._overwrite_at = tip.overwrite_at
+                    return
+                # A record of a shorter file: decode only what follows it.
+            elif size < encoder.committed_offset:
                 # The file was cut shorter (a repair): count it again from the start.
                 self._encoder = encoder = self._new_encoder()
             done = catch_up(self._fd, encoder, size, path=self.path)
