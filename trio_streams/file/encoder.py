@@ -390,7 +390,10 @@ class FrameEncoder:
 
         ``messages`` holds, in order: (key, the seq its frame holds, timestamp ms, frame). Keys,
         timestamps and sizes were checked when the frames were built."""
-        frames = bytearray(b"".join([m[3] for m in messages]))
+        joined = b"".join([m[3] for m in messages])
+        if self.offset + len(joined) < self._next_beacon and self._append_one_key(joined, messages):
+            return
+        frames = bytearray(joined)
         view = memoryview(frames)
         shard0 = self._shard0
         patch = _pack_seq_into
@@ -425,6 +428,34 @@ class FrameEncoder:
         if at > done:
             out.append(bytes(view[done:at]))
         self.offset = offset
+
+    def _append_one_key(self, joined: bytes, messages: list[tuple[str, int, int, bytes]]) -> bool:
+        """:meth:`append_frames` of a batch of one key with no beacon due among its frames, in
+        bulk; False (nothing done) for any other batch."""
+        key = messages[0][0]
+        for message in messages:
+            if message[0] != key:
+                return False
+        state = self._shard0.get(key)
+        if state is None:
+            state = self.stream(key, 0)
+        shift = state.seq + 1 - messages[0][1]  # the provisional seqs follow each other
+        if shift:
+            frames = bytearray(joined)
+            patch = _pack_seq_into
+            at = 0
+            for _, written, _, frame in messages:
+                patch(frames, at + frame[0] + 9, written + shift)  # after the key and the shard
+                at += len(frame)
+            joined = bytes(frames)
+        state.seq = messages[-1][1] + shift
+        latest = max([m[2] for m in messages])
+        if latest > state.ts:
+            state.ts = latest
+        state.crcs.extend([(m[3][-3] << 8) | m[3][-2] for m in messages])
+        self._out.append(joined)
+        self.offset += len(joined)
+        return True
 
     def write(self, key: str, shard: int, seq: int, timestamp_ms: int, payload: bytes) -> int:
         """Encode a message with the given shard and seq (low-level sink); returns its offset."""
