@@ -201,6 +201,8 @@ class StreamWriter:
         #: Until when (``time.monotonic``) every write-out records the tip: others appended
         #: lately, and are likely to take the lock next.
         self._tip_always_until = 0.0
+        #: Until when the others are taken to keep records (one served a catch-up lately).
+        self._tips_flowing_until = 0.0
         #: Messages this writer decoded to catch up with the file (at open and after others'
         #: appends), and the catch-ups a tip record spared it (for tests and benchmarks).
         self.decoded_to_catch_up = 0
@@ -542,8 +544,9 @@ class StreamWriter:
 
     def _catch_up_settled(self, size: int, *, opening: bool = False) -> None:
         """Without the lock: adopt the tip record if it describes the file at ``size`` bytes,
-        else count what other writers finished appending (no batch held). Opening always
-        decodes: it checks the whole file once."""
+        else count what other writers finished appending (no batch held) — unless the others
+        kept records lately: the appends under way then leave one, read under the lock.
+        Opening always decodes: it checks the whole file once."""
         encoder = self._encoder
         if self._tip is not None and not opening:
             tip = self._tip.read(size, known=encoder.committed_offset)
@@ -552,6 +555,8 @@ class StreamWriter:
                 self.tips_adopted += 1
                 if tip.size == size:
                     return
+            if time.monotonic() < self._tips_flowing_until:
+                return  # the others record the tip: the one after their append will do
         done = catch_up(self._fd, encoder, size, path=self.path, settled=True)
         self.decoded_to_catch_up += done.messages
 
@@ -632,6 +637,7 @@ class StreamWriter:
             if tip is not None:
                 encoder.adopt(tip)
                 self.tips_adopted += 1
+                self._tips_flowing_until = time.monotonic() + TIP_WINDOW
                 if tip.size == size:
                     self._overwrite_at = tip.overwrite_at
                     return
