@@ -19,12 +19,19 @@ The numbers :meth:`StreamWriter.append` returns are those the message gets *unle
 writer appends before this one flushes; :meth:`StreamWriter.publish` (and its async and batch
 kin) append under the lock and return final :class:`Receipt` values.
 
-While others keep appending (the last flush had to catch up), a writer stops encoding messages
-as they are appended — the work would be thrown away — and only buffers them; its flush first
-counts, without the lock, what the others finished writing, then takes the lock, counts the
-little appended meanwhile, encodes its messages and writes them. So the lock is held for the
-encoding and the write, not for decoding the others' messages. The first flush that finds nobody
-else wrote returns the writer to encoding on append.
+A writer learns what the others appended from the **tip record** the last of them left beside
+the file (:mod:`.tip`): written under the lock after each append while writers take turns (and
+every 16 KiB and at close by a writer alone), it holds the state the next writer continues from,
+and is adopted only when it provably describes the file; otherwise the writer decodes the
+others' messages (:mod:`.catchup`), the part they finished before it takes the lock outside it.
+
+While others keep appending (the last flush had to catch up), a writer builds each message's
+frame as it is appended, with a provisional sequence number, and under the lock only numbers
+the frames (rewriting a seq another writer took) and places the beacons
+(:meth:`~trio_streams.file.encoder.FrameEncoder.append_frames`). So the lock is held for the
+numbering and the write, not for encoding, and never for decoding the others' messages while
+they keep records. The first flush that finds nobody else wrote returns the writer to encoding
+on append.
 
 **Reopening** an existing file is the same catch-up from the header on (this deliberately
 differs from upstream): each stream's sequence numbers and the beacons' running checksums and
