@@ -21,14 +21,25 @@ from trio_streams.testing.binaries import SERVER_ENV, server_build
 MESSAGES = 1_000_000
 PAYLOAD = bytes(range(100))
 
-#: Where the reference figures come from. They were not measured by these scripts.
-REFERENCE_SOURCE = "upstream sea-streamer-file 1.0.0-rc.2, measured 2026-11 on this machine class"
-#: Reference figures (msgs/s; latency p50 in ms per writer pacing in ms), from REFERENCE_SOURCE:
-#: the Rust writer and reader (CRC checked), the high-level consumer replaying, the follower.
+#: Where and when the reference figures were measured: by the same upstream tools on this
+#: machine class, not by these scripts.
+REFERENCE_SOURCE = (
+    "upstream sea-streamer-file 1.0.0-rc.2, measured on this machine class (2 shared cores), "
+    "2026-12"
+)
+#: The reference figures of REFERENCE_SOURCE: the Rust reader (CRC checked) and the high-level
+#: consumer replaying 1M x 100 B (msgs/s), the follower's latency p50 in ms per writer pacing
+#: in ms.
+REFERENCE_READER = 199_000
+REFERENCE_CONSUMER = 116_000
+REFERENCE_TAIL_P50_MS = {5.0: 0.38, 200.0: 0.44}
+#: A figure quoted from an earlier measurement and not repeated in REFERENCE_SOURCE's run.
+QUOTED_SOURCE = (
+    "upstream sea-streamer-file 1.0.0-rc.2, measured on this machine class (2 shared cores), "
+    "2026-11; not repeated in 2026-12"
+)
+#: The Rust writer (msgs/s), from QUOTED_SOURCE.
 REFERENCE_WRITER = 550_000
-REFERENCE_READER = 354_000
-REFERENCE_CONSUMER = 156_000
-REFERENCE_TAIL_P50_MS = {5.0: 0.16, 200.0: 0.36}
 
 
 def median_rate(run: Callable[[], int], repeats: int) -> tuple[float, list[float]]:
@@ -41,6 +52,21 @@ def median_rate(run: Callable[[], int], repeats: int) -> tuple[float, list[float
     return statistics.median(rates), rates
 
 
+def interleaved_rates(
+    contenders: dict[str, Callable[[], int]], rounds: int
+) -> dict[str, list[float]]:
+    """Each contender (returning how many messages it handled) run once per round, in turns, for
+    ``rounds`` rounds; every run's msgs/s, by contender. Interleaving makes a disturbance of the
+    shared machine hit every contender alike: compare their medians."""
+    rates: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(rounds):
+        for name, run in contenders.items():
+            start = time.perf_counter()
+            count = run()
+            rates[name].append(count / (time.perf_counter() - start))
+    return rates
+
+
 def row(name: str, rate: float, *, peer: float, peer_name: str) -> str:
     """A throughput and its ratio to ``peer``, a rate measured in the same run."""
     return (
@@ -49,9 +75,10 @@ def row(name: str, rate: float, *, peer: float, peer_name: str) -> str:
     )
 
 
-def reference(what: str, figure: str) -> str:
-    """A line stating a reference figure: what it is, the figure, where it comes from."""
-    return f"reference (not a peer; {REFERENCE_SOURCE}): {what} {figure}"
+def reference(what: str, figure: str, source: str = REFERENCE_SOURCE) -> str:
+    """A line stating a reference figure: what it is, the figure, where and when it was
+    measured. Never divided by: a reference is not a peer of the run."""
+    return f"reference (not a peer; {source}): {what} {figure}"
 
 
 def parse_args(description: str | None) -> argparse.Namespace:

@@ -16,8 +16,8 @@ run on the same file and targets:
   tens of seconds per seek at interval 128 (``--old-seeks 0`` skips it).
 
 A reference, not a peer (not measured here): upstream sea-streamer-file 1.0.0-rc.2, measured
-2026-11 on this machine class, took 0.88 s (2 MB, interval 128), 1.75 s (5 MB, interval 128) and
-1.2 s (absent key, 137 MB, interval 8192) per seek.
+2026-11 on this machine class (2 shared cores) and not repeated in 2026-12, took 0.88 s (2 MB,
+interval 128), 1.75 s (5 MB, interval 128) and 1.2 s (absent key, 137 MB, interval 8192) per seek.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(1, str(Path(__file__).parent.parent))
 
-from _common import PAYLOAD
+from _common import PAYLOAD, QUOTED_SOURCE
 
 import trio_streams.file.reader as reader_module
 from tests.file.survey_oracle import RescanningSurvey
@@ -44,7 +44,7 @@ from trio_streams.file.errors import SeekOutOfRangeError
 from trio_streams.file.reader import FileReader
 from trio_streams.file.writer import StreamWriter
 
-REFERENCE = "upstream sea-streamer-file 1.0.0-rc.2, measured 2026-11 on this machine class"
+REFERENCE = QUOTED_SOURCE
 UPSTREAM_SECONDS = {"2 MB @128": 0.88, "5 MB @128": 1.75, "137 MB @8192 absent": 1.2}
 
 
@@ -157,7 +157,7 @@ def main() -> None:
             size = write(path, args.large_messages, 8192, 0)
             label = f"{size / 1e6:.0f} MB @8192"
             case(f"{label} absent key", path, "absent", None, [5] * 3, old_refused[:1])
-    print(f"\nreference ({REFERENCE}), seconds per seek; not a peer:")
+    print(f"\nreference (not a peer; {REFERENCE}), seconds per seek:")
     for name, seconds in UPSTREAM_SECONDS.items():
         print(f"  {name:<22} {seconds:5.2f} s")
 

@@ -1,15 +1,19 @@
 """Writing 1M messages of 100 bytes to a stream file; CRC candidates compared on the same data.
 
-Prints the median of several runs of the writer (append + flush every 1000 messages + close with
-fsync) and its ratio against a peer measured in the same run on the same messages: a bare writer
-(``encode_frame`` per message, one ``write`` per 1000, fsync at the end; no beacons, no
-per-stream state, no sequence numbering), i.e. what the frames alone cost from Python. Then the
-aim (400k msgs/s) and the upstream Rust writer's figure, as references.
+Prints the median of several rounds of the writer (append + flush every 1000 messages + close
+with fsync) and its ratio against a peer measured in the same rounds on the same messages: a bare
+writer (``encode_frame`` per message, one ``write`` per 1000, fsync at the end; no beacons, no
+per-stream state, no sequence numbering), i.e. what the frames alone cost from Python. The two
+take turns within each round. Then the aim (400k msgs/s) and the upstream Rust writer's figure,
+as a labelled reference.
 
-Then many writers: 1, 2 and 4 writer processes append the same total to one file (one key, so
-every flush of one finds the others' appends and catches up on them), started together; their
-aggregate rate (messages over the wall time from the start signal to the last close) against the
-single in-process writer above. Then the CRC16/CDMA2000 candidates on 1M 100-byte payloads.
+Then many writers (``--many-only`` runs just this): 1, 2 and 4 writer processes append the same
+total to one file (one key, so every flush of one finds the others' appends and catches up on
+them), started together; their aggregate rate (messages over the wall time from the start signal
+to the last close) against one writer in this process, the contenders taking turns round by
+round. ``--before DIR`` adds the same writer processes running the package found in ``DIR`` (a
+checkout of an earlier version) to the same rounds, for a before/after of the same run. Then the
+CRC16/CDMA2000 candidates on 1M 100-byte payloads.
 
 Last, the cost of each durability setting (``--durability-only`` runs just this): messages
 published one receipt at a time (``publish``, blocking; ``apublish`` under Trio, as a
@@ -31,12 +35,21 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 import trio
-from _common import MESSAGES, PAYLOAD, REFERENCE_WRITER, median_rate, reference, row
+from _common import (
+    MESSAGES,
+    PAYLOAD,
+    QUOTED_SOURCE,
+    REFERENCE_WRITER,
+    interleaved_rates,
+    reference,
+    row,
+)
 
 from trio_streams.file.durability import Durability
 from trio_streams.file.format import Header, encode_frame, encode_header, encode_key
@@ -94,17 +107,31 @@ def _child(path: str, count: int) -> None:
     print("done", flush=True)
 
 
-def processes_write(path: Path, count: int, processes: int) -> int:
-    """``processes`` writer processes append ``count`` messages between them to one file."""
+def processes_write(
+    path: Path,
+    count: int,
+    processes: int,
+    package: str | None = None,
+    rates: list[float] | None = None,
+) -> int:
+    """``processes`` writer processes append ``count`` messages between them to one file (with
+    the package found in the directory ``package``, else this one); returns how many. Their
+    aggregate rate, from the start signal to the last close (the processes' start left out),
+    is appended to ``rates``."""
     if path.exists():
         path.unlink()
+    Path(str(path) + ".tip").unlink(missing_ok=True)
     StreamWriter(path).close()
+    env = dict(os.environ)
+    if package is not None:
+        env["PYTHONPATH"] = package
     children = [
         subprocess.Popen(
             [sys.executable, __file__, "--child", str(path), str(count // processes)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
+            env=env,
         )
         for _ in range(processes)
     ]
@@ -121,21 +148,55 @@ def processes_write(path: Path, count: int, processes: int) -> int:
     for child in children:
         child.communicate(timeout=600)
         assert child.returncode == 0
-    return round(count // processes * processes / elapsed)
+    with FileReader(path) as reader:
+        assert reader.file_size() == path.stat().st_size
+    written = count // processes * processes
+    if rates is not None:
+        rates.append(written / elapsed)
+    return written
 
 
-def many_writers(tmp: str, count: int, repeats: int) -> None:
+PEER = "1 writer in this process (peer)"
+
+
+def _name(processes: int, label: str) -> str:
+    return f"{processes} writer process{'es' if processes > 1 else ''}{label}"
+
+
+def many_writers(tmp: str, count: int, repeats: int, before: str | None) -> None:
+    """The writer processes and the in-process peer, taking turns round by round."""
     path = Path(tmp) / "many.ss"
-    print("\nmany writers on one file (aggregate; peer: one writer in this process, same run)")
-    peer, _ = median_rate(lambda: write_file(path, count), repeats)
-    print(row("1 writer in this process (peer)", peer, peer=peer, peer_name="in-process"))
-    for processes in (1, 2, 4):
-        rates = [processes_write(path, count, processes) for _ in range(repeats)]
-        rate = statistics.median(rates)
-        with FileReader(path) as reader:
-            assert reader.file_size() == path.stat().st_size
-        name = f"{processes} writer process{'es' if processes > 1 else ''}"
-        print(row(name, rate, peer=peer, peer_name="in-process"))
+    trees: dict[str, str | None] = {"": None}
+    if before is not None:
+        trees[" (before)"] = before
+    measured: dict[str, list[float]] = {}
+    contenders: dict[str, Callable[[], int]] = {PEER: lambda: write_file(path, count)}
+    for label, package in trees.items():
+        for processes in (1, 2, 4):
+            into = measured[_name(processes, label)] = []
+            contenders[_name(processes, label)] = partial(
+                processes_write, path, count, processes, package, into
+            )
+    peer_rates = interleaved_rates(contenders, repeats)[PEER]
+    peer = statistics.median(peer_rates)
+    print(f"\nmany writers on one file, {count} messages (aggregate; median of {repeats} "
+          "interleaved rounds; peer: one writer in this process, same rounds)")  # fmt: skip
+    print("rounds (k msgs/s):")
+    for name, runs in {PEER: peer_rates, **measured}.items():
+        print(f"  {name:<36} " + ", ".join(f"{r / 1000:.0f}" for r in runs))
+    print(row(PEER, peer, peer=peer, peer_name="in-process"))
+    for label in trees:
+        one = statistics.median(measured[_name(1, label)])
+        for processes in (1, 2, 4):
+            rate = statistics.median(measured[_name(processes, label)])
+            print(row(_name(processes, label), rate, peer=peer, peer_name="in-process")
+                  + f"   x{rate / one:5.2f} vs 1 process{label}")  # fmt: skip
+    for processes, aim in ((2, 0.8), (4, 0.6)):
+        rate = statistics.median(measured[_name(processes, "")])
+        print(
+            f"aim: {processes} processes >= {aim} of one writer: x{rate / peer:4.2f} "
+            f"({'met' if rate >= aim * peer else 'NOT met'})"
+        )
 
 
 def crc_candidates(count: int) -> None:
@@ -292,6 +353,8 @@ def _parse_args() -> argparse.Namespace:
     parser.add_argument("--durability-seconds", type=float, default=3.0)
     parser.add_argument("--durability-only", action="store_true")
     parser.add_argument("--dir", default=None, help="where the durability runs write")
+    parser.add_argument("--many-only", action="store_true", help="only the many writers")
+    parser.add_argument("--before", default=None, metavar="DIR", help="an earlier checkout")
     return parser.parse_args()
 
 
@@ -303,20 +366,32 @@ def main() -> None:
     if args.durability_only:
         durability_costs(args.dir, args.durability_seconds, args.repeats)
         return
+    if args.many_only:
+        with tempfile.TemporaryDirectory() as tmp:
+            many_writers(tmp, args.messages, args.repeats, args.before)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         path, bare = Path(tmp) / "bench.ss", Path(tmp) / "bare.ss"
-        peer, peer_rates = median_rate(lambda: bare_write(bare, args.messages), args.repeats)
-        rate, rates = median_rate(lambda: write_file(path, args.messages), args.repeats)
+        rates = interleaved_rates(
+            {
+                "bare frames (the peer)": lambda: bare_write(bare, args.messages),
+                "write (append+flush+fsync)": lambda: write_file(path, args.messages),
+            },
+            args.repeats,
+        )
         size = path.stat().st_size
-    print(f"{args.messages} messages of {len(PAYLOAD)} bytes, {size / 1e6:.0f} MB file, "
-          f"runs: {', '.join(f'{r / 1000:.0f}k' for r in rates)} "
-          f"(bare: {', '.join(f'{r / 1000:.0f}k' for r in peer_rates)})")  # fmt: skip
+    peer = statistics.median(rates["bare frames (the peer)"])
+    rate = statistics.median(rates["write (append+flush+fsync)"])
+    print(f"{args.messages} messages of {len(PAYLOAD)} bytes, {size / 1e6:.0f} MB file; median "
+          f"of {args.repeats} interleaved rounds; rounds (k msgs/s):")  # fmt: skip
+    for name, runs in rates.items():
+        print(f"  {name:<34} {', '.join(f'{r / 1000:.0f}' for r in runs)}")
     print(row("bare frames (the peer)", peer, peer=peer, peer_name="bare frames"))
     print(row("write (append+flush+fsync)", rate, peer=peer, peer_name="bare frames"))
     print(f"aim: {AIM / 1000:.0f}k msgs/s ({'met' if rate >= AIM else 'NOT met'})")
-    print(reference("Rust writer", f"~{REFERENCE_WRITER / 1000:.0f}k msgs/s"))
+    print(reference("Rust writer", f"~{REFERENCE_WRITER / 1000:.0f}k msgs/s", QUOTED_SOURCE))
     with tempfile.TemporaryDirectory() as tmp:
-        many_writers(tmp, args.messages, min(args.repeats, 3))
+        many_writers(tmp, args.messages, min(args.repeats, 3), args.before)
     crc_candidates(args.messages)
     durability_costs(args.dir, args.durability_seconds, args.repeats)
 

@@ -3,7 +3,10 @@
 ``python -m tests.file.many_writers write PATH ID COUNT KEYS [--batch N]`` appends COUNT
 messages, payload ``ID:n`` (n from 0), the n-th on key ``k{n % KEYS}``, flushing every 1..N
 messages (a random batch); after each flush it prints ``ack n`` for the last message it wrote,
-unbuffered. (A crash mid-append is the kit's: ``KillPoint.during_append`` in an ``AppProcess``.)
+unbuffered; with ``--report``, it prints ``ready`` once open and waits for a line on its standard
+input to start, and prints a last line ``caught-up decoded N tips M``: the messages it decoded
+to catch up with the others after opening and the tip records it adopted instead. (A crash
+mid-append is the kit's: ``KillPoint.during_append`` in an ``AppProcess``.)
 
 ``python -m tests.file.many_writers follow PATH`` follows the file live from its tip (start it
 on a file nobody wrote yet to see every message), prints ``ready`` once its reader is open, then
@@ -49,7 +52,12 @@ def reencoded(path: Path | str) -> bytes:
 def _write(args: argparse.Namespace) -> None:
     rng = random.Random(args.id)
     writer = StreamWriter(args.path, beacon_interval=args.interval)
+    opening = writer.decoded_to_catch_up
     out = sys.stdout.buffer
+    if args.report:  # start with the others
+        out.write(b"ready\n")
+        out.flush()
+        sys.stdin.readline()
     n = args.start
     while n < args.count:
         batch = min(rng.randint(1, args.batch), args.count - n)
@@ -60,6 +68,11 @@ def _write(args: argparse.Namespace) -> None:
         out.write(b"ack %d\n" % (n - 1))
         out.flush()
     writer.close()
+    if args.report:
+        out.write(
+            b"caught-up decoded %d tips %d\n"
+            % (writer.decoded_to_catch_up - opening, writer.tips_adopted)
+        )
 
 
 async def _follow(args: argparse.Namespace) -> None:
@@ -91,6 +104,7 @@ def main() -> None:
     write.add_argument("--start", type=int, default=0)
     write.add_argument("--batch", type=int, default=64)
     write.add_argument("--interval", type=int, default=1024)
+    write.add_argument("--report", action="store_true")
     follow = sub.add_parser("follow")
     follow.add_argument("path")
     args = parser.parse_args()

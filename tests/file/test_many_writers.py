@@ -339,3 +339,25 @@ def test_opening_while_another_writer_holds_the_lock_counts_the_rest_at_the_firs
     writer.close()
     assert [p for _, _, p in _decoded(path)] == [b"1", b"2", b"3"]
     assert path.read_bytes() == reencoded(path)
+
+
+@pytest.mark.parametrize("interval", [128, 1024, 1 << 20])
+def test_frames_built_before_the_lock_and_numbered_under_it_are_those_one_writer_makes(
+    tmp_path: Path, interval: int
+) -> None:
+    """Writers that take turns build their frames as messages are appended, with provisional
+    sequence numbers, and number them under the lock: batches of one key (in bulk, when no
+    beacon falls among them) and of several, with frames that cross boundaries."""
+    path = tmp_path / "ahead.ss"
+    rng = random.Random(interval)
+    writers = [StreamWriter(path, beacon_interval=interval) for _ in range(3)]
+    for step in range(300):
+        writer = writers[step % 3]
+        keys = ["one"] if rng.random() < 0.6 else ["one", "two", "three"]
+        for _ in range(rng.randint(1, 40)):
+            writer.append(rng.choice(keys), bytes(rng.choice([0, 5, 90, interval // 3])))
+        writer.flush()
+    for writer in writers:
+        writer.close()
+    assert path.read_bytes() == reencoded(path)
+    _dense(path)

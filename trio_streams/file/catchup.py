@@ -22,7 +22,9 @@ What the bytes may end with, as the stream-file contract says for reopening a fi
   the file unchanged. In every case the encoder has counted what decoded before the error, so a
   later append after a repair continues from there.
 
-This costs what decoding the new bytes costs, and nothing when nobody else wrote. Most of it can
+This costs what decoding the new bytes costs, and nothing when nobody else wrote; a writer
+reaches for it only when the tip record the others keep beside the file (:mod:`.tip`) does not
+describe the file (or, opening it, always: it checks the whole file once). Most of it can
 be done before taking the lock (``settled=True``): frames another writer finished never change,
 so a writer that finds the file grown decodes what is complete while others append, and then
 holds the lock only for the rest.

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 import struct
+from typing import Literal
 
 from .decoder import FrameDecoder, first_beacon_at_or_after
 from .errors import (
@@ -44,9 +45,11 @@ from .format import (
     encode_key,
     markers_per_beacon,
 )
+from .tip import Tip
 
 _pack_fixed = FRAME_FIXED.pack
 _pack_tail = struct.Struct(">HB").pack
+_pack_seq_into = struct.Struct(">Q").pack_into
 _INTERNAL = INTERNAL_KEY.encode()
 
 
@@ -112,6 +115,14 @@ class FrameEncoder:
         #: Whether every stream of the file is known here (this encoder wrote or caught up
         #: with all of it), so a stream it does not know is new to the file.
         self.knows_every_stream = True
+        #: The batch wrote the internal stream (an end-of-stream message, maybe).
+        self._internal_batch = False
+        #: The batch's last end-of-stream message: (its offset, the internal stream's state
+        #: before it, the markers written before it, the offset after it and its beacons).
+        self._eos_note: tuple[int, StreamState | None, int, int] | None = None
+        #: What :meth:`tip` knows of the file's last frame: None (not an end-of-stream message),
+        #: ``_eos_note``'s kind of tuple (it is one), or False (unknown: no tip recorded).
+        self._trailing_eos: tuple[int, StreamState | None, int, int] | Literal[False] | None = None
 
     # -- state -----------------------------------------------------------------------------------
 
@@ -123,6 +134,8 @@ class FrameEncoder:
         if stream in self._undo:
             assert state is not None
             return state
+        if key == INTERNAL_KEY:
+            self._internal_batch = True
         if state is not None:
             self._undo[stream] = (state.seq, state.ts, state.running, state.crcs, len(state.crcs))
         else:
@@ -152,6 +165,13 @@ class FrameEncoder:
 
     def commit(self) -> None:
         """The batch was written: its states become the committed ones."""
+        if self._internal_batch:
+            note = self._eos_note
+            self._trailing_eos = note if note is not None and note[3] == self.offset else False
+        elif self.offset != self.committed_offset:
+            self._trailing_eos = None
+        self._internal_batch = False
+        self._eos_note = None
         if self._undo:
             self._undo = {}
             self._shard0 = {}
@@ -199,6 +219,8 @@ class FrameEncoder:
         self.offset = self.committed_offset
         self._next_beacon, self._beacon_count = self._committed_at
         self._explicit.clear()
+        self._internal_batch = False
+        self._eos_note = None
 
     def replay(self, batch: list[tuple[Message, bool]]) -> None:
         """Encode again, after the committed state, what :meth:`rollback` took back (first the
@@ -269,10 +291,65 @@ class FrameEncoder:
     def move_to(self, offset: int) -> None:
         """The file now ends at ``offset`` (a frame or beacon start): continue from there."""
         assert not self._out and not self._undo, "move_to with a batch held"
+        self._trailing_eos = None  # counted by a catch-up, which takes a trailing one back
         self.offset = offset
         self._next_beacon = first_beacon_at_or_after(offset, self.beacon_interval)
         self.committed_offset = offset
         self._committed_at = (self._next_beacon, self._beacon_count)
+
+    # -- the tip record (see :mod:`.tip`; no batch held) ----------------------------------------
+
+    def tip(self, size: int) -> Tip | None:
+        """The state the next writer continues the file from, the file being ``size`` bytes long
+        and all of it written or counted here; None if that cannot be told.
+
+        It is what :func:`~trio_streams.file.catchup.catch_up` leaves an encoder in after
+        counting the file: a trailing end-of-stream message this encoder wrote is taken back
+        (the state before it, the markers of the beacons from it on, its offset as the
+        position), as the next append overwrites it. ``size`` beyond :attr:`committed_offset`
+        is a trailing end-of-stream message a catch-up counted and took back already."""
+        assert not self._out and not self._undo, "tip with a batch held"
+        trailing = self._trailing_eos
+        position = self.committed_offset
+        if trailing is False or size < position:
+            return None
+        streams = self._streams
+        count = self._beacon_count
+        internal = streams.get((INTERNAL_KEY, 0))
+        if isinstance(trailing, tuple):
+            if size != position:
+                return None
+            position, internal, count, _ = trailing
+        out = []
+        for key, shard in self._order:
+            if key == _INTERNAL and shard == 0:
+                if internal is None:
+                    continue  # the stream began with the end-of-stream message taken back
+                state = internal
+            else:
+                state = streams[(key.decode(), shard)]
+            out.append((state.prefix, shard, state.seq, state.ts, state.checksum()))
+        return Tip(size, position, count, out)
+
+    def adopt(self, tip: Tip) -> None:
+        """Continue from ``tip`` (a record that matched the file) as if the whole file had been
+        counted here: the state a catch-up from the header would reach."""
+        assert not self._out and not self._undo, "adopt with a batch held"
+        streams: dict[tuple[str, int], StreamState] = {}
+        order = []
+        for prefix, shard, seq, ts, running in tip.streams:
+            key = prefix[1:].decode("ascii")
+            state = StreamState.__new__(StreamState)
+            state.key, state.shard, state.prefix = key, shard, prefix
+            state.seq, state.ts, state.running, state.crcs = seq, ts, running, []
+            streams[(key, shard)] = state
+            order.append((prefix[1:], shard))
+        order.sort()
+        self._streams = streams
+        self._order = self._committed_order = order
+        self._beacon_count = tip.beacon_count
+        self.knows_every_stream = True
+        self.move_to(tip.position)
 
     # -- encoding --------------------------------------------------------------------------------
 
@@ -305,6 +382,81 @@ class FrameEncoder:
             self._splice(frame)
         return seq, offset
 
+    def append_frames(self, messages: list[tuple[str, int, int, bytes]]) -> None:
+        """Encode shard-0 messages whose frames were built ahead (by a writer, outside the
+        file's lock) with provisional sequence numbers: each is numbered here, its seq field
+        rewritten where it differs, and the frames go out with the beacons due among them —
+        the bytes :meth:`append` would have made for the same messages.
+
+        ``messages`` holds, in order: (key, the seq its frame holds, timestamp ms, frame). Keys,
+        timestamps and sizes were checked when the frames were built."""
+        joined = b"".join([m[3] for m in messages])
+        if self.offset + len(joined) < self._next_beacon and self._append_one_key(joined, messages):
+            return
+        frames = bytearray(joined)
+        view = memoryview(frames)
+        shard0 = self._shard0
+        patch = _pack_seq_into
+        out = self._out
+        offset = self.offset
+        next_beacon = self._next_beacon
+        done = 0  # frames[:done] went out
+        at = 0  # where the current frame starts in ``frames``
+        for key, written, timestamp_ms, frame in messages:
+            state = shard0.get(key)
+            if state is None:
+                state = self.stream(key, 0)
+            seq = state.seq + 1
+            state.seq = seq
+            if seq != written:
+                patch(frames, at + frame[0] + 9, seq)  # after the key and the shard
+            if timestamp_ms > state.ts:
+                state.ts = timestamp_ms
+            state.crcs.append((frame[-3] << 8) | frame[-2])
+            size = len(frame)
+            end = offset + size
+            if end >= next_beacon:  # the frame reaches a boundary: beacons due, counting it
+                if at > done:
+                    out.append(bytes(view[done:at]))
+                self.offset = offset
+                self._splice(bytes(view[at : at + size]))
+                offset, next_beacon = self.offset, self._next_beacon
+                done = at + size
+            else:
+                offset = end
+            at += size
+        if at > done:
+            out.append(bytes(view[done:at]))
+        self.offset = offset
+
+    def _append_one_key(self, joined: bytes, messages: list[tuple[str, int, int, bytes]]) -> bool:
+        """:meth:`append_frames` of a batch of one key with no beacon due among its frames, in
+        bulk; False (nothing done) for any other batch."""
+        key = messages[0][0]
+        for message in messages:
+            if message[0] != key:
+                return False
+        state = self._shard0.get(key)
+        if state is None:
+            state = self.stream(key, 0)
+        shift = state.seq + 1 - messages[0][1]  # the provisional seqs follow each other
+        if shift:
+            frames = bytearray(joined)
+            patch = _pack_seq_into
+            at = 0
+            for _, written, _, frame in messages:
+                patch(frames, at + frame[0] + 9, written + shift)  # after the key and the shard
+                at += len(frame)
+            joined = bytes(frames)
+        state.seq = messages[-1][1] + shift
+        latest = max([m[2] for m in messages])
+        if latest > state.ts:
+            state.ts = latest
+        state.crcs.extend([(m[3][-3] << 8) | m[3][-2] for m in messages])
+        self._out.append(joined)
+        self.offset += len(joined)
+        return True
+
     def write(self, key: str, shard: int, seq: int, timestamp_ms: int, payload: bytes) -> int:
         """Encode a message with the given shard and seq (low-level sink); returns its offset."""
         if not 0 <= timestamp_ms <= MAX_TIMESTAMP_MS:
@@ -319,6 +471,8 @@ class FrameEncoder:
             )
         if key != INTERNAL_KEY:
             self._check_follows(key, shard, seq)
+        is_eos = key == INTERNAL_KEY and shard == 0 and payload == EOS_PAYLOAD
+        before = (self.offset, self.mark(), self._beacon_count) if is_eos else None
         state = self.stream(key, shard)
         state.seq = max(state.seq, seq)
         state.ts = max(state.ts, timestamp_ms)
@@ -327,6 +481,8 @@ class FrameEncoder:
         offset = self.offset
         self._explicit.add(offset)
         self._splice(frame)
+        if before is not None:
+            self._eos_note = (*before, self.offset)
         return offset
 
     def _check_follows(self, key: str, shard: int, seq: int) -> None:

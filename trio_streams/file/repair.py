@@ -34,6 +34,7 @@ from .format import (
     markers_per_beacon,
 )
 from .reader import READ_CHUNK, max_beacon_bytes
+from .tip import remove_tip
 
 #: Longest tail checked byte by byte when no beacon vouches for the cut frame's length. Beyond it
 #: the writer refuses (a tail without a beacon in it is at most about one interval long, so this
@@ -577,6 +578,7 @@ def apply_repair(plan: RepairPlan, fd: int) -> str:
     finally:
         os.close(out)
     _fsync_directory(side)
+    remove_tip(plan.path)  # it describes the bytes about to go
     os.ftruncate(fd, plan.offset)
     os.fsync(fd)
     return side

@@ -19,12 +19,19 @@ The numbers :meth:`StreamWriter.append` returns are those the message gets *unle
 writer appends before this one flushes; :meth:`StreamWriter.publish` (and its async and batch
 kin) append under the lock and return final :class:`Receipt` values.
 
-While others keep appending (the last flush had to catch up), a writer stops encoding messages
-as they are appended — the work would be thrown away — and only buffers them; its flush first
-counts, without the lock, what the others finished writing, then takes the lock, counts the
-little appended meanwhile, encodes its messages and writes them. So the lock is held for the
-encoding and the write, not for decoding the others' messages. The first flush that finds nobody
-else wrote returns the writer to encoding on append.
+A writer learns what the others appended from the **tip record** the last of them left beside
+the file (:mod:`.tip`): written under the lock after each append while writers take turns (and
+every 16 KiB and at close by a writer alone), it holds the state the next writer continues from,
+and is adopted only when it provably describes the file; otherwise the writer decodes the
+others' messages (:mod:`.catchup`), the part they finished before it takes the lock outside it.
+
+While others keep appending (the last flush had to catch up), a writer builds each message's
+frame as it is appended, with a provisional sequence number, and under the lock only numbers
+the frames (rewriting a seq another writer took) and places the beacons
+(:meth:`~trio_streams.file.encoder.FrameEncoder.append_frames`). So the lock is held for the
+numbering and the write, not for encoding, and never for decoding the others' messages while
+they keep records. The first flush that finds nobody else wrote returns the writer to encoding
+on append.
 
 **Reopening** an existing file is the same catch-up from the header on (this deliberately
 differs from upstream): each stream's sequence numbers and the beacons' running checksums and
@@ -48,6 +55,7 @@ counts references and closes the file when the last :class:`WriterHandle` is clo
 from __future__ import annotations
 
 import os
+import struct
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -74,16 +82,19 @@ from .errors import (
 )
 from .format import (
     DEFAULT_BEACON_INTERVAL,
+    FRAME_FIXED,
     HEADER_SIZE,
     MAX_PAYLOAD_BYTES,
     MAX_TIMESTAMP_MS,
     Header,
+    crc16,
     decode_header,
     encode_header,
     encode_key,
     is_header_prefix,
 )
 from .lock import FileLock, hold_exclusively
+from .tip import TipFile, remove_tip
 
 
 class _TrioOnFirstUse:
@@ -105,6 +116,16 @@ else:
 
 #: Buffered bytes that trigger a write without an explicit flush (as upstream: 1 MiB).
 AUTO_FLUSH_BYTES = 1 << 20
+#: A writer alone records the tip (:mod:`.tip`) once it appended this much since the last
+#: record (and at close), so a writer that comes later decodes at most this much, and a
+#: record costs a small share of the appending.
+TIP_EVERY_BYTES = 16 << 10
+#: Seconds after it last found others' appends that a writer records the tip at every
+#: write-out (they take turns with it: each reads the record instead of decoding).
+TIP_WINDOW = 5.0
+
+_pack_fixed = FRAME_FIXED.pack
+_pack_tail = struct.Struct(">HB").pack
 
 #: A message to publish: (stream key, payload, timestamp in ms or None for now).
 Item = tuple[str, bytes, int | None]
@@ -194,6 +215,21 @@ class StreamWriter:
             ) from exc
         self._closed = False
         self._lock = FileLock(self._fd, self.path)
+        #: The tip record beside the file (:mod:`.tip`), once the header is known.
+        self._tip: TipFile | None = None
+        #: Bytes this writer appended since it last recorded the tip.
+        self._untipped = 0
+        #: The flush under way is the last (:meth:`close`): it records the tip.
+        self._closing = False
+        #: Until when (``time.monotonic``) every write-out records the tip: others appended
+        #: lately, and are likely to take the lock next.
+        self._tip_always_until = 0.0
+        #: Until when the others are taken to keep records (one served a catch-up lately).
+        self._tips_flowing_until = 0.0
+        #: Messages this writer decoded to catch up with the file (at open and after others'
+        #: appends), and the catch-ups a tip record spared it (for tests and benchmarks).
+        self.decoded_to_catch_up = 0
+        self.tips_adopted = 0
         #: The descriptor an exclusive writer holds the lock on for its lifetime.
         self._exclusive: int | None = None
         #: Where a trailing end-of-stream message starts that the next write overwrites.
@@ -205,8 +241,11 @@ class StreamWriter:
         #: Whether the flush under way found others' appends.
         self._others_appended = False
         #: Messages buffered unencoded, and what numbers and bytes they will take (provisional).
-        self._pending: list[tuple[str, bytes, int]] = []
-        self._pending_seqs: dict[str, int] = {}
+        #: Their frames, built with provisional sequence numbers (:meth:`_defer`), each as
+        #: (key, that seq, timestamp, frame).
+        self._pending: list[tuple[str, int, int, bytes]] = []
+        #: The last provisional seq of each key buffered, and the key's bytes in a frame.
+        self._pending_seqs: dict[str, list[Any]] = {}
         self._pending_bytes = 0
         try:
             if exclusive:
@@ -227,6 +266,7 @@ class StreamWriter:
                     os.ftruncate(self._fd, 0)
                     size = 0
                 if size == 0:
+                    remove_tip(self.path)  # a record left beside a file of this name is not its
                     self.header = Header(
                         os.path.basename(self.path) if file_name is None else file_name,
                         now_ms() if created_at_ms is None else created_at_ms,
@@ -235,10 +275,13 @@ class StreamWriter:
                     self._write_at(encode_header(self.header), 0)
                     self._created = self._unsynced = True
                     self._encoder = FrameEncoder(beacon_interval, HEADER_SIZE, path=self.path)
+                    self._tip = TipFile(self._fd, self.path)
                 else:
                     self.header = decode_header(os.pread(self._fd, HEADER_SIZE, 0), self.path)
                     self._encoder = self._new_encoder()
-                    self._sync(size)
+                    self._tip = TipFile(self._fd, self.path)
+                    self._sync(size, opening=True)
+                    self._record_tip(os.fstat(self._fd).st_size)  # spare the others a decode
             finally:
                 self._lock.release()
         except BaseException:
@@ -250,7 +293,8 @@ class StreamWriter:
         try:
             self.header = decode_header(os.pread(self._fd, HEADER_SIZE, 0), self.path)
             self._encoder = self._new_encoder()
-            catch_up(self._fd, self._encoder, size, path=self.path, settled=True)
+            self._tip = TipFile(self._fd, self.path)
+            self._catch_up_settled(size, opening=True)
         except BaseException:
             self._release()
             raise
@@ -315,26 +359,31 @@ class StreamWriter:
         self._encode = self._defer if contended else self._encoder.append
 
     def _defer(self, key: str, payload: bytes, timestamp_ms: int) -> tuple[int, int]:
-        """Buffer a message unencoded; its provisional numbers (the offset leaves beacons out)."""
+        """Buffer a message's frame with a provisional seq, to be numbered under the lock (see
+        :meth:`FrameEncoder.append_frames`); its provisional numbers (the offset leaves beacons
+        out). The frame is built here, outside the lock: what the lock then holds for is little
+        more than the numbering."""
         if not 0 <= timestamp_ms <= MAX_TIMESTAMP_MS:
             raise TimestampRangeError(
                 f"timestamp {timestamp_ms} ms outside 0..{MAX_TIMESTAMP_MS}", path=self.path
             )
-        if len(payload) > MAX_PAYLOAD_BYTES:
-            raise StreamFormatError(
-                f"payload of {len(payload)} bytes exceeds 4 GiB", path=self.path
-            )
-        seqs = self._pending_seqs
-        seq = seqs.get(key)
-        if seq is None:
+        size = len(payload)
+        if size > MAX_PAYLOAD_BYTES:
+            raise StreamFormatError(f"payload of {size} bytes exceeds 4 GiB", path=self.path)
+        last = self._pending_seqs.get(key)
+        if last is None:
             state = self._encoder.current(key)
             if state is None:
-                encode_key(key)  # a new key: refuse it now, not in the middle of the flush
-            seq = 0 if state is None else state.seq
-        seqs[key] = seq = seq + 1
+                # A new key: refuse it now, not in the middle of the flush.
+                last = self._pending_seqs[key] = [0, encode_key(key)]
+            else:
+                last = self._pending_seqs[key] = [state.seq, state.prefix]
+        seq = last[0] = last[0] + 1
+        frame = b"".join((last[1], _pack_fixed(0, seq, timestamp_ms, size), payload,
+                          _pack_tail(crc16(payload), 13)))  # fmt: skip
+        self._pending.append((key, seq, timestamp_ms, frame))
         offset = self._encoder.offset + self._pending_bytes
-        self._pending.append((key, payload, timestamp_ms))
-        self._pending_bytes += len(key) + len(payload) + 32
+        self._pending_bytes += len(frame)
         if self._pending_bytes >= AUTO_FLUSH_BYTES:
             self.flush()
         return seq, offset
@@ -347,9 +396,7 @@ class StreamWriter:
         self._pending, self._pending_seqs, self._pending_bytes = [], {}, 0
         encoder = self._encoder
         encoder.beacon_now()
-        append = encoder.append
-        for key, payload, ts in pending:
-            append(key, payload, ts)
+        encoder.append_frames(pending)
 
     def write_message(
         self, key: str, shard: int, seq: int, timestamp_ms: int, payload: bytes
@@ -514,9 +561,27 @@ class StreamWriter:
             # Buffer unencoded from now on (what is buffered already stays before it).
             self._others_appended = True
             self._use(contended=True)
-            catch_up(self._fd, encoder, size, path=self.path, settled=True)
+            self._catch_up_settled(size)
             self._flushed = encoder.committed_offset
             encoder.beacon_now()
+
+    def _catch_up_settled(self, size: int, *, opening: bool = False) -> None:
+        """Without the lock: adopt the tip record if it describes the file at ``size`` bytes,
+        else count what other writers finished appending (no batch held) — unless the others
+        kept records lately: the appends under way then leave one, read under the lock.
+        Opening always decodes: it checks the whole file once."""
+        encoder = self._encoder
+        if self._tip is not None and not opening:
+            tip = self._tip.read(size, known=encoder.committed_offset)
+            if tip is not None:
+                encoder.adopt(tip)  # the position precedes what a next append overwrites
+                self.tips_adopted += 1
+                if tip.size == size:
+                    return
+            if time.monotonic() < self._tips_flowing_until:
+                return  # the others record the tip: the one after their append will do
+        done = catch_up(self._fd, encoder, size, path=self.path, settled=True)
+        self.decoded_to_catch_up += done.messages
 
     def _publish_locked(self, items: list[tuple[str, bytes, int]]) -> list[Receipt]:
         self._sync(self._stat())
@@ -527,15 +592,42 @@ class StreamWriter:
         for key, payload, ts in items:
             seq, offset = append(key, payload, ts)
             receipts.append(Receipt(key, seq, ts, offset))
-        self._write_out()
-        self._settle_mode()
+        self._written(self._write_out())
         return receipts
 
     def _flush_locked(self) -> None:
         self._sync(self._stat())
         self._encode_pending()
-        self._write_out()
+        self._written(self._write_out())
+
+    def _written(self, written: int) -> None:
+        """After a write-out (lock held): record the tip if others appended lately (they will
+        read it), if much was written since the last record, or at close; then settle the
+        mode."""
+        if written:
+            self._untipped += written
+            if self._others_appended:
+                self._tip_always_until = time.monotonic() + TIP_WINDOW
+                self._record_tip(self._encoder.committed_offset)
+            elif (
+                self._closing
+                or self._untipped >= TIP_EVERY_BYTES
+                or (self._tip_always_until and time.monotonic() < self._tip_always_until)
+            ):
+                self._record_tip(self._encoder.committed_offset)
         self._settle_mode()
+
+    def _record_tip(self, size: int) -> None:
+        """Record the tip of the file, ``size`` bytes long, all of it counted (lock held)."""
+        encoder, tip_file = self._encoder, self._tip
+        if tip_file is None or not tip_file.enabled or encoder.buffered:
+            return  # (a beacon due where the file ends waits in the encoder: not the tip yet)
+        if size != encoder.committed_offset and self._overwrite_at != encoder.committed_offset:
+            return  # the encoder does not stand at the file's end: nothing to tell
+        tip = encoder.tip(size)
+        if tip is not None:
+            tip_file.write(tip)
+            self._untipped = 0
 
     def _settle_mode(self) -> None:
         """After a write: encode on append again if nobody else appended during this flush.
@@ -552,8 +644,10 @@ class StreamWriter:
             raise FileRemovedError("stream file was removed from disk", path=self.path)
         return st.st_size
 
-    def _sync(self, size: int) -> None:
-        """Catch up with what other writers appended since this one last wrote (lock held)."""
+    def _sync(self, size: int, *, opening: bool = False) -> None:
+        """Catch up with what other writers appended since this one last wrote (lock held):
+        adopt the tip record if it describes the file, else decode. Opening always decodes:
+        it checks the whole file once."""
         encoder = self._encoder
         if size == encoder.committed_offset:
             return
@@ -561,20 +655,33 @@ class StreamWriter:
         self._use(contended=True)
         batch = encoder.rollback()
         try:
-            if size < encoder.committed_offset:
+            known = encoder.committed_offset
+            tip = None if self._tip is None or opening else self._tip.read(size, known=known)
+            if tip is not None:
+                encoder.adopt(tip)
+                self.tips_adopted += 1
+                self._tips_flowing_until = time.monotonic() + TIP_WINDOW
+                if tip.size == size:
+                    self._overwrite_at = tip.overwrite_at
+                    return
+                # A record of a shorter file: decode only what follows it.
+            elif size < encoder.committed_offset:
                 # The file was cut shorter (a repair): count it again from the start.
                 self._encoder = encoder = self._new_encoder()
-            self._overwrite_at = catch_up(self._fd, encoder, size, path=self.path).overwrite_at
+            done = catch_up(self._fd, encoder, size, path=self.path)
+            self._overwrite_at = done.overwrite_at
+            self.decoded_to_catch_up += done.messages
         finally:
             self._flushed = encoder.committed_offset
             self._use(contended=True)  # the encoder may be a new one
             encoder.replay(batch)
 
-    def _write_out(self) -> None:
+    def _write_out(self) -> int:
+        """Write the encoded batch; returns how many bytes."""
         encoder = self._encoder
         data = encoder.take()
         if not data:
-            return
+            return 0
         try:
             if self._overwrite_at is not None:
                 os.ftruncate(self._fd, self._overwrite_at)
@@ -586,6 +693,7 @@ class StreamWriter:
             raise
         encoder.commit()
         self._flushed = encoder.committed_offset
+        return len(data)
 
     def _write_at(self, data: bytes, offset: int) -> None:
         view = memoryview(data)
@@ -715,6 +823,7 @@ class StreamWriter:
             if eos:
                 self.write_eos(eos_timestamp_ms)
             if self.buffered:
+                self._closing = True  # the last write-out records the tip for later writers
                 self.flush()
             if self._unsynced:
                 self.fsync()
@@ -732,6 +841,7 @@ class StreamWriter:
                 if eos:
                     self.write_eos(eos_timestamp_ms)
                 if self.buffered:
+                    self._closing = True  # the last write-out records the tip
                     await self.aflush()
                 if self._unsynced:
                     await self.afsync()
@@ -741,6 +851,8 @@ class StreamWriter:
     def _release(self) -> None:
         self._closed = True
         self._lock.release()
+        if self._tip is not None:
+            self._tip.close()
         exclusive, self._exclusive = self._exclusive, None
         if exclusive is not None:
             os.close(exclusive)
