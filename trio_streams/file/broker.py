@@ -473,6 +473,8 @@ class FileSubscription(SubscriptionSource):
         self._closed = False
         #: The reader, once the file exists (a live subscription may wait for it, see ``read``).
         self._source: FileSource | None = None
+        #: The last read returned a batch (see ``read``).
+        self._handed_over = False
         # Open now, not at the first read: a live subscription starts at the tip as it is when
         # the app starts, before anything is published. A consumer named after its app opens
         # at ``open``, which knows the app (still before anything is published).
@@ -703,9 +705,18 @@ class FileSubscription(SubscriptionSource):
     async def read(self) -> Sequence[Delivery] | None:
         # Nothing is held across a checkpoint here: a cancelled read loses nothing.
         source = self._source if self._source is not None else await self._wait_for_file()
+        if self._handed_over:
+            # The last read handed a batch over and the reader caught up: give the handler the
+            # turn before looking at the file again and going back to wait on it (the reader's
+            # task was scheduled after the handler's; two schedule points put it behind
+            # whichever order the scheduler picks within one pass).
+            self._handed_over = False
+            await trio.lowlevel.checkpoint()
+            await trio.lowlevel.checkpoint()
         while True:
             batch = self.poll()
             if batch:
+                self._handed_over = True
                 return batch
             if source.ended:
                 await trio.lowlevel.checkpoint()
