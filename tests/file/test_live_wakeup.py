@@ -385,3 +385,35 @@ async def test_an_idle_live_app_that_handled_a_message_uses_almost_no_cpu(tmp_pa
             elapsed = time.perf_counter() - wall
     # A spinning reader uses a whole core (~1 s of CPU per second); an idle one, almost none.
     assert used < 0.25 * elapsed, f"{used:.3f} s of CPU in {elapsed:.3f} s while idle"
+
+
+async def test_a_burst_after_a_live_hand_over_arrives_whole_and_in_order(tmp_path: Path) -> None:
+    """After a hand-over the subscription's ``poll`` defers to ``read`` (which looks once the
+    handler had its turn): nothing written meanwhile is skipped or reordered."""
+    path = tmp_path / "burst.ss"
+    StreamWriter(path).close()
+    app, broker = file_app(path, existing_only=True)
+    handled: list[int] = []
+    first, last = trio.Event(), trio.Event()
+
+    @broker.subscriber(FileStream("k"))
+    async def handle(n: int) -> None:
+        handled.append(n)
+        first.set()
+        if n == 500:
+            last.set()
+
+    with trio.fail_after(GUARD):
+        async with serving(app):
+            with StreamWriter(path) as writer:
+                writer.append("k", b"0")
+                writer.flush()
+                await first.wait()
+                for n in range(1, 501):
+                    writer.append("k", b"%d" % n)
+                    if n % 3 == 0 or n == 500:
+                        writer.flush()
+                    if n % 50 == 0:
+                        await trio.lowlevel.checkpoint()
+            await last.wait()
+    assert handled == list(range(501))
