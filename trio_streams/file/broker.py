@@ -479,6 +479,8 @@ class FileSubscription(SubscriptionSource):
         self._closed = False
         #: The reader, once the file exists (a live subscription may wait for it, see ``read``).
         self._source: FileSource | None = None
+        #: The last read returned a batch of a live subscription (see ``read``).
+        self._handed_over = False
         # Open now, not at the first read: a live subscription starts at the tip as it is when
         # the app starts, before anything is published. A consumer named after its app opens
         # at ``open``, which knows the app (still before anything is published).
@@ -660,7 +662,9 @@ class FileSubscription(SubscriptionSource):
 
     def poll(self) -> Sequence[Delivery]:
         source = self._source
-        if source is None:
+        if source is None or self._handed_over:
+            # Not there yet; or the last read handed a batch over: ``read`` looks again once
+            # the handler had its turn (unknown, as far as ``poll`` says).
             return ()
         messages = source.read_available(self._count)
         if not messages:
@@ -692,9 +696,18 @@ class FileSubscription(SubscriptionSource):
     async def read(self) -> Sequence[Delivery] | None:
         # Nothing is held across a checkpoint here: a cancelled read loses nothing.
         source = self._source if self._source is not None else await self._wait_for_file()
+        if self._handed_over:
+            # The last read handed a batch over (live): the handler's task was made runnable by
+            # the hand-over. Give it the turn before looking at the file again and going back
+            # to wait on it: two schedule points put this task behind it whichever order the
+            # scheduler runs them in.
+            self._handed_over = False
+            await trio.lowlevel.checkpoint()
+            await trio.lowlevel.checkpoint()
         while True:
             batch = self.poll()
             if batch:
+                self._handed_over = self.live
                 return batch
             if source.ended:
                 await trio.lowlevel.checkpoint()

@@ -65,6 +65,8 @@ class FileSource(trio.abc.AsyncResource):
         self._ended = False
         self._seen_generation = watch.generation
         self._backoff_ms = MIN_BACKOFF_MS
+        #: Woken by the watch and nothing read since: the next wait looks at the file first.
+        self._stat_before_waiting = False
         self._closed = False
 
     @classmethod
@@ -138,6 +140,7 @@ class FileSource(trio.abc.AsyncResource):
         batch = reader.read_messages(max_n)
         if batch:
             self._backoff_ms = MIN_BACKOFF_MS
+            self._stat_before_waiting = False
         elif self.mode == "live":
             self._ended = reader.eos is not None
         else:
@@ -163,18 +166,35 @@ class FileSource(trio.abc.AsyncResource):
         if self._closed:
             raise trio.ClosedResourceError("the file source is closed")
         reader = self._reader
-        if self.mode == "replay" or not reader.at_eof or reader.file_size() > reader.known_size:
+        if self.mode == "replay" or not reader.at_eof:
             await trio.lowlevel.checkpoint()
             return
+        if self._stat_before_waiting or not self._watch.uses_os_events:
+            # Woken without finding anything (the event may be the file's removal), or no OS
+            # watch: look at the file itself before waiting. Otherwise the watch already tells
+            # of any change since the read that reached the end (its events stay queued until
+            # read), so no system call is spent here between a handed-over batch and the wait.
+            self._stat_before_waiting = False
+            stat = reader.stat()
+            if stat.st_size > reader.known_size:
+                await trio.lowlevel.checkpoint()
+                return
+            if stat.st_nlink == 0:
+                raise FileRemovedError("stream file was removed from disk", path=reader.path)
         with trio.move_on_after(self._backoff_ms / 1000) as timeout:
             await self._watch.wait_change(self._seen_generation)
-        if timeout.cancelled_caught:
-            self._backoff_ms = min(self._backoff_ms * 2, MAX_BACKOFF_MS)
-            if reader.known_size > reader.offset and reader.file_size() <= reader.known_size:
-                # Quiet for a whole timeout at bytes that do not decode yet: a frame still being
-                # written, one cut by a crash (the next writer cuts it away), or damage.
-                reader.check_stalled_tail()
-        if reader.removed() and reader.file_size() <= reader.known_size:
+        if not timeout.cancelled_caught:
+            # Woken by the watch: read at once. Whether the file is gone is looked at before
+            # the next wait, if this wake-up brings nothing to read.
+            self._stat_before_waiting = True
+            return
+        self._backoff_ms = min(self._backoff_ms * 2, MAX_BACKOFF_MS)
+        stat = reader.stat()
+        if reader.known_size > reader.offset and stat.st_size <= reader.known_size:
+            # Quiet for a whole timeout at bytes that do not decode yet: a frame still being
+            # written, one cut by a crash (the next writer cuts it away), or damage.
+            reader.check_stalled_tail()
+        if stat.st_nlink == 0 and stat.st_size <= reader.known_size:
             raise FileRemovedError("stream file was removed from disk", path=reader.path)
 
     # -- moving ----------------------------------------------------------------------------------

@@ -183,6 +183,17 @@ class FileReader:
                     self.known_size = at + len(data)
                 decoder.feed(data)
                 out.extend(decoder.next_messages(max_n - len(out)))
+                if (
+                    len(data) < READ_CHUNK
+                    and len(out) < max_n
+                    and decoder.eos is None
+                    and decoder.held_eos is None
+                ):
+                    # A short read of a regular file ended at its end, and every whole message
+                    # it brought was taken: the read that would come next finds nothing (unless
+                    # the file grew in between, which a follower's wait looks for anyway).
+                    self.at_eof = True
+                    break
         except StreamFormatError:
             if not out:
                 raise
@@ -291,6 +302,10 @@ class FileReader:
 
     def file_size(self) -> int:
         return os.fstat(self._fd).st_size
+
+    def stat(self) -> os.stat_result:
+        """The open file's status: its size and link count (0 once removed) in one call."""
+        return os.fstat(self._fd)
 
     def removed(self) -> bool:
         """Whether the file has been unlinked from the directory while open."""

@@ -34,6 +34,10 @@ _IN_NONBLOCK = 0o4000
 _IN_CLOEXEC = 0o2000000
 #: Data written, metadata changed (an unlink drops the link count), file deleted or moved.
 _WATCH_MASK = _IN_MODIFY | _IN_ATTRIB | _IN_CLOSE_WRITE | _IN_DELETE_SELF | _IN_MOVE_SELF
+#: One read of the descriptor; an event of a watched file (no name) takes 16 bytes, one of a
+#: directory at most 16 + NAME_MAX + 1, so a read shorter than the buffer by that much took all.
+_READ_BYTES = 65536
+_EVENT_MAX = 16 + 256
 
 
 def _inotify_fd(path: str) -> int:
@@ -92,9 +96,15 @@ class FileWatch:
                 event.set()
 
     def _drain(self) -> None:
+        """Read the events queued now: one ``read`` unless it fills the buffer.
+
+        A read that comes back short took every event queued at that moment; events queued
+        after it leave the descriptor readable, so the next wait returns at once and counts
+        them as a batch of their own. A second read to prove the queue empty would cost every
+        wake-up a system call on the way from the write to the follower's read."""
         while True:
             try:
-                if not os.read(self._fd, 65536):
+                if len(os.read(self._fd, _READ_BYTES)) < _READ_BYTES - _EVENT_MAX:
                     return
             except BlockingIOError:
                 return
