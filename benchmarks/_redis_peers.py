@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -75,8 +76,7 @@ def import_optimized_coredis() -> ModuleType:
     if "coredis" in sys.modules:
         raise SystemExit("coredis was imported before COREDIS_OPTIMIZED=1 could be set")
     os.environ["COREDIS_OPTIMIZED"] = "1"
-    import coredis
-
+    coredis = importlib.import_module("coredis")  # typed alike whether coredis is installed
     if not coredis.Config.optimized:
         raise SystemExit("coredis ignores COREDIS_OPTIMIZED=1: its validation would stay on")
     return coredis
