@@ -12,7 +12,7 @@ The file is written with the library first. Timed in interleaved rounds, each a 
 - with ``--before DIR`` (a source tree of an earlier trio-streams), the command from there, and
   a check that both print the same bytes;
 - with ``--ss-decode 'COMMAND {file}'``, upstream's Rust ``ss-decode`` as a peer. It is not on
-  this machine (no Rust toolchain, no crates registry to fetch it from), and
+  this machine (its crate cannot be fetched: no crates registry is reachable), and
   ``benchmarks/_common.py`` records no figure of it: without the option, it is said to be not
   measured, and no figure is printed for it.
 
@@ -141,8 +141,8 @@ def main() -> None:
         )
     if args.ss_decode is None:
         print(
-            "upstream ss-decode: not measured (not on this machine: no Rust toolchain or crates "
-            "registry; benchmarks/_common.py records no figure of it)"
+            "upstream ss-decode: not measured (not on this machine: no crates registry to build "
+            "it from; benchmarks/_common.py records no figure of it)"
         )
 
 
